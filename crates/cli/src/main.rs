@@ -1,0 +1,46 @@
+//! The `memplan` command line: a thin clap layer, one subcommand per library entry point.
+
+mod commands;
+mod plot;
+mod table;
+mod units;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Predict and cut the peak memory of ONNX tensor programs.
+#[derive(Parser, Debug)]
+#[command(name = "memplan", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Show a model's interface with symbolic shapes, op histogram, weights, opsets and unsupported ops.
+    Inspect(commands::InspectArgs),
+    /// Re-serialize a model through memplan's IR (inlining local functions).
+    Convert(commands::ConvertArgs),
+    /// Predict peak memory before running: at given dims, as a formula, against a budget.
+    Estimate(commands::EstimateArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Inspect(a) => commands::inspect(a),
+        Cmd::Convert(a) => commands::convert(a),
+        Cmd::Estimate(a) => commands::estimate(a),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the chain of contexts, outermost first.
+            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", msg.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}

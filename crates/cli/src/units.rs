@@ -1,0 +1,103 @@
+//! Parsing and printing of byte sizes and dim assignments.
+
+use std::collections::BTreeMap;
+
+/// Parses `123`, `512MiB`, `80GB`, `80GiB`, `1.5GiB`, `64k` (case-insensitive; SI suffixes are powers
+/// of 1000, IEC ones powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("size '{s}': expected a number with an optional unit like 512MiB or 80GB"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" | "ki" => 1024.0,
+        "mib" | "mi" => 1024.0 * 1024.0,
+        "gib" | "gi" => 1024.0 * 1024.0 * 1024.0,
+        "tib" | "ti" => 1024.0f64.powi(4),
+        u => return Err(format!("size '{s}': unknown unit '{u}' (use B, KB, MB, GB, KiB, MiB, GiB, TiB)")),
+    };
+    let v = num * mult;
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(format!("size '{s}' is out of range"));
+    }
+    Ok(v.round() as u64)
+}
+
+/// `1.50 GiB` style rendering with binary units.
+pub fn human(bytes: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", U[i])
+    }
+}
+
+/// Parses repeated `NAME=VALUE` dim assignments.
+pub fn parse_dims(items: &[String]) -> Result<BTreeMap<String, i64>, String> {
+    let mut m = BTreeMap::new();
+    for it in items {
+        let Some((k, v)) = it.split_once('=') else {
+            return Err(format!("--dim '{it}': expected NAME=VALUE, e.g. N=512"));
+        };
+        let k = k.trim();
+        let v: i64 = v
+            .trim()
+            .replace('_', "")
+            .parse()
+            .map_err(|_| format!("--dim '{it}': value must be a positive integer"))?;
+        if v < 1 {
+            return Err(format!("--dim '{it}': value must be >= 1"));
+        }
+        if m.insert(k.to_string(), v).is_some() {
+            return Err(format!("--dim {k} is given twice"));
+        }
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("123"), Ok(123));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("80GB"), Ok(80_000_000_000));
+        assert_eq!(parse_size("80GiB"), Ok(80 << 30));
+        assert_eq!(parse_size("1.5gib"), Ok(3 << 29));
+        assert!(parse_size("12XB").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("abc").is_err());
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(3 << 29), "1.50 GiB");
+    }
+
+    #[test]
+    fn dims() {
+        let d = parse_dims(&["N=512".into(), "S = 3".into()]).unwrap();
+        assert_eq!(d.get("N"), Some(&512));
+        assert_eq!(d.get("S"), Some(&3));
+        assert!(parse_dims(&["N".into()]).is_err());
+        assert!(parse_dims(&["N=0".into()]).is_err());
+        assert!(parse_dims(&["N=1".into(), "N=2".into()]).is_err());
+    }
+}

@@ -1,0 +1,13 @@
+//! CPU kernels over contiguous row-major slices. Every kernel computes each output element the same way
+//! whatever sub-block of the output it is asked for, so chunked execution is bit-identical.
+
+pub mod cast;
+pub mod conv;
+pub mod elementwise;
+pub mod index;
+pub mod matmul;
+pub mod movement;
+pub mod norm;
+pub mod pool;
+pub mod reduce;
+pub mod topk;

@@ -1,0 +1,3 @@
+//! memplan-exec: the CPU executor.
+
+pub mod kernels;

@@ -1,0 +1,539 @@
+//! Symbolic shape and type inference over a graph, with constant folding of small integer tensors.
+//!
+//! Every value gets a [`Fact`]: element type, shape as symbolic [`Expr`] dims, and, for small tensors
+//! whose contents are known (shape arithmetic: `Shape -> Gather -> Concat -> Reshape`), the contents.
+//! Rules live with each op in [`crate::ops`]. Inference never panics: an op without a rule leaves its
+//! outputs unknown and is reported; a shape contradiction is an error naming the node.
+
+use std::collections::BTreeMap;
+
+use crate::dim::Expr;
+use crate::dtype::DataType;
+use crate::graph::{AttrValue, DeclDim, Graph, Model, Node, NodeId, ValueId, ValueKind};
+use crate::tensor::TensorData;
+
+/// Tensors with at most this many elements have their contents tracked when known.
+pub const MAX_KNOWN_ELEMS: usize = 4096;
+
+/// Known contents of a small tensor, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Known {
+    /// Integer or bool contents (bools as 0/1), possibly symbolic.
+    Int(Vec<Expr>),
+    /// Float contents.
+    Float(Vec<f64>),
+}
+
+impl Known {
+    pub fn len(&self) -> usize {
+        match self {
+            Known::Int(v) => v.len(),
+            Known::Float(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The contents as concrete integers, when every element is a constant.
+    pub fn as_consts(&self) -> Option<Vec<i64>> {
+        match self {
+            Known::Int(v) => v.iter().map(|e| e.as_const()).collect(),
+            Known::Float(v) => v
+                .iter()
+                .map(|f| (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(*f as i64))
+                .collect(),
+        }
+    }
+
+    /// The contents as integer expressions (floats must be integral).
+    pub fn as_exprs(&self) -> Option<Vec<Expr>> {
+        match self {
+            Known::Int(v) => Some(v.clone()),
+            Known::Float(_) => self.as_consts().map(|v| v.into_iter().map(Expr::int).collect()),
+        }
+    }
+}
+
+/// What inference knows about one value.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Fact {
+    pub dtype: Option<DataType>,
+    /// `None` when even the rank is unknown.
+    pub shape: Option<Vec<Expr>>,
+    pub value: Option<Known>,
+}
+
+impl Fact {
+    pub fn new(dtype: DataType, shape: Vec<Expr>) -> Fact {
+        Fact { dtype: Some(dtype), shape: Some(shape), value: None }
+    }
+
+    /// A fact with known contents; drops the contents when the tensor is too large to track.
+    pub fn with_value(dtype: DataType, shape: Vec<Expr>, value: Known) -> Fact {
+        let keep = value.len() <= MAX_KNOWN_ELEMS;
+        Fact { dtype: Some(dtype), shape: Some(shape), value: keep.then_some(value) }
+    }
+
+    pub fn rank(&self) -> Option<usize> {
+        self.shape.as_ref().map(|s| s.len())
+    }
+
+    /// Concrete dims, when every dim is a constant.
+    pub fn concrete_shape(&self) -> Option<Vec<usize>> {
+        self.shape.as_ref()?.iter().map(|d| d.as_const().and_then(|c| usize::try_from(c).ok())).collect()
+    }
+
+    /// Element count as an expression.
+    pub fn numel(&self) -> Option<Expr> {
+        self.shape.as_ref().map(|s| Expr::product(s.iter()))
+    }
+
+    /// Size in bytes as an expression.
+    pub fn bytes(&self) -> Option<Expr> {
+        let dt = self.dtype?;
+        let n = self.numel()?;
+        Some(match dt.bits() {
+            b if b % 8 == 0 => n * Expr::int((b / 8) as i64),
+            b => (n * Expr::int(b as i64)).ceil_div(&Expr::int(8)),
+        })
+    }
+
+    /// Builds the fact of a constant tensor, tracking small contents.
+    pub fn of_tensor(t: &TensorData) -> Fact {
+        let shape: Vec<Expr> = t.dims.iter().map(|&d| Expr::int(d as i64)).collect();
+        let small = t.numel() as usize <= MAX_KNOWN_ELEMS;
+        let value = if !small {
+            None
+        } else if t.dtype.is_float() {
+            t.to_f64_vec().map(Known::Float)
+        } else {
+            t.to_i64_vec().map(|v| Known::Int(v.into_iter().map(Expr::int).collect()))
+        };
+        Fact { dtype: Some(t.dtype), shape: Some(shape), value }
+    }
+}
+
+/// Why an op's rule could not produce facts.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum OpError {
+    /// The inputs contradict the op's rules (mismatched dims, bad rank, out-of-range axis...).
+    #[error("{0}")]
+    Invalid(String),
+    /// An attribute has the wrong kind or a bad value.
+    #[error("{0}")]
+    BadAttr(String),
+    /// The rule needs input facts that are not known (e.g. an upstream unsupported op).
+    #[error("needs unknown input facts: {0}")]
+    Unknown(String),
+    /// The rule does not cover this configuration.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+/// Shorthand for an `OpError::Invalid` result.
+pub fn invalid<T>(msg: impl Into<String>) -> Result<T, OpError> {
+    Err(OpError::Invalid(msg.into()))
+}
+
+/// What a rule sees of one node.
+pub struct InferCtx<'a> {
+    pub node: &'a Node,
+    pub id: NodeId,
+    pub inputs: Vec<Option<&'a Fact>>,
+    pub opset: i64,
+    symbols: &'a mut SymbolTable,
+}
+
+impl<'a> InferCtx<'a> {
+    /// The fact of input `i`; an error when the input is absent.
+    pub fn input(&self, i: usize) -> Result<&'a Fact, OpError> {
+        match self.inputs.get(i) {
+            Some(Some(f)) => Ok(f),
+            _ => invalid(format!("input {i} is required")),
+        }
+    }
+
+    /// The fact of optional input `i`.
+    pub fn opt_input(&self, i: usize) -> Option<&'a Fact> {
+        self.inputs.get(i).copied().flatten()
+    }
+
+    /// Input `i`'s shape; `Unknown` when not inferred.
+    pub fn shape(&self, i: usize) -> Result<&'a [Expr], OpError> {
+        self.input(i)?.shape.as_deref().ok_or_else(|| OpError::Unknown(format!("shape of input {i}")))
+    }
+
+    /// Input `i`'s element type; `Unknown` when not inferred.
+    pub fn dtype(&self, i: usize) -> Result<DataType, OpError> {
+        self.input(i)?.dtype.ok_or_else(|| OpError::Unknown(format!("type of input {i}")))
+    }
+
+    pub fn num_inputs(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Known contents of input `i` as integer expressions, if known.
+    pub fn known_ints(&self, i: usize) -> Option<Vec<Expr>> {
+        self.opt_input(i)?.value.as_ref()?.as_exprs()
+    }
+
+    /// A fresh data-dependent symbol, recorded with the reason.
+    pub fn fresh_symbol(&mut self, hint: &str, why: &str) -> Expr {
+        let node = self.node.label(self.id);
+        self.symbols.fresh(hint, format!("{why} at node {node}"))
+    }
+
+    fn attr_value(&self, name: &str) -> Option<&'a AttrValue> {
+        self.node.attr(name)
+    }
+
+    fn bad_kind<T>(&self, name: &str, want: &str, got: &AttrValue) -> Result<T, OpError> {
+        Err(OpError::BadAttr(format!("attribute '{name}' must be {want}, got {}", got.kind_name())))
+    }
+
+    pub fn attr_int(&self, name: &str, default: i64) -> Result<i64, OpError> {
+        match self.attr_value(name) {
+            None => Ok(default),
+            Some(AttrValue::Int(v)) => Ok(*v),
+            Some(o) => self.bad_kind(name, "INT", o),
+        }
+    }
+
+    pub fn attr_opt_int(&self, name: &str) -> Result<Option<i64>, OpError> {
+        match self.attr_value(name) {
+            None => Ok(None),
+            Some(AttrValue::Int(v)) => Ok(Some(*v)),
+            Some(o) => self.bad_kind(name, "INT", o),
+        }
+    }
+
+    pub fn attr_float(&self, name: &str, default: f32) -> Result<f32, OpError> {
+        match self.attr_value(name) {
+            None => Ok(default),
+            Some(AttrValue::Float(v)) => Ok(*v),
+            Some(o) => self.bad_kind(name, "FLOAT", o),
+        }
+    }
+
+    pub fn attr_ints(&self, name: &str) -> Result<Option<Vec<i64>>, OpError> {
+        match self.attr_value(name) {
+            None => Ok(None),
+            Some(AttrValue::Ints(v)) => Ok(Some(v.clone())),
+            Some(o) => self.bad_kind(name, "INTS", o),
+        }
+    }
+
+    pub fn attr_floats(&self, name: &str) -> Result<Option<Vec<f32>>, OpError> {
+        match self.attr_value(name) {
+            None => Ok(None),
+            Some(AttrValue::Floats(v)) => Ok(Some(v.clone())),
+            Some(o) => self.bad_kind(name, "FLOATS", o),
+        }
+    }
+
+    pub fn attr_string(&self, name: &str) -> Result<Option<String>, OpError> {
+        match self.attr_value(name) {
+            None => Ok(None),
+            Some(AttrValue::String(v)) => Ok(Some(String::from_utf8_lossy(v).into_owned())),
+            Some(o) => self.bad_kind(name, "STRING", o),
+        }
+    }
+
+    pub fn attr_tensor(&self, name: &str) -> Result<Option<&'a TensorData>, OpError> {
+        match self.attr_value(name) {
+            None => Ok(None),
+            Some(AttrValue::Tensor(t)) => Ok(Some(t)),
+            Some(o) => self.bad_kind(name, "TENSOR", o),
+        }
+    }
+
+    /// Normalizes a possibly negative axis against `rank`.
+    pub fn axis(&self, axis: i64, rank: usize) -> Result<usize, OpError> {
+        normalize_axis(axis, rank)
+    }
+}
+
+/// Normalizes a possibly negative axis against `rank`, rejecting out-of-range axes.
+pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r.max(1) && !(r == 0 && a == 0) {
+        return invalid(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(a as usize)
+}
+
+/// Numpy broadcasting of symbolic shapes. Two different symbolic dims broadcast to their `max`,
+/// which is exact for every valid input (equal dims, or one of them 1).
+pub fn broadcast(shapes: &[&[Expr]]) -> Result<Vec<Expr>, OpError> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![Expr::one(); rank];
+    for s in shapes {
+        let off = rank - s.len();
+        for (i, d) in s.iter().enumerate() {
+            let o = &out[off + i];
+            out[off + i] = broadcast_dim(o, d).ok_or_else(|| {
+                OpError::Invalid(format!(
+                    "shapes {} cannot broadcast: dim {o} vs {d}",
+                    shapes.iter().map(|s| fmt_shape(s)).collect::<Vec<_>>().join(" and ")
+                ))
+            })?;
+        }
+    }
+    Ok(out)
+}
+
+fn broadcast_dim(a: &Expr, b: &Expr) -> Option<Expr> {
+    let one = Expr::one();
+    if a == b || *b == one {
+        return Some(a.clone());
+    }
+    if *a == one {
+        return Some(b.clone());
+    }
+    match (a.as_const(), b.as_const()) {
+        (Some(_), Some(_)) => None,
+        // A symbol broadcast against a constant c != 1 must equal c at run time.
+        (Some(_), None) => Some(a.clone()),
+        (None, Some(_)) => Some(b.clone()),
+        (None, None) => Some(a.max(b)),
+    }
+}
+
+/// `[N, 32, 4]` style rendering of a symbolic shape.
+pub fn fmt_shape(s: &[Expr]) -> String {
+    let parts: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// A data-dependent symbol that inference introduced.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NewSymbol {
+    pub name: String,
+    pub reason: String,
+}
+
+/// Symbols known to the inference of one model: declared input symbols and fresh ones.
+#[derive(Clone, Debug, Default)]
+pub struct SymbolTable {
+    pub declared: Vec<String>,
+    pub introduced: Vec<NewSymbol>,
+}
+
+impl SymbolTable {
+    fn taken(&self, name: &str) -> bool {
+        self.declared.iter().any(|d| d == name) || self.introduced.iter().any(|s| s.name == name)
+    }
+
+    /// A fresh symbol named after `hint`, unique among the model's symbols.
+    pub fn fresh(&mut self, hint: &str, reason: String) -> Expr {
+        let base: String =
+            hint.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+        let mut name = base.clone();
+        let mut k = 1;
+        while self.taken(&name) {
+            k += 1;
+            name = format!("{base}_{k}");
+        }
+        self.introduced.push(NewSymbol { name: name.clone(), reason });
+        Expr::sym(&name)
+    }
+}
+
+/// A node inference could not handle; its outputs stay unknown.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Skipped {
+    pub node: NodeId,
+    pub label: String,
+    pub reason: String,
+}
+
+/// A declared output dim name that inference proved equal to an expression of the input symbols.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Alias {
+    pub name: String,
+    pub expr: String,
+}
+
+/// The result of inference over one graph.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    /// Indexed by `ValueId`.
+    pub values: Vec<Fact>,
+    pub symbols: SymbolTable,
+    /// Nodes with no rule or whose rule could not run, in schedule order.
+    pub skipped: Vec<Skipped>,
+    /// Declared output dim names unified with inferred expressions.
+    pub aliases: Vec<Alias>,
+    /// The topological order used.
+    pub order: Vec<NodeId>,
+}
+
+impl Facts {
+    pub fn get(&self, v: ValueId) -> &Fact {
+        &self.values[v.index()]
+    }
+}
+
+/// A fatal inference error: the graph is inconsistent.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum InferError {
+    #[error(transparent)]
+    Graph(#[from] crate::graph::GraphError),
+    #[error("node {node}: {msg}")]
+    Node { node: String, msg: String },
+    #[error("graph input '{name}': {msg}")]
+    Input { name: String, msg: String },
+}
+
+/// Infers facts for the main graph of `model`. Graph input dims named by `dim_param` become symbols;
+/// unnamed unknown dims become fresh symbols named `<input>_dim<k>`.
+pub fn infer_model(model: &Model) -> Result<Facts, InferError> {
+    infer_graph(&model.graph, model.onnx_opset().unwrap_or(crate::ops::DEFAULT_OPSET))
+}
+
+/// Infers facts for one graph at the given default-domain opset.
+pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
+    let order = graph.validate()?;
+    let mut symbols = SymbolTable::default();
+    let mut values: Vec<Fact> = vec![Fact::default(); graph.values.len()];
+
+    // Declared symbols first, so fresh names never collide with them.
+    for &i in &graph.inputs {
+        if let Some((_, Some(dims))) = graph.value(i).decl.as_ref().and_then(|d| d.as_tensor()) {
+            for d in dims {
+                if let DeclDim::Param(p) = &d.dim {
+                    if !symbols.declared.contains(p) {
+                        symbols.declared.push(p.clone());
+                    }
+                }
+            }
+        }
+    }
+    for (idx, v) in graph.values.iter().enumerate() {
+        match &v.kind {
+            ValueKind::Initializer(t) => values[idx] = Fact::of_tensor(t),
+            ValueKind::Input => {
+                values[idx] = input_fact(v, &mut symbols)?;
+            }
+            _ => {}
+        }
+    }
+    // Initializers listed as inputs keep their constant facts (the file's default values), but their
+    // contents are not folded since a caller may override them.
+    for &i in &graph.inputs {
+        if let ValueKind::Initializer(_) = graph.value(i).kind {
+            values[i.index()].value = None;
+        }
+    }
+
+    let mut skipped = Vec::new();
+    for &nid in &order {
+        let node = graph.node(nid);
+        let label = node.label(nid);
+        let outs = {
+            let inputs: Vec<Option<&Fact>> =
+                node.inputs.iter().map(|i| i.map(|v| &values[v.index()])).collect();
+            let rule = crate::ops::lookup(node);
+            match rule {
+                None => Err(OpError::Unsupported(format!(
+                    "no rule for op {}{}",
+                    if node.is_onnx_domain() { String::new() } else { format!("{}.", node.domain) },
+                    node.op
+                ))),
+                Some(def) => {
+                    let mut ctx = InferCtx { node, id: nid, inputs, opset, symbols: &mut symbols };
+                    (def.infer)(&mut ctx)
+                }
+            }
+        };
+        match outs {
+            Ok(facts) => {
+                for (slot, out) in node.outputs.iter().enumerate() {
+                    if let (Some(v), Some(f)) = (out, facts.get(slot)) {
+                        values[v.index()] = f.clone();
+                    }
+                }
+            }
+            Err(OpError::Invalid(msg)) | Err(OpError::BadAttr(msg)) => {
+                return Err(InferError::Node { node: label, msg });
+            }
+            Err(e @ OpError::Unknown(_)) | Err(e @ OpError::Unsupported(_)) => {
+                skipped.push(Skipped { node: nid, label, reason: e.to_string() });
+                // Outputs keep what the file declares, with declared symbols only.
+                for v in node.output_ids() {
+                    values[v.index()] = declared_fact(graph, v, &symbols);
+                }
+            }
+        }
+    }
+
+    let aliases = unify_declared_outputs(graph, &values, &symbols);
+    Ok(Facts { values, symbols, skipped, aliases, order })
+}
+
+fn input_fact(v: &crate::graph::Value, symbols: &mut SymbolTable) -> Result<Fact, InferError> {
+    let Some(decl) = &v.decl else {
+        return Err(InferError::Input { name: v.name.clone(), msg: "has no declared type".into() });
+    };
+    let Some((elem, dims)) = decl.as_tensor() else {
+        return Ok(Fact::default());
+    };
+    let shape = dims.map(|dims| {
+        dims.iter()
+            .enumerate()
+            .map(|(k, d)| match &d.dim {
+                DeclDim::Value(c) => Expr::int(*c),
+                DeclDim::Param(p) => Expr::sym(p),
+                DeclDim::Unknown => symbols.fresh(
+                    &format!("{}_dim{k}", v.name),
+                    format!("graph input '{}' leaves dim {k} unnamed", v.name),
+                ),
+            })
+            .collect()
+    });
+    Ok(Fact { dtype: elem, shape, value: None })
+}
+
+fn declared_fact(graph: &Graph, v: ValueId, symbols: &SymbolTable) -> Fact {
+    let Some((elem, dims)) = graph.value(v).decl.as_ref().and_then(|d| d.as_tensor()) else {
+        return Fact::default();
+    };
+    let shape = dims.and_then(|dims| {
+        dims.iter()
+            .map(|d| match &d.dim {
+                DeclDim::Value(c) => Some(Expr::int(*c)),
+                DeclDim::Param(p) if symbols.declared.contains(p) => Some(Expr::sym(p)),
+                _ => None,
+            })
+            .collect::<Option<Vec<Expr>>>()
+    });
+    Fact { dtype: elem, shape, value: None }
+}
+
+/// Declared dim names on graph outputs and value_info (e.g. `Addz_out_dim_1` from legacy exports) that
+/// are not input symbols are matched to the inferred dims; each distinct name is reported once.
+fn unify_declared_outputs(graph: &Graph, values: &[Fact], symbols: &SymbolTable) -> Vec<Alias> {
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for &v in graph.outputs.iter().chain(graph.value_info.iter()) {
+        let Some((_, Some(dims))) = graph.value(v).decl.as_ref().and_then(|d| d.as_tensor()) else {
+            continue;
+        };
+        let Some(shape) = &values[v.index()].shape else { continue };
+        if shape.len() != dims.len() {
+            continue;
+        }
+        for (d, e) in dims.iter().zip(shape) {
+            if let DeclDim::Param(p) = &d.dim {
+                if !symbols.declared.contains(p) && !seen.contains_key(p) {
+                    seen.insert(p.clone(), e.to_string());
+                    order.push(p.clone());
+                }
+            }
+        }
+    }
+    order.into_iter().map(|name| Alias { expr: seen[&name].clone(), name }).collect()
+}

@@ -1,0 +1,25 @@
+//! memplan-ir: value types and op semantics of the graph IR. No I/O.
+//!
+//! - [`dim::Expr`]: symbolic integer expressions (dims, sizes), canonical so equal sizes compare equal.
+//! - [`dtype::DataType`]: every ONNX element type.
+//! - [`tensor::TensorData`]: constant tensors held as shared `Bytes` (no copies of mmapped weights).
+//! - [`graph`]: `Graph`/`Node`/`Value` with dense `NodeId`/`ValueId`, `Model`, structural validation.
+//! - [`infer`]: symbolic shape/type inference with constant folding of small integer tensors.
+//! - [`ops`]: the op table: per op, its shape rule and memory behaviour (view, in-place, scratch).
+
+pub mod dim;
+pub mod dtype;
+pub mod graph;
+pub mod infer;
+pub mod ops;
+pub mod summary;
+pub mod tensor;
+
+pub use dim::Expr;
+pub use dtype::DataType;
+pub use graph::{
+    AttrValue, Attribute, DeclDim, DeclDimEntry, DeclType, Graph, GraphError, Model, Node, NodeId, OpsetImport,
+    SparseTensorData, TypeDecl, Value, ValueId, ValueKind,
+};
+pub use tensor::{DataOrigin, TensorData, TensorStorage};
+pub use infer::{infer_graph, infer_model, Fact, Facts, Known};

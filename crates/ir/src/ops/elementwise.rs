@@ -1,0 +1,442 @@
+//! Op family: elementwise math, comparisons, logic, `Where`, `Cast` (numpy broadcasting), with
+//! constant folding of small known tensors so shape arithmetic stays symbolic.
+
+use crate::dim::Expr;
+use crate::dtype::DataType;
+use crate::infer::{broadcast, invalid, Fact, InferCtx, Known, OpError};
+
+use super::{Mem, OpDef};
+
+const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
+    OpDef { op, infer, mem }
+}
+
+pub const DEFS: &[OpDef] = &[
+    // Arithmetic (same type out, foldable).
+    def("Add", arith, Mem::ELEMENTWISE),
+    def("Sub", arith, Mem::ELEMENTWISE),
+    def("Mul", arith, Mem::ELEMENTWISE),
+    def("Div", arith, Mem::ELEMENTWISE),
+    def("Mod", arith, Mem::ELEMENTWISE),
+    def("Pow", pow, Mem::UNARY),
+    def("BitShift", arith, Mem::ELEMENTWISE),
+    def("BitwiseAnd", arith, Mem::ELEMENTWISE),
+    def("BitwiseOr", arith, Mem::ELEMENTWISE),
+    def("BitwiseXor", arith, Mem::ELEMENTWISE),
+    def("PRelu", arith, Mem::UNARY),
+    // Variadic.
+    def("Max", variadic, Mem::ELEMENTWISE),
+    def("Min", variadic, Mem::ELEMENTWISE),
+    def("Sum", variadic, Mem::ELEMENTWISE),
+    def("Mean", variadic, Mem::ELEMENTWISE),
+    // Comparisons and logic (bool out).
+    def("Equal", compare, Mem::NEW),
+    def("Less", compare, Mem::NEW),
+    def("LessOrEqual", compare, Mem::NEW),
+    def("Greater", compare, Mem::NEW),
+    def("GreaterOrEqual", compare, Mem::NEW),
+    def("And", compare, Mem::ELEMENTWISE),
+    def("Or", compare, Mem::ELEMENTWISE),
+    def("Xor", compare, Mem::ELEMENTWISE),
+    def("Not", not, Mem::UNARY),
+    def("IsNaN", is_class, Mem::NEW),
+    def("IsInf", is_class, Mem::NEW),
+    def("Where", where_, Mem { view: super::View::None, inplace: &[1, 2], scratch: None }),
+    def("Cast", cast, Mem::NEW),
+    def("CastLike", cast_like, Mem::NEW),
+    // Unary, same type and shape.
+    def("Neg", unary, Mem::UNARY),
+    def("Abs", unary, Mem::UNARY),
+    def("Sign", unary, Mem::UNARY),
+    def("Floor", unary, Mem::UNARY),
+    def("Ceil", unary, Mem::UNARY),
+    def("Round", unary, Mem::UNARY),
+    def("Reciprocal", unary, Mem::UNARY),
+    def("Sqrt", unary, Mem::UNARY),
+    def("Exp", unary, Mem::UNARY),
+    def("Log", unary, Mem::UNARY),
+    def("Tanh", unary, Mem::UNARY),
+    def("Sigmoid", unary, Mem::UNARY),
+    def("HardSigmoid", unary, Mem::UNARY),
+    def("HardSwish", unary, Mem::UNARY),
+    def("Erf", unary, Mem::UNARY),
+    def("Relu", unary, Mem::UNARY),
+    def("LeakyRelu", unary, Mem::UNARY),
+    def("Elu", unary, Mem::UNARY),
+    def("Selu", unary, Mem::UNARY),
+    def("Celu", unary, Mem::UNARY),
+    def("Gelu", unary, Mem::UNARY),
+    def("Mish", unary, Mem::UNARY),
+    def("Softplus", unary, Mem::UNARY),
+    def("Softsign", unary, Mem::UNARY),
+    def("ThresholdedRelu", unary, Mem::UNARY),
+    def("Shrink", unary, Mem::UNARY),
+    def("Sin", unary, Mem::UNARY),
+    def("Cos", unary, Mem::UNARY),
+    def("Tan", unary, Mem::UNARY),
+    def("Asin", unary, Mem::UNARY),
+    def("Acos", unary, Mem::UNARY),
+    def("Atan", unary, Mem::UNARY),
+    def("Sinh", unary, Mem::UNARY),
+    def("Cosh", unary, Mem::UNARY),
+    def("Asinh", unary, Mem::UNARY),
+    def("Acosh", unary, Mem::UNARY),
+    def("Atanh", unary, Mem::UNARY),
+    def("BitwiseNot", unary, Mem::UNARY),
+    def("Clip", unary, Mem::UNARY),
+    def("Identity", identity, Mem::ALIAS),
+];
+
+/// The broadcast output shape of all present inputs, and input 0's type.
+fn broadcast_inputs(ctx: &InferCtx) -> Result<Vec<Expr>, OpError> {
+    let mut shapes = Vec::new();
+    for i in 0..ctx.num_inputs() {
+        if ctx.opt_input(i).is_some() {
+            shapes.push(ctx.shape(i)?);
+        }
+    }
+    broadcast(&shapes)
+}
+
+fn same_types(ctx: &InferCtx) -> Result<DataType, OpError> {
+    let t = ctx.dtype(0)?;
+    for i in 1..ctx.num_inputs() {
+        if let Some(f) = ctx.opt_input(i) {
+            if let Some(u) = f.dtype {
+                if u != t {
+                    return invalid(format!("input {i} has type {u} but input 0 has {t}"));
+                }
+            }
+        }
+    }
+    Ok(t)
+}
+
+/// Known contents of input `i` broadcast to `shape`, when input `i` is known and `shape` concrete.
+fn known_broadcast(ctx: &InferCtx, i: usize, shape: &[usize]) -> Option<Known> {
+    let f = ctx.opt_input(i)?;
+    let k = f.value.as_ref()?;
+    let src = f.concrete_shape()?;
+    let n: usize = shape.iter().product();
+    if n > crate::infer::MAX_KNOWN_ELEMS {
+        return None;
+    }
+    let idx = broadcast_index(&src, shape);
+    Some(match k {
+        Known::Int(v) => Known::Int(idx.iter().map(|&j| v[j].clone()).collect()),
+        Known::Float(v) => Known::Float(idx.iter().map(|&j| v[j]).collect()),
+    })
+}
+
+/// For each element of `out` (row-major), the index of the element of `src` it reads under broadcasting.
+pub fn broadcast_index(src: &[usize], out: &[usize]) -> Vec<usize> {
+    let n: usize = out.iter().product();
+    let off = out.len() - src.len().min(out.len());
+    let mut strides = vec![0usize; out.len()];
+    let mut s = 1usize;
+    for k in (0..src.len()).rev() {
+        if off + k < out.len() {
+            strides[off + k] = if src[k] == 1 { 0 } else { s };
+        }
+        s *= src[k];
+    }
+    let mut res = Vec::with_capacity(n);
+    let mut coord = vec![0usize; out.len()];
+    for _ in 0..n {
+        res.push(coord.iter().zip(&strides).map(|(c, st)| c * st).sum());
+        for k in (0..out.len()).rev() {
+            coord[k] += 1;
+            if coord[k] < out[k] {
+                break;
+            }
+            coord[k] = 0;
+        }
+    }
+    res
+}
+
+/// Folds an elementwise op over known inputs. `fi` handles integer contents, `ff` float contents.
+fn fold(
+    ctx: &InferCtx,
+    shape: &[Expr],
+    fi: &dyn Fn(&[Expr]) -> Option<Expr>,
+    ff: &dyn Fn(&[f64]) -> Option<f64>,
+) -> Option<Known> {
+    let conc: Vec<usize> = shape.iter().map(|d| d.as_const().and_then(|c| usize::try_from(c).ok())).collect::<Option<_>>()?;
+    let n: usize = conc.iter().product();
+    let mut ks = Vec::new();
+    for i in 0..ctx.num_inputs() {
+        ks.push(known_broadcast(ctx, i, &conc)?);
+    }
+    if ks.iter().all(|k| matches!(k, Known::Int(_))) {
+        let cols: Vec<&Vec<Expr>> = ks.iter().filter_map(|k| if let Known::Int(v) = k { Some(v) } else { None }).collect();
+        let mut out = Vec::with_capacity(n);
+        for j in 0..n {
+            let args: Vec<Expr> = cols.iter().map(|c| c[j].clone()).collect();
+            out.push(fi(&args)?);
+        }
+        Some(Known::Int(out))
+    } else {
+        let cols: Vec<Vec<f64>> = ks
+            .iter()
+            .map(|k| match k {
+                Known::Float(v) => Some(v.clone()),
+                Known::Int(v) => v.iter().map(|e| e.as_const().map(|c| c as f64)).collect(),
+            })
+            .collect::<Option<_>>()?;
+        let mut out = Vec::with_capacity(n);
+        for j in 0..n {
+            let args: Vec<f64> = cols.iter().map(|c| c[j]).collect();
+            out.push(ff(&args)?);
+        }
+        Some(Known::Float(out))
+    }
+}
+
+fn arith(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = if ctx.node.op == "PRelu" || ctx.node.op == "BitShift" { ctx.dtype(0)? } else { same_types(ctx)? };
+    let shape = broadcast_inputs(ctx)?;
+    let op = ctx.node.op.as_str();
+    let fmod = ctx.attr_int("fmod", 0)? != 0;
+    let fi = |a: &[Expr]| -> Option<Expr> {
+        let (x, y) = (&a[0], &a[1]);
+        match op {
+            "Add" => Some(x + y),
+            "Sub" => Some(x - y),
+            "Mul" => Some(x * y),
+            "Div" => match (x.as_const(), y.as_const()) {
+                (_, Some(0)) => None,
+                // Integer Div truncates toward zero.
+                (Some(a), Some(b)) => a.checked_div(b).map(Expr::int),
+                _ => Some(x.floor_div(y)),
+            },
+            "Mod" => match (x.as_const(), y.as_const()) {
+                (_, Some(0)) => None,
+                (Some(a), Some(b)) if fmod => a.checked_rem(b).map(Expr::int),
+                _ => Some(x.rem(y)),
+            },
+            _ => None,
+        }
+    };
+    let ff = |a: &[f64]| -> Option<f64> {
+        let (x, y) = (a[0], a[1]);
+        let r = match op {
+            "Add" => x + y,
+            "Sub" => x - y,
+            "Mul" => x * y,
+            "Div" => x / y,
+            _ => return None,
+        };
+        Some(if t == DataType::F32 { r as f32 as f64 } else { r })
+    };
+    let value = if t.is_int() || t.is_float() { fold(ctx, &shape, &fi, &ff) } else { None };
+    Ok(vec![fact(t, shape, value)])
+}
+
+fn fact(t: DataType, shape: Vec<Expr>, value: Option<Known>) -> Fact {
+    match value {
+        Some(v) => Fact::with_value(t, shape, v),
+        None => Fact::new(t, shape),
+    }
+}
+
+fn pow(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let shape = broadcast(&[ctx.shape(0)?, ctx.shape(1)?])?;
+    Ok(vec![Fact::new(t, shape)])
+}
+
+fn variadic(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = same_types(ctx)?;
+    let shape = broadcast_inputs(ctx)?;
+    let op = ctx.node.op.clone();
+    let fi = |a: &[Expr]| -> Option<Expr> {
+        let mut it = a.iter();
+        let first = it.next()?.clone();
+        match op.as_str() {
+            "Max" => Some(it.fold(first, |m, x| Expr::max(&m, x))),
+            "Min" => Some(it.fold(first, |m, x| Expr::min(&m, x))),
+            "Sum" => Some(it.fold(first, |m, x| &m + x)),
+            _ => None,
+        }
+    };
+    let ff = |a: &[f64]| -> Option<f64> {
+        match op.as_str() {
+            "Max" => a.iter().copied().reduce(f64::max),
+            "Min" => a.iter().copied().reduce(f64::min),
+            _ => None,
+        }
+    };
+    let value = if ctx.num_inputs() > 0 { fold(ctx, &shape, &fi, &ff) } else { None };
+    Ok(vec![fact(t, shape, value)])
+}
+
+/// Decides `a OP b` for integer expressions over symbols >= 1, when provable.
+fn decide(op: &str, a: &Expr, b: &Expr) -> Option<bool> {
+    match op {
+        "Equal" => {
+            if a == b {
+                Some(true)
+            } else if a.prove_ge(&(b + &Expr::one())) == Some(true) || b.prove_ge(&(a + &Expr::one())) == Some(true) {
+                Some(false)
+            } else {
+                None
+            }
+        }
+        "GreaterOrEqual" => a.prove_ge(b),
+        "LessOrEqual" => b.prove_ge(a),
+        "Greater" => a.prove_ge(&(b + &Expr::one())).or_else(|| b.prove_ge(a).map(|x| !x)),
+        "Less" => b.prove_ge(&(a + &Expr::one())).or_else(|| a.prove_ge(b).map(|x| !x)),
+        _ => None,
+    }
+}
+
+fn compare(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    same_types(ctx)?;
+    let shape = broadcast_inputs(ctx)?;
+    let op = ctx.node.op.clone();
+    let b2e = |b: bool| Expr::int(b as i64);
+    let fi = |a: &[Expr]| -> Option<Expr> {
+        match op.as_str() {
+            "And" | "Or" | "Xor" => {
+                let x = a[0].as_const()? != 0;
+                let y = a[1].as_const()? != 0;
+                Some(b2e(match op.as_str() {
+                    "And" => x && y,
+                    "Or" => x || y,
+                    _ => x != y,
+                }))
+            }
+            _ => decide(&op, &a[0], &a[1]).map(b2e),
+        }
+    };
+    let ff = |a: &[f64]| -> Option<f64> {
+        let (x, y) = (a[0], a[1]);
+        let r = match op.as_str() {
+            "Equal" => x == y,
+            "Less" => x < y,
+            "LessOrEqual" => x <= y,
+            "Greater" => x > y,
+            "GreaterOrEqual" => x >= y,
+            _ => return None,
+        };
+        Some(r as i64 as f64)
+    };
+    let value = fold(ctx, &shape, &fi, &ff).map(to_int_known);
+    Ok(vec![fact(DataType::Bool, shape, value)])
+}
+
+/// Turns 0/1 float results into integer contents.
+fn to_int_known(k: Known) -> Known {
+    match k {
+        Known::Float(v) => Known::Int(v.into_iter().map(|f| Expr::int(f as i64)).collect()),
+        k => k,
+    }
+}
+
+fn not(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let shape = ctx.shape(0)?.to_vec();
+    let value = match &ctx.input(0)?.value {
+        Some(Known::Int(v)) => v
+            .iter()
+            .map(|e| e.as_const().map(|c| Expr::int((c == 0) as i64)))
+            .collect::<Option<Vec<_>>>()
+            .map(Known::Int),
+        _ => None,
+    };
+    Ok(vec![fact(DataType::Bool, shape, value)])
+}
+
+fn is_class(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    Ok(vec![Fact::new(DataType::Bool, ctx.shape(0)?.to_vec())])
+}
+
+fn where_(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(1)?;
+    if let Some(u) = ctx.input(2)?.dtype {
+        if u != t {
+            return invalid(format!("X has type {t} but Y has {u}"));
+        }
+    }
+    let shape = broadcast(&[ctx.shape(0)?, ctx.shape(1)?, ctx.shape(2)?])?;
+    let fi = |a: &[Expr]| -> Option<Expr> {
+        let c = a[0].as_const()?;
+        Some(if c != 0 { a[1].clone() } else { a[2].clone() })
+    };
+    let ff = |a: &[f64]| -> Option<f64> { Some(if a[0] != 0.0 { a[1] } else { a[2] }) };
+    let value = fold(ctx, &shape, &fi, &ff);
+    let value = match (t.is_float(), value) {
+        (false, Some(k)) => Some(to_int_known(k)),
+        (_, v) => v,
+    };
+    Ok(vec![fact(t, shape, value)])
+}
+
+fn cast_known(k: &Known, to: DataType) -> Option<Known> {
+    if to.is_float() {
+        let v: Vec<f64> = match k {
+            Known::Float(v) => v.clone(),
+            Known::Int(v) => v.iter().map(|e| e.as_const().map(|c| c as f64)).collect::<Option<_>>()?,
+        };
+        let v = if to == DataType::F32 { v.into_iter().map(|x| x as f32 as f64).collect() } else { v };
+        Some(Known::Float(v))
+    } else if to == DataType::Bool {
+        match k {
+            Known::Float(v) => Some(Known::Int(v.iter().map(|x| Expr::int((*x != 0.0) as i64)).collect())),
+            Known::Int(v) => v
+                .iter()
+                .map(|e| e.as_const().map(|c| Expr::int((c != 0) as i64)))
+                .collect::<Option<Vec<_>>>()
+                .map(Known::Int),
+        }
+    } else if to.is_int() {
+        match k {
+            Known::Float(v) => Some(Known::Int(
+                v.iter()
+                    .map(|x| if x.is_finite() && x.abs() < 9.0e18 { Some(Expr::int(x.trunc() as i64)) } else { None })
+                    .collect::<Option<_>>()?,
+            )),
+            // Symbolic integers keep their value across integer casts (sizes fit every int type used
+            // for shapes).
+            Known::Int(v) => Some(Known::Int(v.clone())),
+        }
+    } else {
+        None
+    }
+}
+
+fn cast(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let code = ctx.attr_opt_int("to")?.ok_or_else(|| OpError::BadAttr("attribute 'to' is required".into()))?;
+    let to = DataType::from_onnx(code as i32)
+        .ok_or_else(|| OpError::BadAttr(format!("attribute 'to' = {code} is not a tensor element type")))?;
+    let inp = ctx.input(0)?;
+    let shape = ctx.shape(0)?.to_vec();
+    let value = inp.value.as_ref().and_then(|k| cast_known(k, to));
+    Ok(vec![fact(to, shape, value)])
+}
+
+fn cast_like(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let to = ctx.dtype(1)?;
+    let shape = ctx.shape(0)?.to_vec();
+    let value = ctx.input(0)?.value.as_ref().and_then(|k| cast_known(k, to));
+    Ok(vec![fact(to, shape, value)])
+}
+
+fn unary(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let shape = ctx.shape(0)?.to_vec();
+    let value = match (ctx.node.op.as_str(), &ctx.input(0)?.value) {
+        ("Neg", Some(Known::Int(v))) => Some(Known::Int(v.iter().map(|e| -e).collect())),
+        ("Abs", Some(Known::Int(v))) => v
+            .iter()
+            .map(|e| if e.prove_ge(&Expr::zero()) == Some(true) { Some(e.clone()) } else { e.as_const().map(|c| Expr::int(c.abs())) })
+            .collect::<Option<Vec<_>>>()
+            .map(Known::Int),
+        _ => None,
+    };
+    Ok(vec![fact(t, shape, value)])
+}
+
+fn identity(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    Ok(vec![ctx.input(0)?.clone()])
+}

@@ -1,0 +1,5 @@
+//! Op family: linalg.
+
+use super::OpDef;
+
+pub const DEFS: &[OpDef] = &[];

@@ -1,0 +1,5 @@
+//! Op family: nn.
+
+use super::OpDef;
+
+pub const DEFS: &[OpDef] = &[];

@@ -1,0 +1,5 @@
+//! Op family: reduce.
+
+use super::OpDef;
+
+pub const DEFS: &[OpDef] = &[];
