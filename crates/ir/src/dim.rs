@@ -12,8 +12,9 @@
 //!   *overflow* expression, which absorbs every later operation, prints as `<overflow>` and evaluates to
 //!   [`EvalError::Overflow`].
 //! - Terms are stored largest total degree first, so printing and [`Expr::terms`] follow that order.
-//! - Because `Expr: Ord`, a method call `a.max(&b)` on an *owned* receiver resolves to `Ord::max`; call
-//!   `Expr::max(&a, &b)` or use a reference receiver (`(&a).max(&b)`) to get the symbolic maximum.
+//! - Method resolution: on an *owned* receiver `a.max(x)` resolves to `Ord::max(self, Expr)` (overridden
+//!   here to the symbolic maximum, taking `x` by value); on a reference receiver it resolves to the inherent
+//!   `Expr::max(&self, &Expr)`. `Expr::max(&a, &b)` works in every case.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,8 +33,34 @@ mod tests;
 pub use parse::ParseError;
 
 /// A canonical symbolic integer expression. Cloning is cheap (constants are inline, the rest is shared).
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// `Ord` is a structural total order on canonical forms (for sorted containers), not a numeric order; use
+/// [`Expr::prove_ge`] for numeric comparison. `Ord::max`/`Ord::min` are overridden to the symbolic
+/// [`Expr::max`]/[`Expr::min`], so `a.max(b)` means the same on owned and borrowed receivers.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Expr(Repr);
+
+impl Ord for Expr {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&o.0)
+    }
+
+    /// The symbolic maximum (not necessarily one of the two arguments).
+    fn max(self, o: Self) -> Self {
+        Expr::max(&self, &o)
+    }
+
+    /// The symbolic minimum (not necessarily one of the two arguments).
+    fn min(self, o: Self) -> Self {
+        Expr::min(&self, &o)
+    }
+}
+
+impl PartialOrd for Expr {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
 
 /// Invariant: `Poly` never holds zero terms nor a single constant term; those are `Const`.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

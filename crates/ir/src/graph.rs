@@ -55,9 +55,9 @@ pub enum TypeDecl {
     /// rank is unknown.
     Tensor { elem: Option<DataType>, shape: Option<Vec<DeclDimEntry>> },
     SparseTensor { elem: Option<DataType>, shape: Option<Vec<DeclDimEntry>> },
-    Sequence(Option<Box<TypeDecl>>),
-    Optional(Option<Box<TypeDecl>>),
-    Map { key: Option<DataType>, value: Option<Box<TypeDecl>> },
+    Sequence(Option<Box<DeclType>>),
+    Optional(Option<Box<DeclType>>),
+    Map { key: Option<DataType>, value: Option<Box<DeclType>> },
     /// A TypeProto with no value set.
     Unset,
 }

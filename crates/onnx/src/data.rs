@@ -56,10 +56,11 @@ pub fn element_bits(data_type: i32) -> Option<u32> {
 pub fn tensor_numel(t: &TensorProto) -> Result<u64, OnnxError> {
     let mut n = 1u64;
     for &d in &t.dims {
-        let d = u64::try_from(d).map_err(|_| OnnxError::tensor(tensor_name(t), format!("negative dim {d}")))?;
-        n = n
-            .checked_mul(d)
-            .ok_or_else(|| OnnxError::tensor(tensor_name(t), format!("dims {:?} overflow", t.dims)))?;
+        let d = u64::try_from(d)
+            .map_err(|_| OnnxError::tensor(tensor_name(t), format!("negative dim {d}")))?;
+        n = n.checked_mul(d).ok_or_else(|| {
+            OnnxError::tensor(tensor_name(t), format!("dims {:?} overflow", t.dims))
+        })?;
     }
     Ok(n)
 }
@@ -70,8 +71,12 @@ pub fn expected_byte_len(t: &TensorProto) -> Result<Option<u64>, OnnxError> {
     if dt == code::STRING {
         return Ok(None);
     }
-    let bits = element_bits(dt)
-        .ok_or_else(|| OnnxError::tensor(tensor_name(t), format!("unknown or undefined data_type {dt}")))?;
+    let bits = element_bits(dt).ok_or_else(|| {
+        OnnxError::tensor(
+            tensor_name(t),
+            format!("unknown or undefined data_type {dt}"),
+        )
+    })?;
     let n = tensor_numel(t)?;
     let total_bits = n
         .checked_mul(bits as u64)
@@ -115,19 +120,32 @@ pub fn external_ref(t: &TensorProto) -> Result<ExternalRef, OnnxError> {
             _ => {}
         }
     }
-    let location = location
-        .ok_or_else(|| OnnxError::external(name, "", "data_location is EXTERNAL but there is no 'location' key"))?;
+    let location = location.ok_or_else(|| {
+        OnnxError::external(
+            name,
+            "",
+            "data_location is EXTERNAL but there is no 'location' key",
+        )
+    })?;
     let parse = |key: &str, v: Option<String>| -> Result<Option<u64>, OnnxError> {
         match v {
             None => Ok(None),
             Some(s) => s.trim().parse::<u64>().map(Some).map_err(|_| {
-                OnnxError::external(name, &location, format!("'{key}' is '{s}', not a non-negative integer"))
+                OnnxError::external(
+                    name,
+                    &location,
+                    format!("'{key}' is '{s}', not a non-negative integer"),
+                )
             }),
         }
     };
     let offset = parse("offset", offset)?.unwrap_or(0);
     let length = parse("length", length)?;
-    Ok(ExternalRef { location, offset, length })
+    Ok(ExternalRef {
+        location,
+        offset,
+        length,
+    })
 }
 
 /// Reads external-data payloads relative to one model directory, mapping each side file once.
@@ -145,19 +163,28 @@ pub struct ExternalDataReader {
 impl ExternalDataReader {
     /// A reader for a model stored in `base_dir`.
     pub fn new(base_dir: impl Into<PathBuf>) -> ExternalDataReader {
-        ExternalDataReader { base_dir: Some(base_dir.into()), files: BTreeMap::new() }
+        ExternalDataReader {
+            base_dir: Some(base_dir.into()),
+            files: BTreeMap::new(),
+        }
     }
 
     /// A reader for an in-memory model: every external reference is an error.
     pub fn none() -> ExternalDataReader {
-        ExternalDataReader { base_dir: None, files: BTreeMap::new() }
+        ExternalDataReader {
+            base_dir: None,
+            files: BTreeMap::new(),
+        }
     }
 
     /// The path a location resolves to, after checking it stays in the model's directory.
     pub fn resolve_location(&self, tensor: &str, location: &str) -> Result<PathBuf, OnnxError> {
         let err = |reason: String| OnnxError::external(tensor, location, reason);
         let Some(base) = &self.base_dir else {
-            return Err(err("the model has no directory (built in memory), so external data cannot be read".into()));
+            return Err(err(
+                "the model has no directory (built in memory), so external data cannot be read"
+                    .into(),
+            ));
         };
         if location.is_empty() {
             return Err(err("empty location".into()));
@@ -179,11 +206,20 @@ impl ExternalDataReader {
             }
         }
         if depth == 0 {
-            return Err(err("location names the model's directory, not a file".into()));
+            return Err(err(
+                "location names the model's directory, not a file".into()
+            ));
         }
         let full = base.join(rel);
-        let canon = full.canonicalize().map_err(|e| err(format!("cannot open {}: {e}", full.display())))?;
-        let canon_base = base.canonicalize().map_err(|e| err(format!("cannot open model directory {}: {e}", base.display())))?;
+        let canon = full
+            .canonicalize()
+            .map_err(|e| err(format!("cannot open {}: {e}", full.display())))?;
+        let canon_base = base.canonicalize().map_err(|e| {
+            err(format!(
+                "cannot open model directory {}: {e}",
+                base.display()
+            ))
+        })?;
         if !canon.starts_with(&canon_base) {
             return Err(err(format!(
                 "{} resolves (through a symlink) to {}, outside the model's directory",
@@ -205,7 +241,8 @@ impl ExternalDataReader {
         let file = match self.files.get(&path) {
             Some(b) => b.clone(),
             None => {
-                let b = map_file(&path).map_err(|e| OnnxError::external(name, &r.location, e.to_string()))?;
+                let b = map_file(&path)
+                    .map_err(|e| OnnxError::external(name, &r.location, e.to_string()))?;
                 self.files.insert(path.clone(), b.clone());
                 b
             }
@@ -215,17 +252,29 @@ impl ExternalDataReader {
             return Err(OnnxError::external(
                 name,
                 &r.location,
-                format!("offset {} is past the end of {} ({size} bytes)", r.offset, path.display()),
+                format!(
+                    "offset {} is past the end of {} ({size} bytes)",
+                    r.offset,
+                    path.display()
+                ),
             ));
         }
         let length = r.length.unwrap_or(size - r.offset);
-        let end = r.offset.checked_add(length).filter(|&e| e <= size).ok_or_else(|| {
-            OnnxError::external(
-                name,
-                &r.location,
-                format!("offset {} + length {length} exceeds {} ({size} bytes)", r.offset, path.display()),
-            )
-        })?;
+        let end = r
+            .offset
+            .checked_add(length)
+            .filter(|&e| e <= size)
+            .ok_or_else(|| {
+                OnnxError::external(
+                    name,
+                    &r.location,
+                    format!(
+                        "offset {} + length {length} exceeds {} ({size} bytes)",
+                        r.offset,
+                        path.display()
+                    ),
+                )
+            })?;
         Ok(file.slice(r.offset as usize..end as usize))
     }
 }
@@ -241,22 +290,35 @@ impl ExternalDataReader {
 ///
 /// Errors: segmented tensors, unknown types, a typed field that does not belong to the type, or a
 /// length that disagrees with dims and type, each naming the tensor.
-pub fn tensor_bytes(t: &TensorProto, ext: &mut ExternalDataReader) -> Result<TensorStorage, OnnxError> {
+pub fn tensor_bytes(
+    t: &TensorProto,
+    ext: &mut ExternalDataReader,
+) -> Result<TensorStorage, OnnxError> {
     let name = tensor_name(t);
     if t.segment.is_some() {
-        return Err(OnnxError::tensor(name, "segmented tensors (TensorProto.segment) are not supported"));
+        return Err(OnnxError::tensor(
+            name,
+            "segmented tensors (TensorProto.segment) are not supported",
+        ));
     }
     let dt = t.data_type.unwrap_or(0);
     let numel = tensor_numel(t)?;
     if dt == code::STRING {
         if is_external(t) || t.raw_data.is_some() {
-            return Err(OnnxError::tensor(name, "string tensors must use string_data, not raw or external data"));
+            return Err(OnnxError::tensor(
+                name,
+                "string tensors must use string_data, not raw or external data",
+            ));
         }
         check_only_field(t, Field::String)?;
         if t.string_data.len() as u64 != numel {
             return Err(OnnxError::tensor(
                 name,
-                format!("string_data has {} elements, dims {:?} need {numel}", t.string_data.len(), t.dims),
+                format!(
+                    "string_data has {} elements, dims {:?} need {numel}",
+                    t.string_data.len(),
+                    t.dims
+                ),
             ));
         }
         return Ok(TensorStorage::Strings(t.string_data.clone()));
@@ -363,27 +425,51 @@ fn typed_to_raw(t: &TensorProto, numel: u64) -> Result<Bytes, OnnxError> {
     if have != entries {
         return Err(OnnxError::tensor(
             name,
-            format!("{} has {have} entries, data_type {dt} with dims {:?} needs {entries}", field.name(), t.dims),
+            format!(
+                "{} has {have} entries, data_type {dt} with dims {:?} needs {entries}",
+                field.name(),
+                t.dims
+            ),
         ));
     }
     let mut out: Vec<u8> = Vec::new();
     match (field, dt) {
-        (Field::Float, _) => t.float_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        (Field::Double, _) => t.double_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        (Field::Int64, _) => t.int64_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        (Field::Uint64, code::UINT32) => {
-            t.uint64_data.iter().for_each(|&v| out.extend_from_slice(&(v as u32).to_le_bytes()))
-        }
-        (Field::Uint64, _) => t.uint64_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        (Field::Int32, code::INT32) => t.int32_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        (Field::Int32, code::INT16 | code::UINT16 | code::FLOAT16 | code::BFLOAT16) => {
-            t.int32_data.iter().for_each(|&v| out.extend_from_slice(&(v as u16).to_le_bytes()))
-        }
+        (Field::Float, _) => t
+            .float_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        (Field::Double, _) => t
+            .double_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        (Field::Int64, _) => t
+            .int64_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        (Field::Uint64, code::UINT32) => t
+            .uint64_data
+            .iter()
+            .for_each(|&v| out.extend_from_slice(&(v as u32).to_le_bytes())),
+        (Field::Uint64, _) => t
+            .uint64_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        (Field::Int32, code::INT32) => t
+            .int32_data
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        (Field::Int32, code::INT16 | code::UINT16 | code::FLOAT16 | code::BFLOAT16) => t
+            .int32_data
+            .iter()
+            .for_each(|&v| out.extend_from_slice(&(v as u16).to_le_bytes())),
         (Field::Int32, code::FLOAT6E2M3 | code::FLOAT6E3M2) => out = pack_6bit(&t.int32_data),
         // 8-bit types, and 4-bit/2-bit types whose entries each hold one already-packed byte.
         (Field::Int32, _) => out.extend(t.int32_data.iter().map(|&v| v as u8)),
         (Field::String, _) => {
-            return Err(OnnxError::tensor(name, "string tensors have no raw byte form"));
+            return Err(OnnxError::tensor(
+                name,
+                "string tensors have no raw byte form",
+            ));
         }
     }
     Ok(Bytes::from(out))
@@ -445,7 +531,11 @@ fn for_each_attr_tensor_mut<E>(
     for t in &mut a.tensors {
         f(t)?;
     }
-    for s in a.sparse_tensor.iter_mut().chain(a.sparse_tensors.iter_mut()) {
+    for s in a
+        .sparse_tensor
+        .iter_mut()
+        .chain(a.sparse_tensors.iter_mut())
+    {
         for t in [&mut s.values, &mut s.indices].into_iter().flatten() {
             f(t)?;
         }
@@ -473,7 +563,10 @@ pub fn for_each_model_tensor_mut<E>(
         }
     }
     for ti in &mut m.training_info {
-        for g in [&mut ti.initialization, &mut ti.algorithm].into_iter().flatten() {
+        for g in [&mut ti.initialization, &mut ti.algorithm]
+            .into_iter()
+            .flatten()
+        {
             for_each_tensor_mut(g, f)?;
         }
     }
@@ -490,7 +583,10 @@ pub fn load_external_data(model: &mut ModelProto, base_dir: &Path) -> Result<(),
             return Ok(());
         }
         let TensorStorage::Raw(raw) = tensor_bytes(t, &mut reader)? else {
-            return Err(OnnxError::tensor(tensor_name(t), "string tensors cannot be stored externally"));
+            return Err(OnnxError::tensor(
+                tensor_name(t),
+                "string tensors cannot be stored externally",
+            ));
         };
         t.raw_data = Some(raw);
         t.external_data.clear();
@@ -506,7 +602,10 @@ mod tests {
     use crate::testutil::TempDir;
 
     fn kv(k: &str, v: &str) -> StringStringEntryProto {
-        StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) }
+        StringStringEntryProto {
+            key: Some(k.into()),
+            value: Some(v.into()),
+        }
     }
 
     fn ext_tensor(name: &str, dims: Vec<i64>, keys: &[(&str, &str)]) -> TensorProto {
@@ -530,55 +629,133 @@ mod tests {
     #[test]
     fn typed_fields_become_little_endian_bytes() {
         let mut ext = ExternalDataReader::none();
-        let t = TensorProto { data_type: Some(code::FLOAT), dims: vec![2], float_data: vec![1.0, -2.5], ..Default::default() };
+        let t = TensorProto {
+            data_type: Some(code::FLOAT),
+            dims: vec![2],
+            float_data: vec![1.0, -2.5],
+            ..Default::default()
+        };
         let mut want = 1.0f32.to_le_bytes().to_vec();
         want.extend_from_slice(&(-2.5f32).to_le_bytes());
         assert_eq!(raw(tensor_bytes(&t, &mut ext).unwrap()), want);
 
         // f16 bit patterns live in int32_data, two bytes each.
-        let t = TensorProto { data_type: Some(code::FLOAT16), dims: vec![2], int32_data: vec![0x3c00, 0xc000], ..Default::default() };
-        assert_eq!(raw(tensor_bytes(&t, &mut ext).unwrap()), vec![0x00, 0x3c, 0x00, 0xc0]);
+        let t = TensorProto {
+            data_type: Some(code::FLOAT16),
+            dims: vec![2],
+            int32_data: vec![0x3c00, 0xc000],
+            ..Default::default()
+        };
+        assert_eq!(
+            raw(tensor_bytes(&t, &mut ext).unwrap()),
+            vec![0x00, 0x3c, 0x00, 0xc0]
+        );
 
-        let t = TensorProto { data_type: Some(9), dims: vec![3], int32_data: vec![1, 0, 1], ..Default::default() };
+        let t = TensorProto {
+            data_type: Some(9),
+            dims: vec![3],
+            int32_data: vec![1, 0, 1],
+            ..Default::default()
+        };
         assert_eq!(raw(tensor_bytes(&t, &mut ext).unwrap()), vec![1, 0, 1]);
 
         // int4: three elements packed in two int32 entries (one byte each).
-        let t = TensorProto { data_type: Some(22), dims: vec![3], int32_data: vec![0x21, 0x03], ..Default::default() };
+        let t = TensorProto {
+            data_type: Some(22),
+            dims: vec![3],
+            int32_data: vec![0x21, 0x03],
+            ..Default::default()
+        };
         assert_eq!(raw(tensor_bytes(&t, &mut ext).unwrap()), vec![0x21, 0x03]);
 
-        let t = TensorProto { data_type: Some(code::UINT32), dims: vec![1], uint64_data: vec![7], ..Default::default() };
+        let t = TensorProto {
+            data_type: Some(code::UINT32),
+            dims: vec![1],
+            uint64_data: vec![7],
+            ..Default::default()
+        };
         assert_eq!(raw(tensor_bytes(&t, &mut ext).unwrap()), vec![7, 0, 0, 0]);
 
-        let t = TensorProto { data_type: Some(code::INT64), dims: vec![], int64_data: vec![-1], ..Default::default() };
+        let t = TensorProto {
+            data_type: Some(code::INT64),
+            dims: vec![],
+            int64_data: vec![-1],
+            ..Default::default()
+        };
         assert_eq!(raw(tensor_bytes(&t, &mut ext).unwrap()), vec![0xff; 8]);
 
         // float6: 4 values -> 3 bytes, LSB-first bitstream.
-        let t = TensorProto { data_type: Some(code::FLOAT6E2M3), dims: vec![4], int32_data: vec![1, 2, 3, 4], ..Default::default() };
+        let t = TensorProto {
+            data_type: Some(code::FLOAT6E2M3),
+            dims: vec![4],
+            int32_data: vec![1, 2, 3, 4],
+            ..Default::default()
+        };
         let (x0, x1, x2, x3) = (1u8, 2u8, 3u8, 4u8);
-        let want = vec![x0 | ((x1 & 3) << 6), (x1 >> 2) | ((x2 & 0xf) << 4), (x2 >> 4) | (x3 << 2)];
+        let want = vec![
+            x0 | ((x1 & 3) << 6),
+            (x1 >> 2) | ((x2 & 0xf) << 4),
+            (x2 >> 4) | (x3 << 2),
+        ];
         assert_eq!(raw(tensor_bytes(&t, &mut ext).unwrap()), want);
 
-        let t = TensorProto { data_type: Some(code::STRING), dims: vec![1], string_data: vec![Bytes::from_static(b"hi")], ..Default::default() };
-        assert_eq!(tensor_bytes(&t, &mut ext).unwrap(), TensorStorage::Strings(vec![Bytes::from_static(b"hi")]));
+        let t = TensorProto {
+            data_type: Some(code::STRING),
+            dims: vec![1],
+            string_data: vec![Bytes::from_static(b"hi")],
+            ..Default::default()
+        };
+        assert_eq!(
+            tensor_bytes(&t, &mut ext).unwrap(),
+            TensorStorage::Strings(vec![Bytes::from_static(b"hi")])
+        );
     }
 
     #[test]
     fn wrong_field_and_wrong_length_are_named() {
         let mut ext = ExternalDataReader::none();
-        let t = TensorProto { name: Some("w".into()), data_type: Some(code::INT64), dims: vec![1], float_data: vec![1.0], ..Default::default() };
+        let t = TensorProto {
+            name: Some("w".into()),
+            data_type: Some(code::INT64),
+            dims: vec![1],
+            float_data: vec![1.0],
+            ..Default::default()
+        };
         assert_eq!(
             tensor_bytes(&t, &mut ext).unwrap_err().to_string(),
             "tensor 'w': float_data holds 1 elements but data_type 7 stores its elements in int64_data"
         );
-        let t = TensorProto { name: Some("w".into()), data_type: Some(code::FLOAT), dims: vec![2, 3], raw_data: Some(Bytes::from(vec![0; 20])), ..Default::default() };
+        let t = TensorProto {
+            name: Some("w".into()),
+            data_type: Some(code::FLOAT),
+            dims: vec![2, 3],
+            raw_data: Some(Bytes::from(vec![0; 20])),
+            ..Default::default()
+        };
         assert_eq!(
             tensor_bytes(&t, &mut ext).unwrap_err().to_string(),
             "tensor 'w': raw_data has 20 bytes, data_type 1 with dims [2, 3] needs 24"
         );
-        let t = TensorProto { name: Some("w".into()), data_type: Some(0), dims: vec![1], ..Default::default() };
-        assert_eq!(tensor_bytes(&t, &mut ext).unwrap_err().to_string(), "tensor 'w': unknown or undefined data_type 0");
-        let t = TensorProto { name: Some("w".into()), data_type: Some(1), dims: vec![-1], ..Default::default() };
-        assert_eq!(tensor_bytes(&t, &mut ext).unwrap_err().to_string(), "tensor 'w': negative dim -1");
+        let t = TensorProto {
+            name: Some("w".into()),
+            data_type: Some(0),
+            dims: vec![1],
+            ..Default::default()
+        };
+        assert_eq!(
+            tensor_bytes(&t, &mut ext).unwrap_err().to_string(),
+            "tensor 'w': unknown or undefined data_type 0"
+        );
+        let t = TensorProto {
+            name: Some("w".into()),
+            data_type: Some(1),
+            dims: vec![-1],
+            ..Default::default()
+        };
+        assert_eq!(
+            tensor_bytes(&t, &mut ext).unwrap_err().to_string(),
+            "tensor 'w': negative dim -1"
+        );
     }
 
     #[test]
@@ -590,10 +767,24 @@ mod tests {
         std::fs::write(dir.path().join("sub/v.bin"), &data).unwrap();
         let mut ext = ExternalDataReader::new(dir.path());
 
-        let t = ext_tensor("a", vec![2], &[("location", "w.bin"), ("offset", "8"), ("length", "8")]);
-        assert_eq!(raw(tensor_bytes(&t, &mut ext).unwrap()), data[8..16].to_vec());
-        let t = ext_tensor("b", vec![4], &[("location", "./sub/../sub/v.bin"), ("offset", "48")]);
-        assert_eq!(raw(tensor_bytes(&t, &mut ext).unwrap()), data[48..64].to_vec());
+        let t = ext_tensor(
+            "a",
+            vec![2],
+            &[("location", "w.bin"), ("offset", "8"), ("length", "8")],
+        );
+        assert_eq!(
+            raw(tensor_bytes(&t, &mut ext).unwrap()),
+            data[8..16].to_vec()
+        );
+        let t = ext_tensor(
+            "b",
+            vec![4],
+            &[("location", "./sub/../sub/v.bin"), ("offset", "48")],
+        );
+        assert_eq!(
+            raw(tensor_bytes(&t, &mut ext).unwrap()),
+            data[48..64].to_vec()
+        );
 
         let cases: Vec<(TensorProto, &str)> = vec![
             (ext_tensor("c", vec![2], &[("location", "/etc/passwd")]), "tensor 'c': external data '/etc/passwd': absolute paths are not allowed; locations are relative to the model's directory"),
@@ -619,7 +810,8 @@ mod tests {
         let model_dir = outer.path().join("model");
         std::fs::create_dir(&model_dir).unwrap();
         std::fs::write(outer.path().join("secret.bin"), [0u8; 8]).unwrap();
-        std::os::unix::fs::symlink(outer.path().join("secret.bin"), model_dir.join("w.bin")).unwrap();
+        std::os::unix::fs::symlink(outer.path().join("secret.bin"), model_dir.join("w.bin"))
+            .unwrap();
         let mut ext = ExternalDataReader::new(&model_dir);
         let t = ext_tensor("s", vec![2], &[("location", "w.bin")]);
         let msg = tensor_bytes(&t, &mut ext).unwrap_err().to_string();

@@ -10,11 +10,18 @@ use std::path::PathBuf;
 pub enum OnnxError {
     /// The file could not be opened, mapped, read or written.
     #[error("{}: {op}: {source}", path.display())]
-    Io { path: PathBuf, op: &'static str, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: std::io::Error,
+    },
 
     /// The bytes are not a protobuf `ModelProto`.
     #[error("{}: not an ONNX model: {source}", path.display())]
-    Decode { path: PathBuf, source: prost::DecodeError },
+    Decode {
+        path: PathBuf,
+        source: prost::DecodeError,
+    },
 
     /// The `ModelProto` decoded but has no `graph`.
     #[error("{}: not an ONNX model: ModelProto has no graph", path.display())]
@@ -22,7 +29,11 @@ pub enum OnnxError {
 
     /// A tensor's external-data reference is malformed or points outside the model's directory or file.
     #[error("tensor '{tensor}': external data '{location}': {reason}")]
-    ExternalData { tensor: String, location: String, reason: String },
+    ExternalData {
+        tensor: String,
+        location: String,
+        reason: String,
+    },
 
     /// A tensor's stored data disagree with its type or dims (wrong field, wrong length, unknown type).
     #[error("tensor '{tensor}': {reason}")]
@@ -34,7 +45,11 @@ pub enum OnnxError {
 
     /// A node violates the ONNX rules on import (bad attribute, unknown value, unsupported construct).
     #[error("node '{node}' ({op_type}): {reason}")]
-    Node { node: String, op_type: String, reason: String },
+    Node {
+        node: String,
+        op_type: String,
+        reason: String,
+    },
 
     /// The graph as a whole is malformed (dangling input, duplicate producer, cycle, bad declaration).
     #[error("graph '{graph}': {reason}")]
@@ -46,12 +61,23 @@ pub enum OnnxError {
 }
 
 impl OnnxError {
-    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: std::io::Error) -> OnnxError {
-        OnnxError::Io { path: path.into(), op, source }
+    pub(crate) fn io(
+        path: impl Into<PathBuf>,
+        op: &'static str,
+        source: std::io::Error,
+    ) -> OnnxError {
+        OnnxError::Io {
+            path: path.into(),
+            op,
+            source,
+        }
     }
 
     pub(crate) fn tensor(tensor: &str, reason: impl Into<String>) -> OnnxError {
-        OnnxError::TensorData { tensor: tensor.to_string(), reason: reason.into() }
+        OnnxError::TensorData {
+            tensor: tensor.to_string(),
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn external(tensor: &str, location: &str, reason: impl Into<String>) -> OnnxError {
@@ -63,6 +89,9 @@ impl OnnxError {
     }
 
     pub(crate) fn function(function: &str, reason: impl Into<String>) -> OnnxError {
-        OnnxError::Function { function: function.to_string(), reason: reason.into() }
+        OnnxError::Function {
+            function: function.to_string(),
+            reason: reason.into(),
+        }
     }
 }

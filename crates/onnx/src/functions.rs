@@ -20,7 +20,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::OnnxError;
-use crate::proto::{AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use crate::proto::{
+    AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
+};
 
 type FnKey = (String, String, String);
 
@@ -49,7 +51,11 @@ fn call_key(n: &NodeProto) -> FnKey {
 
 /// `domain:name` (and `:overload` when set), the spelling used in errors.
 fn display_key(k: &FnKey) -> String {
-    let mut s = if k.0.is_empty() { k.1.clone() } else { format!("{}:{}", k.0, k.1) };
+    let mut s = if k.0.is_empty() {
+        k.1.clone()
+    } else {
+        format!("{}:{}", k.0, k.1)
+    };
     if !k.2.is_empty() {
         s.push(':');
         s.push_str(&k.2);
@@ -101,7 +107,10 @@ pub fn inline_functions(model: &mut ModelProto) -> Result<(), OnnxError> {
     for (i, k) in keys.iter().enumerate() {
         if by_key.insert(k.clone(), i).is_some() {
             model.functions = functions;
-            return Err(OnnxError::function(&display_key(k), "defined twice in ModelProto.functions"));
+            return Err(OnnxError::function(
+                &display_key(k),
+                "defined twice in ModelProto.functions",
+            ));
         }
     }
     let mut used_values = BTreeSet::new();
@@ -128,7 +137,11 @@ pub fn inline_functions(model: &mut ModelProto) -> Result<(), OnnxError> {
         let f = &functions[fi];
         for imp in &f.opset_import {
             let dom = norm_domain(imp.domain.as_deref());
-            match model.opset_import.iter().find(|m| norm_domain(m.domain.as_deref()) == dom) {
+            match model
+                .opset_import
+                .iter()
+                .find(|m| norm_domain(m.domain.as_deref()) == dom)
+            {
                 Some(m) if m.version != imp.version => {
                     let err = OnnxError::function(
                         &display_key(&ctx.keys[fi]),
@@ -172,7 +185,11 @@ fn collect_graph_names(g: &GraphProto, out: &mut BTreeSet<String>) {
     out.remove("");
 }
 
-fn expand_graph(g: &mut GraphProto, stack: &mut Vec<usize>, ctx: &mut Ctx) -> Result<(), OnnxError> {
+fn expand_graph(
+    g: &mut GraphProto,
+    stack: &mut Vec<usize>,
+    ctx: &mut Ctx,
+) -> Result<(), OnnxError> {
     let nodes = std::mem::take(&mut g.node);
     let mut value_info = Vec::new();
     g.node = expand_nodes(nodes, stack, ctx, &mut value_info)?;
@@ -198,8 +215,11 @@ fn expand_nodes(
             continue;
         };
         if let Some(pos) = stack.iter().position(|&s| s == fi) {
-            let chain: Vec<String> =
-                stack[pos..].iter().chain([&fi]).map(|&i| display_key(&ctx.keys[i])).collect();
+            let chain: Vec<String> = stack[pos..]
+                .iter()
+                .chain([&fi])
+                .map(|&i| display_key(&ctx.keys[i]))
+                .collect();
             return Err(OnnxError::function(
                 &display_key(&ctx.keys[fi]),
                 format!("recursive call chain {}", chain.join(" -> ")),
@@ -265,12 +285,19 @@ fn instantiate(
             f.output.len()
         )));
     }
-    let prefix_base = if call_name.is_empty() { f.name.clone().unwrap_or_default() } else { call_name.clone() };
+    let prefix_base = if call_name.is_empty() {
+        f.name.clone().unwrap_or_default()
+    } else {
+        call_name.clone()
+    };
     let prefix = Ctx::fresh(&mut ctx.used_prefixes, prefix_base);
 
     let mut map: BTreeMap<String, String> = BTreeMap::new();
     for (i, formal) in f.input.iter().enumerate() {
-        map.insert(formal.clone(), call.input.get(i).cloned().unwrap_or_default());
+        map.insert(
+            formal.clone(),
+            call.input.get(i).cloned().unwrap_or_default(),
+        );
     }
     let formal_inputs: BTreeSet<&String> = f.input.iter().collect();
 
@@ -316,7 +343,10 @@ fn instantiate(
     }
     for d in &inner_defs {
         if !d.is_empty() {
-            map.insert(d.clone(), Ctx::fresh(&mut ctx.used_values, format!("{prefix}/{d}")));
+            map.insert(
+                d.clone(),
+                Ctx::fresh(&mut ctx.used_values, format!("{prefix}/{d}")),
+            );
         }
     }
 
@@ -326,7 +356,9 @@ fn instantiate(
         body.push(rename_node(n, &map, &prefix, &attrs).map_err(&err)?);
     }
     for (j, formal) in f.output.iter().enumerate() {
-        let Some(target) = call.output.get(j).filter(|o| !o.is_empty()) else { continue };
+        let Some(target) = call.output.get(j).filter(|o| !o.is_empty()) else {
+            continue;
+        };
         if claimed[j] {
             continue;
         }
@@ -371,7 +403,12 @@ impl AttrScope<'_> {
             .attribute
             .iter()
             .find(|a| a.name.as_deref() == Some(r))
-            .or_else(|| self.function.attribute_proto.iter().find(|a| a.name.as_deref() == Some(r)))?;
+            .or_else(|| {
+                self.function
+                    .attribute_proto
+                    .iter()
+                    .find(|a| a.name.as_deref() == Some(r))
+            })?;
         let mut a = found.clone();
         a.name = as_name.cloned();
         a.ref_attr_name = None;
@@ -394,11 +431,22 @@ fn rename_node(
     prefix: &str,
     attrs: &AttrScope,
 ) -> Result<NodeProto, String> {
-    let orig = n.name.clone().unwrap_or_else(|| n.op_type.clone().unwrap_or_default());
+    let orig = n
+        .name
+        .clone()
+        .unwrap_or_else(|| n.op_type.clone().unwrap_or_default());
     let mut out = n.clone();
     out.name = Some(format!("{prefix}/{orig}"));
-    out.input = n.input.iter().map(|v| rename_value(v, map, &orig)).collect::<Result<_, _>>()?;
-    out.output = n.output.iter().map(|v| rename_value(v, map, &orig)).collect::<Result<_, _>>()?;
+    out.input = n
+        .input
+        .iter()
+        .map(|v| rename_value(v, map, &orig))
+        .collect::<Result<_, _>>()?;
+    out.output = n
+        .output
+        .iter()
+        .map(|v| rename_value(v, map, &orig))
+        .collect::<Result<_, _>>()?;
     out.attribute = Vec::with_capacity(n.attribute.len());
     for a in &n.attribute {
         let mut a = match a.ref_attr_name.as_deref().filter(|r| !r.is_empty()) {
@@ -448,7 +496,11 @@ fn rename_graph(
             v.name = Some(rename_value(v.name.as_deref().unwrap_or(""), map, &graph)?);
         }
     }
-    out.node = g.node.iter().map(|n| rename_node(n, map, prefix, attrs)).collect::<Result<_, _>>()?;
+    out.node = g
+        .node
+        .iter()
+        .map(|n| rename_node(n, map, prefix, attrs))
+        .collect::<Result<_, _>>()?;
     Ok(out)
 }
 
@@ -457,7 +509,14 @@ mod tests {
     use super::*;
     use crate::proto::{attribute_proto::AttributeType, OperatorSetIdProto};
 
-    fn node(name: &str, op: &str, domain: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
+    fn node(
+        name: &str,
+        op: &str,
+        domain: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: Vec<AttributeProto>,
+    ) -> NodeProto {
         NodeProto {
             name: Some(name.into()),
             op_type: Some(op.into()),
@@ -470,7 +529,12 @@ mod tests {
     }
 
     fn attr_f(name: &str, v: f32) -> AttributeProto {
-        AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Float as i32), f: Some(v), ..Default::default() }
+        AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Float as i32),
+            f: Some(v),
+            ..Default::default()
+        }
     }
 
     fn attr_ref(name: &str, r: &str) -> AttributeProto {
@@ -483,18 +547,36 @@ mod tests {
     }
 
     fn attr_g(name: &str, g: GraphProto) -> AttributeProto {
-        AttributeProto { name: Some(name.into()), r#type: Some(AttributeType::Graph as i32), g: Some(g), ..Default::default() }
+        AttributeProto {
+            name: Some(name.into()),
+            r#type: Some(AttributeType::Graph as i32),
+            g: Some(g),
+            ..Default::default()
+        }
     }
 
     fn vi(name: &str) -> ValueInfoProto {
-        ValueInfoProto { name: Some(name.into()), ..Default::default() }
+        ValueInfoProto {
+            name: Some(name.into()),
+            ..Default::default()
+        }
     }
 
     fn opset(domain: &str, v: i64) -> OperatorSetIdProto {
-        OperatorSetIdProto { domain: Some(domain.into()), version: Some(v) }
+        OperatorSetIdProto {
+            domain: Some(domain.into()),
+            version: Some(v),
+        }
     }
 
-    fn function(name: &str, inputs: &[&str], outputs: &[&str], attrs: &[&str], defaults: Vec<AttributeProto>, nodes: Vec<NodeProto>) -> FunctionProto {
+    fn function(
+        name: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: &[&str],
+        defaults: Vec<AttributeProto>,
+        nodes: Vec<NodeProto>,
+    ) -> FunctionProto {
         FunctionProto {
             name: Some(name.into()),
             domain: Some("local".into()),
@@ -518,22 +600,43 @@ mod tests {
             vec![attr_f("beta", 2.0)],
             vec![
                 node("sq", "Mul", "", &["a", "a"], &["s"], vec![]),
-                node("lr", "LeakyRelu", "", &["s"], &["l"], vec![attr_ref("alpha", "alpha")]),
-                node("elu", "Elu", "", &["l"], &["b"], vec![attr_ref("alpha", "beta")]),
+                node(
+                    "lr",
+                    "LeakyRelu",
+                    "",
+                    &["s"],
+                    &["l"],
+                    vec![attr_ref("alpha", "alpha")],
+                ),
+                node(
+                    "elu",
+                    "Elu",
+                    "",
+                    &["l"],
+                    &["b"],
+                    vec![attr_ref("alpha", "beta")],
+                ),
             ],
         )
     }
 
-    /// Outer(x, y) -> (z, w): t = Inner(x, alpha=@gain); z = Add(t, y); w = x.
+    /// Outer(x, y) -> (z, x): t = Inner(x, alpha=@gain); z = Add(t, y); the input x is also an output.
     fn outer() -> FunctionProto {
         function(
             "Outer",
             &["x", "y"],
-            &["z", "w"],
+            &["z", "x"],
             &["gain"],
             vec![],
             vec![
-                node("call_inner", "Inner", "local", &["x"], &["t"], vec![attr_ref("alpha", "gain")]),
+                node(
+                    "call_inner",
+                    "Inner",
+                    "local",
+                    &["x"],
+                    &["t"],
+                    vec![attr_ref("alpha", "gain")],
+                ),
                 node("add", "Add", "", &["t", "y"], &["z"], vec![]),
             ],
         )
@@ -561,8 +664,15 @@ mod tests {
             ));
             for a in &n.attribute {
                 if let Some(g) = &a.g {
-                    out.push_str(&format!("{:indent$}  {}: outputs {:?}\n", "", a.name.as_deref().unwrap_or(""),
-                        g.output.iter().map(|v| v.name.clone().unwrap_or_default()).collect::<Vec<_>>()));
+                    out.push_str(&format!(
+                        "{:indent$}  {}: outputs {:?}\n",
+                        "",
+                        a.name.as_deref().unwrap_or(""),
+                        g.output
+                            .iter()
+                            .map(|v| v.name.clone().unwrap_or_default())
+                            .collect::<Vec<_>>()
+                    ));
                     dump_graph(g, indent + 4, out);
                 }
             }
@@ -572,7 +682,14 @@ mod tests {
     fn test_model() -> ModelProto {
         let then_branch = GraphProto {
             name: Some("then".into()),
-            node: vec![node("i3", "Inner", "local", &["Z2"], &["T3"], vec![attr_f("alpha", 0.25), attr_f("beta", 4.0)])],
+            node: vec![node(
+                "i3",
+                "Inner",
+                "local",
+                &["Z2"],
+                &["T3"],
+                vec![attr_f("alpha", 0.25), attr_f("beta", 4.0)],
+            )],
             output: vec![vi("T3")],
             ..Default::default()
         };
@@ -590,9 +707,26 @@ mod tests {
                 input: vec![vi("X"), vi("Y"), vi("C")],
                 output: vec![vi("W1"), vi("R")],
                 node: vec![
-                    node("o1", "Outer", "local", &["X", "Y"], &["Z1", "W1"], vec![attr_f("gain", 0.5)]),
+                    node(
+                        "o1",
+                        "Outer",
+                        "local",
+                        &["X", "Y"],
+                        &["Z1", "W1"],
+                        vec![attr_f("gain", 0.5)],
+                    ),
                     node("o2", "Outer", "local", &["Z1", "Y"], &["Z2"], vec![]),
-                    node("if", "If", "", &["C"], &["R"], vec![attr_g("then_branch", then_branch), attr_g("else_branch", else_branch)]),
+                    node(
+                        "if",
+                        "If",
+                        "",
+                        &["C"],
+                        &["R"],
+                        vec![
+                            attr_g("then_branch", then_branch),
+                            attr_g("else_branch", else_branch),
+                        ],
+                    ),
                 ],
                 ..Default::default()
             }),
@@ -613,7 +747,7 @@ mod tests {
             LeakyRelu o1/call_inner/lr(o1/call_inner/s) -> o1/call_inner/l [alpha=0.5]
             Elu o1/call_inner/elu(o1/call_inner/l) -> o1/t [alpha=2]
             Add o1/add(o1/t, Y) -> Z1 []
-            Identity o1/Identity_w(X) -> W1 []
+            Identity o1/Identity_x(X) -> W1 []
             Mul o2/call_inner/sq(Z1, Z1) -> o2/call_inner/s []
             LeakyRelu o2/call_inner/lr(o2/call_inner/s) -> o2/call_inner/l []
             Elu o2/call_inner/elu(o2/call_inner/l) -> o2/t [alpha=2]
@@ -629,7 +763,11 @@ mod tests {
         .assert_eq(&text);
         // Resolved attributes carry no reference any more.
         let g = m.graph.as_ref().unwrap();
-        assert!(g.node.iter().flat_map(|n| &n.attribute).all(|a| a.ref_attr_name.is_none()));
+        assert!(g
+            .node
+            .iter()
+            .flat_map(|n| &n.attribute)
+            .all(|a| a.ref_attr_name.is_none()));
         assert_eq!(m.opset_import, vec![opset("", 18), opset("local", 1)]);
     }
 
@@ -639,10 +777,15 @@ mod tests {
         let g = m.graph.as_mut().unwrap();
         // A graph value already named like a generated one, and a second call node named "o1".
         g.input.push(vi("o1/t"));
-        g.node.insert(2, node("o1", "Inner", "local", &["Z2"], &["Q"], vec![]));
+        g.node
+            .insert(2, node("o1", "Inner", "local", &["Z2"], &["Q"], vec![]));
         inline_functions(&mut m).unwrap();
         let g = m.graph.as_ref().unwrap();
-        let outs: Vec<&str> = g.node.iter().flat_map(|n| n.output.iter().map(|s| s.as_str())).collect();
+        let outs: Vec<&str> = g
+            .node
+            .iter()
+            .flat_map(|n| n.output.iter().map(|s| s.as_str()))
+            .collect();
         assert!(outs.contains(&"o1/t_1"), "{outs:?}");
         assert!(outs.contains(&"o1_1/s"), "{outs:?}");
         let mut seen = BTreeSet::new();
@@ -670,7 +813,14 @@ mod tests {
             &["r"],
             &[],
             vec![],
-            vec![node("if", "If", "", &["c"], &["r"], vec![attr_g("then_branch", then_b), attr_g("else_branch", else_b)])],
+            vec![node(
+                "if",
+                "If",
+                "",
+                &["c"],
+                &["r"],
+                vec![attr_g("then_branch", then_b), attr_g("else_branch", else_b)],
+            )],
         );
         let mut m = ModelProto {
             opset_import: vec![opset("", 18)],
@@ -698,24 +848,54 @@ mod tests {
 
     #[test]
     fn recursion_is_an_error_naming_the_chain() {
-        let a = function("A", &["x"], &["y"], &[], vec![], vec![node("n", "B", "local", &["x"], &["y"], vec![])]);
-        let b = function("B", &["x"], &["y"], &[], vec![], vec![node("n", "A", "local", &["x"], &["y"], vec![])]);
+        let a = function(
+            "A",
+            &["x"],
+            &["y"],
+            &[],
+            vec![],
+            vec![node("n", "B", "local", &["x"], &["y"], vec![])],
+        );
+        let b = function(
+            "B",
+            &["x"],
+            &["y"],
+            &[],
+            vec![],
+            vec![node("n", "A", "local", &["x"], &["y"], vec![])],
+        );
         let mut m = ModelProto {
-            graph: Some(GraphProto { node: vec![node("c", "A", "local", &["X"], &["Y"], vec![])], ..Default::default() }),
+            graph: Some(GraphProto {
+                node: vec![node("c", "A", "local", &["X"], &["Y"], vec![])],
+                ..Default::default()
+            }),
             functions: vec![a, b],
             ..Default::default()
         };
         let e = inline_functions(&mut m).unwrap_err();
-        assert_eq!(e.to_string(), "function 'local:A': recursive call chain local:A -> local:B -> local:A");
+        assert_eq!(
+            e.to_string(),
+            "function 'local:A': recursive call chain local:A -> local:B -> local:A"
+        );
         // The model keeps its functions when inlining fails.
         assert_eq!(m.functions.len(), 2);
     }
 
     #[test]
     fn malformed_functions_are_errors() {
-        let undefined = function("U", &["x"], &["y"], &[], vec![], vec![node("n", "Add", "", &["x", "ghost"], &["y"], vec![])]);
+        let undefined = function(
+            "U",
+            &["x"],
+            &["y"],
+            &[],
+            vec![],
+            vec![node("n", "Add", "", &["x", "ghost"], &["y"], vec![])],
+        );
         let mut m = ModelProto {
-            graph: Some(GraphProto { node: vec![node("c", "U", "local", &["X"], &["Y"], vec![])], ..Default::default() }),
+            graph: Some(GraphProto {
+                node: vec![node("c", "U", "local", &["X"], &["Y"], vec![])],
+                ..Default::default()
+            }),
             functions: vec![undefined],
             ..Default::default()
         };
@@ -724,11 +904,21 @@ mod tests {
             "function 'local:U': node 'n' uses 'ghost', which is neither a function input nor defined in the body"
         );
 
-        let mut f = function("V", &["x"], &["y"], &[], vec![], vec![node("n", "Neg", "", &["x"], &["y"], vec![])]);
+        let mut f = function(
+            "V",
+            &["x"],
+            &["y"],
+            &[],
+            vec![],
+            vec![node("n", "Neg", "", &["x"], &["y"], vec![])],
+        );
         f.opset_import = vec![opset("", 17)];
         let mut m = ModelProto {
             opset_import: vec![opset("", 18)],
-            graph: Some(GraphProto { node: vec![node("c", "V", "local", &["X"], &["Y"], vec![])], ..Default::default() }),
+            graph: Some(GraphProto {
+                node: vec![node("c", "V", "local", &["X"], &["Y"], vec![])],
+                ..Default::default()
+            }),
             functions: vec![f],
             ..Default::default()
         };
@@ -737,9 +927,19 @@ mod tests {
             "function 'local:V': imports opset '' version 17 but the model imports version 18"
         );
 
-        let f = function("W", &["x"], &["y"], &[], vec![], vec![node("n", "Neg", "", &["x"], &["y"], vec![])]);
+        let f = function(
+            "W",
+            &["x"],
+            &["y"],
+            &[],
+            vec![],
+            vec![node("n", "Neg", "", &["x"], &["y"], vec![])],
+        );
         let mut m = ModelProto {
-            graph: Some(GraphProto { node: vec![node("c", "W", "local", &["X", "X2"], &["Y"], vec![])], ..Default::default() }),
+            graph: Some(GraphProto {
+                node: vec![node("c", "W", "local", &["X", "X2"], &["Y"], vec![])],
+                ..Default::default()
+            }),
             functions: vec![f],
             ..Default::default()
         };

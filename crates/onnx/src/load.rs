@@ -16,14 +16,18 @@ use crate::proto::ModelProto;
 /// which leaves a mapped inode untouched.
 pub fn map_file(path: &Path) -> Result<Bytes, OnnxError> {
     let file = File::open(path).map_err(|e| OnnxError::io(path, "cannot open", e))?;
-    let len = file.metadata().map_err(|e| OnnxError::io(path, "cannot stat", e))?.len();
+    let len = file
+        .metadata()
+        .map_err(|e| OnnxError::io(path, "cannot stat", e))?
+        .len();
     if len == 0 {
         // Mapping zero bytes is an error on some platforms; an empty file has nothing to alias.
         return Ok(Bytes::new());
     }
     // SAFETY: the mapping is read-only, and this crate never writes to a file in place (see the
     // contract above); a concurrent external writer would break the contract, as for any mmap reader.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| OnnxError::io(path, "cannot mmap", e))?;
+    let map =
+        unsafe { memmap2::Mmap::map(&file) }.map_err(|e| OnnxError::io(path, "cannot mmap", e))?;
     Ok(Bytes::from_owner(map))
 }
 
@@ -46,10 +50,14 @@ pub fn load_model_proto(path: impl AsRef<Path>) -> Result<ModelProto, OnnxError>
 ///
 /// When `bytes` is a slice of a mapping, the decoded `bytes` fields share it (no copy).
 pub fn decode_model_proto(bytes: Bytes, path: &Path) -> Result<ModelProto, OnnxError> {
-    let model =
-        ModelProto::decode(bytes).map_err(|e| OnnxError::Decode { path: path.to_path_buf(), source: e })?;
+    let model = ModelProto::decode(bytes).map_err(|e| OnnxError::Decode {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
     if model.graph.is_none() {
-        return Err(OnnxError::NoGraph { path: path.to_path_buf() });
+        return Err(OnnxError::NoGraph {
+            path: path.to_path_buf(),
+        });
     }
     Ok(model)
 }
@@ -96,7 +104,10 @@ mod tests {
     fn missing_file_is_named() {
         let e = load_model_proto("/nonexistent/dir/m.onnx").unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with("/nonexistent/dir/m.onnx: cannot open:"), "{msg}");
+        assert!(
+            msg.starts_with("/nonexistent/dir/m.onnx: cannot open:"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -105,7 +116,10 @@ mod tests {
         let p = dir.path().join("text.onnx");
         std::fs::write(&p, b"this is not a protobuf\n").unwrap();
         let msg = load_model_proto(&p).unwrap_err().to_string();
-        assert!(msg.starts_with(&format!("{}: not an ONNX model: ", p.display())), "{msg}");
+        assert!(
+            msg.starts_with(&format!("{}: not an ONNX model: ", p.display())),
+            "{msg}"
+        );
 
         let full = tiny_model().encode_to_vec();
         let p = dir.path().join("trunc.onnx");
@@ -120,7 +134,13 @@ mod tests {
         let p = dir.path().join("empty.onnx");
         std::fs::write(&p, b"").unwrap();
         let msg = load_model_proto(&p).unwrap_err().to_string();
-        assert_eq!(msg, format!("{}: not an ONNX model: ModelProto has no graph", p.display()));
+        assert_eq!(
+            msg,
+            format!(
+                "{}: not an ONNX model: ModelProto has no graph",
+                p.display()
+            )
+        );
     }
 
     #[test]
@@ -132,8 +152,14 @@ mod tests {
         let mapped = map_file(&p).unwrap();
         let loaded = decode_model_proto(mapped.clone(), &p).unwrap();
         assert_eq!(loaded, m);
-        let raw = loaded.graph.as_ref().unwrap().initializer[0].raw_data.as_ref().unwrap();
+        let raw = loaded.graph.as_ref().unwrap().initializer[0]
+            .raw_data
+            .as_ref()
+            .unwrap();
         let range = mapped.as_ptr_range();
-        assert!(range.contains(&raw.as_ptr()), "raw_data was copied out of the mapping");
+        assert!(
+            range.contains(&raw.as_ptr()),
+            "raw_data was copied out of the mapping"
+        );
     }
 }

@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use prost::Message;
 
-use crate::data::{for_each_model_tensor_mut, TensorStorage, is_external, tensor_bytes, tensor_name, ExternalDataReader};
+use crate::data::{
+    for_each_model_tensor_mut, is_external, tensor_bytes, tensor_name, ExternalDataReader,
+    TensorStorage,
+};
 use crate::error::OnnxError;
 use crate::proto::{GraphProto, ModelProto, StringStringEntryProto, TensorProto};
 
@@ -17,12 +20,19 @@ use crate::proto::{GraphProto, ModelProto, StringStringEntryProto, TensorProto};
 pub enum ExternalData {
     /// Every payload inside the model file (protobuf limits the file to 2 GiB).
     Inline,
-    /// Every initializer payload in one side file with this name, in the model's directory.
+    /// Initializers of at least [`DEFAULT_THRESHOLD`] bytes in one side file with this name, in the
+    /// model's directory; smaller ones inline.
     File(String),
     /// Initializers of at least `threshold` bytes in `<model file name>.data` next to the model;
     /// smaller ones inline. No side file is written when no initializer reaches the threshold.
+    /// Hazard: a threshold below a shape constant's size (e.g. 0) moves shape constants out too, and
+    /// onnx/onnxruntime shape inference cannot read external tensors.
     Auto { threshold: u64 },
 }
+
+/// The size below which [`ExternalData::File`] keeps initializers inline (onnx's default, 1 KiB): small
+/// tensors are mostly shape constants, which shape inference must read from the model file.
+pub const DEFAULT_THRESHOLD: u64 = 1024;
 
 /// Offsets in a side file: payloads of at least 4 KiB start on a 4 KiB boundary (page-aligned for
 /// mmap), smaller ones on a 64-byte boundary. Padding bytes are zero.
@@ -42,7 +52,11 @@ const PROTOBUF_LIMIT: u64 = i32::MAX as u64;
 /// written to a temporary file in the same directory and renamed over the target, so saving over the
 /// model (or side file) being read, even while it is memory-mapped, is safe: the mapping keeps the old
 /// file's contents.
-pub fn save_model_proto(model: &ModelProto, path: impl AsRef<Path>, mode: ExternalData) -> Result<(), OnnxError> {
+pub fn save_model_proto(
+    model: &ModelProto,
+    path: impl AsRef<Path>,
+    mode: ExternalData,
+) -> Result<(), OnnxError> {
     save_model_proto_with(model, path, mode, &mut ExternalDataReader::none())
 }
 
@@ -54,7 +68,10 @@ pub fn save_model_proto_with(
     source: &mut ExternalDataReader,
 ) -> Result<(), OnnxError> {
     let path = path.as_ref();
-    let save_err = |reason: String| OnnxError::Save { path: path.to_path_buf(), reason };
+    let save_err = |reason: String| OnnxError::Save {
+        path: path.to_path_buf(),
+        reason,
+    };
     let file_name = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -67,7 +84,10 @@ pub fn save_model_proto_with(
     for_each_model_tensor_mut(&mut model, &mut |t: &mut TensorProto| {
         if is_external(t) {
             let TensorStorage::Raw(raw) = tensor_bytes(t, source)? else {
-                return Err(OnnxError::tensor(tensor_name(t), "string tensors cannot be stored externally"));
+                return Err(OnnxError::tensor(
+                    tensor_name(t),
+                    "string tensors cannot be stored externally",
+                ));
             };
             set_inline(t, raw);
         }
@@ -78,13 +98,15 @@ pub fn save_model_proto_with(
         ExternalData::Inline => (None, 0),
         ExternalData::File(name) => {
             check_side_file_name(name).map_err(save_err)?;
-            (Some(name.clone()), 0)
+            (Some(name.clone()), DEFAULT_THRESHOLD)
         }
         ExternalData::Auto { threshold } => (Some(format!("{file_name}.data")), *threshold),
     };
     if let Some(loc) = &location {
         if *loc == file_name {
-            return Err(save_err(format!("the external data file '{loc}' would be the model file itself")));
+            return Err(save_err(format!(
+                "the external data file '{loc}' would be the model file itself"
+            )));
         }
         let mut chunks: Vec<(u64, Bytes)> = Vec::new();
         let mut end = 0u64;
@@ -112,7 +134,9 @@ pub fn save_model_proto_with(
         )));
     }
     let mut buf = Vec::with_capacity(len as usize);
-    model.encode(&mut buf).map_err(|e| save_err(format!("encoding failed: {e}")))?;
+    model
+        .encode(&mut buf)
+        .map_err(|e| save_err(format!("encoding failed: {e}")))?;
     write_atomic(path, |w| w.write_all(&buf))
 }
 
@@ -121,7 +145,9 @@ fn check_side_file_name(name: &str) -> Result<(), String> {
     let mut comps = Path::new(name).components();
     match (comps.next(), comps.next()) {
         (Some(Component::Normal(_)), None) => Ok(()),
-        _ => Err(format!("external data file name '{name}' must be a plain file name without directories")),
+        _ => Err(format!(
+            "external data file name '{name}' must be a plain file name without directories"
+        )),
     }
 }
 
@@ -162,7 +188,11 @@ fn move_initializers(
         clear_typed(t);
         t.raw_data = None;
         t.data_location = Some(crate::proto::tensor_proto::DataLocation::External as i32);
-        t.external_data = vec![kv("location", location), kv("offset", &offset.to_string()), kv("length", &len.to_string())];
+        t.external_data = vec![
+            kv("location", location),
+            kv("offset", &offset.to_string()),
+            kv("length", &len.to_string()),
+        ];
         chunks.push((offset, raw));
     }
     for n in &mut g.node {
@@ -176,7 +206,10 @@ fn move_initializers(
 }
 
 fn kv(k: &str, v: &str) -> StringStringEntryProto {
-    StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) }
+    StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v.into()),
+    }
 }
 
 fn write_zeros(w: &mut impl Write, mut n: u64) -> std::io::Result<()> {
@@ -199,7 +232,10 @@ pub fn write_atomic(
     body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> Result<(), OnnxError> {
     let dir = crate::load::model_dir(path);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let (tmp, file) = loop {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp: PathBuf = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
@@ -217,7 +253,10 @@ pub fn write_atomic(
     })();
     let result = result
         .map_err(|e| OnnxError::io(&tmp, "cannot write", e))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| OnnxError::io(path, "cannot rename temporary file onto", e)));
+        .and_then(|()| {
+            std::fs::rename(&tmp, path)
+                .map_err(|e| OnnxError::io(path, "cannot rename temporary file onto", e))
+        });
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -237,10 +276,18 @@ mod tests {
             name: Some("big".into()),
             data_type: Some(1),
             dims: vec![2000],
-            raw_data: Some(Bytes::from((0..8000u32).map(|i| i as u8).collect::<Vec<u8>>())),
+            raw_data: Some(Bytes::from(
+                (0..8000u32).map(|i| i as u8).collect::<Vec<u8>>(),
+            )),
             ..Default::default()
         };
-        let small = TensorProto { name: Some("small".into()), data_type: Some(7), dims: vec![2], int64_data: vec![3, -4], ..Default::default() };
+        let small = TensorProto {
+            name: Some("small".into()),
+            data_type: Some(7),
+            dims: vec![2],
+            int64_data: vec![3, -4],
+            ..Default::default()
+        };
         let text = TensorProto {
             name: Some("text".into()),
             data_type: Some(8),
@@ -252,7 +299,12 @@ mod tests {
             ir_version: Some(10),
             graph: Some(GraphProto {
                 name: Some("g".into()),
-                node: vec![NodeProto { op_type: Some("Add".into()), input: vec!["big".into(), "small".into()], output: vec!["y".into()], ..Default::default() }],
+                node: vec![NodeProto {
+                    op_type: Some("Add".into()),
+                    input: vec!["big".into(), "small".into()],
+                    output: vec!["y".into()],
+                    ..Default::default()
+                }],
                 initializer: vec![big, small, text],
                 ..Default::default()
             }),
@@ -292,7 +344,10 @@ mod tests {
         save_model_proto(&m, &p, ExternalData::Inline).unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), m.encode_to_vec());
         assert_eq!(load_model_proto(&p).unwrap(), m);
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("m.onnx")]);
     }
 
@@ -307,38 +362,93 @@ mod tests {
         assert!(is_external(&inits[0]));
         assert_eq!(
             external_ref(&inits[0]).unwrap(),
-            crate::data::ExternalRef { location: "m.onnx.data".into(), offset: 0, length: Some(8000) }
+            crate::data::ExternalRef {
+                location: "m.onnx.data".into(),
+                offset: 0,
+                length: Some(8000)
+            }
         );
         assert!(!is_external(&inits[1]) && !is_external(&inits[2]));
-        assert_eq!(inits[1].int64_data, vec![3, -4], "small tensors keep their typed form");
+        assert_eq!(
+            inits[1].int64_data,
+            vec![3, -4],
+            "small tensors keep their typed form"
+        );
         assert_eq!(canonical(&inlined(&loaded, &p)), canonical(&m));
     }
 
     #[test]
-    fn file_mode_moves_all_but_strings_and_overwrites_its_own_input() {
+    fn file_mode_moves_large_initializers_and_overwrites_its_own_input() {
         let dir = TempDir::new("save_file");
         let p = dir.path().join("m.onnx");
         let m = model();
         save_model_proto(&m, &p, ExternalData::File("w.bin".into())).unwrap();
         let loaded = load_model_proto(&p).unwrap();
         let inits = &loaded.graph.as_ref().unwrap().initializer;
-        let r1 = external_ref(&inits[1]).unwrap();
-        assert_eq!((r1.offset, r1.length), (8000u64.div_ceil(64) * 64, Some(16)));
-        assert!(!is_external(&inits[2]));
-        assert_eq!(std::fs::metadata(dir.path().join("w.bin")).unwrap().len(), 8064 + 16);
+        let r0 = external_ref(&inits[0]).unwrap();
+        assert_eq!(
+            (r0.location.as_str(), r0.offset, r0.length),
+            ("w.bin", 0, Some(8000))
+        );
+        assert!(!is_external(&inits[1]) && !is_external(&inits[2]));
+        assert_eq!(
+            std::fs::metadata(dir.path().join("w.bin")).unwrap().len(),
+            8000
+        );
 
         // Save the loaded (still external, side file mapped) model over itself, inline this time.
         let mut reader = ExternalDataReader::new(dir.path());
         let _mapped_before = reader.read(&inits[0]).unwrap();
         save_model_proto_with(&loaded, &p, ExternalData::Inline, &mut reader).unwrap();
         let again = load_model_proto(&p).unwrap();
-        assert!(again.graph.as_ref().unwrap().initializer.iter().all(|t| !is_external(t)));
+        assert!(again
+            .graph
+            .as_ref()
+            .unwrap()
+            .initializer
+            .iter()
+            .all(|t| !is_external(t)));
         assert_eq!(canonical(&again), canonical(&m));
 
         // And again into the same side file name while the old one is mapped.
         let mut reader = ExternalDataReader::new(dir.path());
         save_model_proto_with(&again, &p, ExternalData::File("w.bin".into()), &mut reader).unwrap();
-        assert_eq!(canonical(&inlined(&load_model_proto(&p).unwrap(), &p)), canonical(&m));
+        assert_eq!(
+            canonical(&inlined(&load_model_proto(&p).unwrap(), &p)),
+            canonical(&m)
+        );
+    }
+
+    #[test]
+    fn offsets_are_aligned() {
+        let dir = TempDir::new("save_align");
+        let p = dir.path().join("m.onnx");
+        let m = model();
+        save_model_proto(&m, &p, ExternalData::Auto { threshold: 1 }).unwrap();
+        let loaded = load_model_proto(&p).unwrap();
+        let inits = &loaded.graph.as_ref().unwrap().initializer;
+        let r1 = external_ref(&inits[1]).unwrap();
+        assert_eq!(
+            (r1.offset, r1.length),
+            (8000, Some(16)),
+            "8000 is already 64-aligned"
+        );
+        assert!(!is_external(&inits[2]), "string tensors stay inline");
+
+        // A 16-byte tensor first pushes the 8000-byte one to the next page.
+        let mut m2 = m.clone();
+        m2.graph.as_mut().unwrap().initializer.swap(0, 1);
+        save_model_proto(&m2, &p, ExternalData::Auto { threshold: 1 }).unwrap();
+        let loaded = load_model_proto(&p).unwrap();
+        let r = external_ref(&loaded.graph.as_ref().unwrap().initializer[1]).unwrap();
+        assert_eq!((r.offset, r.length), (4096, Some(8000)));
+        assert_eq!(
+            std::fs::metadata(dir.path().join("m.onnx.data"))
+                .unwrap()
+                .len(),
+            4096 + 8000
+        );
+        assert_eq!(canonical(&inlined(&loaded, &p)), canonical(&m2));
     }
 
     #[test]
@@ -346,22 +456,42 @@ mod tests {
         let dir = TempDir::new("save_bad");
         let p = dir.path().join("m.onnx");
         let m = model();
-        let msg = save_model_proto(&m, &p, ExternalData::File("../x.bin".into())).unwrap_err().to_string();
-        assert!(msg.ends_with("external data file name '../x.bin' must be a plain file name without directories"), "{msg}");
-        let msg = save_model_proto(&m, &p, ExternalData::File("m.onnx".into())).unwrap_err().to_string();
+        let msg = save_model_proto(&m, &p, ExternalData::File("../x.bin".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.ends_with(
+                "external data file name '../x.bin' must be a plain file name without directories"
+            ),
+            "{msg}"
+        );
+        let msg = save_model_proto(&m, &p, ExternalData::File("m.onnx".into()))
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("would be the model file itself"), "{msg}");
 
         // Still-external payloads need a reader for their directory.
         save_model_proto(&m, &p, ExternalData::Auto { threshold: 0 }).unwrap();
         let loaded = load_model_proto(&p).unwrap();
         let other = dir.path().join("copy.onnx");
-        let msg = save_model_proto(&loaded, &other, ExternalData::Inline).unwrap_err().to_string();
-        assert!(msg.starts_with("tensor 'big': external data 'm.onnx.data': the model has no directory"), "{msg}");
-        assert!(!other.exists());
-
-        let msg = save_model_proto(&m, dir.path().join("no/such/dir/m.onnx"), ExternalData::Inline)
+        let msg = save_model_proto(&loaded, &other, ExternalData::Inline)
             .unwrap_err()
             .to_string();
+        assert!(
+            msg.starts_with(
+                "tensor 'big': external data 'm.onnx.data': the model has no directory"
+            ),
+            "{msg}"
+        );
+        assert!(!other.exists());
+
+        let msg = save_model_proto(
+            &m,
+            dir.path().join("no/such/dir/m.onnx"),
+            ExternalData::Inline,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(msg.contains("cannot create temporary file"), "{msg}");
     }
 }

@@ -150,7 +150,11 @@ impl<T> MatRef<'_, T> {
         }
         let last = (rows - 1)
             .checked_mul(self.rs)
-            .and_then(|r| (cols - 1).checked_mul(self.cs).and_then(|c| r.checked_add(c)))
+            .and_then(|r| {
+                (cols - 1)
+                    .checked_mul(self.cs)
+                    .and_then(|c| r.checked_add(c))
+            })
             .and_then(|rc| rc.checked_add(self.off));
         matches!(last, Some(l) if l < self.data.len())
     }
@@ -173,7 +177,13 @@ pub(crate) fn gemm_block<T: GemmFloat>(
         return Err(shape_err("gemm block out of bounds"));
     }
     let stride = |s: usize| isize::try_from(s).map_err(|_| shape_err("stride overflows isize"));
-    let (rsa, csa, rsb, csb, rsc) = (stride(a.rs)?, stride(a.cs)?, stride(b.rs)?, stride(b.cs)?, stride(ldc)?);
+    let (rsa, csa, rsb, csb, rsc) = (
+        stride(a.rs)?,
+        stride(a.cs)?,
+        stride(b.rs)?,
+        stride(b.cs)?,
+        stride(ldc)?,
+    );
     // SAFETY: `fits` proved every addressed element of A and B in bounds, the check above did for C,
     // and `c` is a unique borrow so it cannot alias `a` or `b`. With k == 0 nothing of A/B is read.
     unsafe {
@@ -238,8 +248,16 @@ impl MatMulPlan {
         let rank = a_batch.len().max(b_batch.len());
         let mut batch_dims = vec![0; rank];
         for i in 0..rank {
-            let da = if i + a_batch.len() >= rank { a_batch[i + a_batch.len() - rank] } else { 1 };
-            let db = if i + b_batch.len() >= rank { b_batch[i + b_batch.len() - rank] } else { 1 };
+            let da = if i + a_batch.len() >= rank {
+                a_batch[i + a_batch.len() - rank]
+            } else {
+                1
+            };
+            let db = if i + b_batch.len() >= rank {
+                b_batch[i + b_batch.len() - rank]
+            } else {
+                1
+            };
             batch_dims[i] = if da == db || db == 1 {
                 da
             } else if da == 1 {
@@ -270,7 +288,15 @@ impl MatMulPlan {
             out_shape.push(n);
         }
         numel(&out_shape)?;
-        let mut plan = MatMulPlan { out_shape, m, k, n, batch_dims, a_bstrides, b_bstrides };
+        let mut plan = MatMulPlan {
+            out_shape,
+            m,
+            k,
+            n,
+            batch_dims,
+            a_bstrides,
+            b_bstrides,
+        };
         // When B is shared by every batch and A is not broadcast, the batches of A are consecutive rows
         // of one tall matrix: fold them into `m` (bit-identical, since results do not depend on `m`).
         let a_count: usize = a_batch.iter().product();
@@ -352,10 +378,12 @@ pub(crate) fn par_rows<T: Send>(
     if rpt >= rows {
         return f(0..rows, out);
     }
-    out.par_chunks_mut(rpt * n).enumerate().try_for_each(|(t, chunk)| {
-        let r0 = t * rpt;
-        f(r0..r0 + chunk.len() / n, chunk)
-    })
+    out.par_chunks_mut(rpt * n)
+        .enumerate()
+        .try_for_each(|(t, chunk)| {
+            let r0 = t * rpt;
+            f(r0..r0 + chunk.len() / n, chunk)
+        })
 }
 
 /// ONNX MatMul for a float type; `out` must hold `matmul_out_shape(a_shape, b_shape)` elements.
@@ -371,15 +399,26 @@ pub fn matmul<T: GemmFloat>(
     check_len("MatMul B", b.len(), b_shape)?;
     check_len("MatMul output", out.len(), &plan.out_shape)?;
     let (rows, n, k) = (plan.rows(), plan.n, plan.k);
-    if rows < ROW_ALIGN && n >= 256 && rows * n * k >= PAR_MIN_WORK && rayon::current_num_threads() > 1 {
+    if rows < ROW_ALIGN
+        && n >= 256
+        && rows * n * k >= PAR_MIN_WORK
+        && rayon::current_num_threads() > 1
+    {
         return matmul_cols_parallel(&plan, a, b, out);
     }
-    par_rows(rows, n, k, out, |r, chunk| matmul_rows_unchecked(&plan, a, b, r, chunk))
+    par_rows(rows, n, k, out, |r, chunk| {
+        matmul_rows_unchecked(&plan, a, b, r, chunk)
+    })
 }
 
 /// Few rows and many columns (e.g. one token times a weight matrix): split the columns instead.
 /// Each task writes its column block to a small buffer which is then copied into place.
-fn matmul_cols_parallel<T: GemmFloat>(plan: &MatMulPlan, a: &[T], b: &[T], out: &mut [T]) -> KResult<()> {
+fn matmul_cols_parallel<T: GemmFloat>(
+    plan: &MatMulPlan,
+    a: &[T],
+    b: &[T],
+    out: &mut [T],
+) -> KResult<()> {
     let (rows, n, k) = (plan.rows(), plan.n, plan.k);
     let tasks = rayon::current_num_threads() * 4;
     let cpt = n.div_ceil(tasks).div_ceil(ROW_ALIGN) * ROW_ALIGN;
@@ -394,8 +433,18 @@ fn matmul_cols_parallel<T: GemmFloat>(plan: &MatMulPlan, a: &[T], b: &[T], out: 
                     cnt,
                     k,
                     w,
-                    MatRef { data: a, off: ao, rs: k, cs: 1 },
-                    MatRef { data: b, off: bo + c0, rs: n, cs: 1 },
+                    MatRef {
+                        data: a,
+                        off: ao,
+                        rs: k,
+                        cs: 1,
+                    },
+                    MatRef {
+                        data: b,
+                        off: bo + c0,
+                        rs: n,
+                        cs: 1,
+                    },
                     &mut buf[orow * w..],
                     w,
                 )
@@ -425,8 +474,18 @@ fn matmul_rows_unchecked<T: GemmFloat>(
             cnt,
             k,
             n,
-            MatRef { data: a, off: ao, rs: k, cs: 1 },
-            MatRef { data: b, off: bo, rs: n, cs: 1 },
+            MatRef {
+                data: a,
+                off: ao,
+                rs: k,
+                cs: 1,
+            },
+            MatRef {
+                data: b,
+                off: bo,
+                rs: n,
+                cs: 1,
+            },
             &mut out[orow * n..],
             n,
         )
@@ -448,7 +507,10 @@ pub fn matmul_rows<T: GemmFloat>(
     check_len("MatMul A", a.len(), a_shape)?;
     check_len("MatMul B", b.len(), b_shape)?;
     if rows.start > rows.end || rows.end > plan.rows() {
-        return Err(shape_err(format!("row range {rows:?} outside 0..{}", plan.rows())));
+        return Err(shape_err(format!(
+            "row range {rows:?} outside 0..{}",
+            plan.rows()
+        )));
     }
     if out.len() != rows.len() * plan.n {
         return Err(shape_err("matmul_rows: output length mismatch"));
@@ -459,12 +521,24 @@ pub fn matmul_rows<T: GemmFloat>(
 }
 
 /// ONNX MatMul on f32.
-pub fn matmul_f32(a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32]) -> KResult<()> {
+pub fn matmul_f32(
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+    out: &mut [f32],
+) -> KResult<()> {
     matmul(a, a_shape, b, b_shape, out)
 }
 
 /// ONNX MatMul on f64.
-pub fn matmul_f64(a: &[f64], a_shape: &[usize], b: &[f64], b_shape: &[usize], out: &mut [f64]) -> KResult<()> {
+pub fn matmul_f64(
+    a: &[f64],
+    a_shape: &[usize],
+    b: &[f64],
+    b_shape: &[usize],
+    out: &mut [f64],
+) -> KResult<()> {
     matmul(a, a_shape, b, b_shape, out)
 }
 
@@ -531,27 +605,53 @@ pub struct GemmAttrs<T> {
 }
 
 /// `(M, K, N)` of ONNX Gemm, checking that A and B are 2-D and agree on K.
-pub fn gemm_dims(a_shape: &[usize], b_shape: &[usize], trans_a: bool, trans_b: bool) -> KResult<(usize, usize, usize)> {
+pub fn gemm_dims(
+    a_shape: &[usize],
+    b_shape: &[usize],
+    trans_a: bool,
+    trans_b: bool,
+) -> KResult<(usize, usize, usize)> {
     if a_shape.len() != 2 || b_shape.len() != 2 {
-        return Err(shape_err(format!("Gemm needs 2-D A and B, got {a_shape:?} and {b_shape:?}")));
+        return Err(shape_err(format!(
+            "Gemm needs 2-D A and B, got {a_shape:?} and {b_shape:?}"
+        )));
     }
-    let (m, ka) = if trans_a { (a_shape[1], a_shape[0]) } else { (a_shape[0], a_shape[1]) };
-    let (kb, n) = if trans_b { (b_shape[1], b_shape[0]) } else { (b_shape[0], b_shape[1]) };
+    let (m, ka) = if trans_a {
+        (a_shape[1], a_shape[0])
+    } else {
+        (a_shape[0], a_shape[1])
+    };
+    let (kb, n) = if trans_b {
+        (b_shape[1], b_shape[0])
+    } else {
+        (b_shape[0], b_shape[1])
+    };
     if ka != kb {
-        return Err(shape_err(format!("Gemm contraction mismatch: A {a_shape:?} vs B {b_shape:?}")));
+        return Err(shape_err(format!(
+            "Gemm contraction mismatch: A {a_shape:?} vs B {b_shape:?}"
+        )));
     }
     Ok((m, ka, n))
 }
 
 /// Output shape `[M, N]` of ONNX Gemm.
-pub fn gemm_out_shape(a_shape: &[usize], b_shape: &[usize], trans_a: bool, trans_b: bool) -> KResult<Vec<usize>> {
+pub fn gemm_out_shape(
+    a_shape: &[usize],
+    b_shape: &[usize],
+    trans_a: bool,
+    trans_b: bool,
+) -> KResult<Vec<usize>> {
     let (m, _, n) = gemm_dims(a_shape, b_shape, trans_a, trans_b)?;
     Ok(vec![m, n])
 }
 
 /// Row and column strides of C broadcast (unidirectionally) to `[m, n]`.
 fn c_strides(c_shape: &[usize], m: usize, n: usize) -> KResult<(usize, usize)> {
-    let bad = || shape_err(format!("Gemm C {c_shape:?} does not broadcast to [{m}, {n}]"));
+    let bad = || {
+        shape_err(format!(
+            "Gemm C {c_shape:?} does not broadcast to [{m}, {n}]"
+        ))
+    };
     let (cm, cn) = match c_shape {
         [] => (1, 1),
         [x] => (1, *x),
@@ -595,7 +695,9 @@ pub fn gemm_rows<T: GemmFloat>(
 ) -> KResult<()> {
     let (m, _, n) = gemm_dims(a_shape, b_shape, attrs.trans_a, attrs.trans_b)?;
     if rows.start > rows.end || rows.end > m || out.len() != rows.len() * n {
-        return Err(shape_err(format!("Gemm row range {rows:?} / output length mismatch")));
+        return Err(shape_err(format!(
+            "Gemm row range {rows:?} / output length mismatch"
+        )));
     }
     gemm_rows_checked(a, a_shape, b, b_shape, c, attrs, rows, out)
 }
@@ -630,8 +732,18 @@ fn gemm_rows_checked<T: GemmFloat>(
             r.len(),
             k,
             n,
-            MatRef { data: a, off: i0 * rsa, rs: rsa, cs: csa },
-            MatRef { data: b, off: 0, rs: rsb, cs: csb },
+            MatRef {
+                data: a,
+                off: i0 * rsa,
+                rs: rsa,
+                cs: csa,
+            },
+            MatRef {
+                data: b,
+                off: 0,
+                rs: rsb,
+                cs: csb,
+            },
             chunk,
             n,
         )?;
@@ -658,7 +770,13 @@ fn gemm_rows_checked<T: GemmFloat>(
 #[cfg(test)]
 pub(crate) mod testutil {
     /// Copies `x[.., start..end, ..]` (slicing `axis`) out of a row-major tensor.
-    pub fn slice_axis<T: Copy>(x: &[T], shape: &[usize], axis: usize, start: usize, end: usize) -> Vec<T> {
+    pub fn slice_axis<T: Copy>(
+        x: &[T],
+        shape: &[usize],
+        axis: usize,
+        start: usize,
+        end: usize,
+    ) -> Vec<T> {
         let outer: usize = shape[..axis].iter().product();
         let inner: usize = shape[axis + 1..].iter().product();
         let d = shape[axis];
@@ -678,10 +796,14 @@ pub(crate) mod testutil {
 
     /// Deterministic pseudo-random floats in [-1, 1) (a small LCG; no extra dependency).
     pub fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()
@@ -731,7 +853,10 @@ mod tests {
 
     #[test]
     fn out_shapes_and_errors() {
-        assert_eq!(matmul_out_shape(&[2, 1, 3, 4], &[5, 4, 6]).unwrap(), vec![2, 5, 3, 6]);
+        assert_eq!(
+            matmul_out_shape(&[2, 1, 3, 4], &[5, 4, 6]).unwrap(),
+            vec![2, 5, 3, 6]
+        );
         assert_eq!(matmul_out_shape(&[4], &[3, 4, 6]).unwrap(), vec![3, 6]);
         assert_eq!(matmul_out_shape(&[3, 2, 4], &[4]).unwrap(), vec![3, 2]);
         assert_eq!(matmul_out_shape(&[4], &[4]).unwrap(), Vec::<usize>::new());
@@ -752,8 +877,14 @@ mod tests {
         matmul_f32(&a, &[2, 1, m, k], &b, &[3, k, n], &mut out).unwrap();
         for i in 0..2 {
             for j in 0..3 {
-                let a64: Vec<f64> = a[i * m * k..(i + 1) * m * k].iter().map(|&x| x as f64).collect();
-                let b64: Vec<f64> = b[j * k * n..(j + 1) * k * n].iter().map(|&x| x as f64).collect();
+                let a64: Vec<f64> = a[i * m * k..(i + 1) * m * k]
+                    .iter()
+                    .map(|&x| x as f64)
+                    .collect();
+                let b64: Vec<f64> = b[j * k * n..(j + 1) * k * n]
+                    .iter()
+                    .map(|&x| x as f64)
+                    .collect();
                 let r = naive(&a64, &b64, m, k, n);
                 let o = &out[(i * 3 + j) * m * n..(i * 3 + j + 1) * m * n];
                 for (x, y) in o.iter().zip(&r) {
@@ -789,12 +920,30 @@ mod tests {
         let c = rand_vec(n, 5);
         let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
         let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
-        let attrs = GemmAttrs { alpha: 0.5f32, beta: 2.0, trans_a: false, trans_b: false };
+        let attrs = GemmAttrs {
+            alpha: 0.5f32,
+            beta: 2.0,
+            trans_a: false,
+            trans_b: false,
+        };
         let mut y = vec![0.0f32; m * n];
         gemm(&a, &[m, k], &b, &[k, n], Some((&c, &[n])), attrs, &mut y).unwrap();
         let mut yt = vec![0.0f32; m * n];
-        let attrs_t = GemmAttrs { trans_a: true, trans_b: true, ..attrs };
-        gemm(&at, &[k, m], &bt, &[n, k], Some((&c, &[1, n])), attrs_t, &mut yt).unwrap();
+        let attrs_t = GemmAttrs {
+            trans_a: true,
+            trans_b: true,
+            ..attrs
+        };
+        gemm(
+            &at,
+            &[k, m],
+            &bt,
+            &[n, k],
+            Some((&c, &[1, n])),
+            attrs_t,
+            &mut yt,
+        )
+        .unwrap();
         assert!(same_bits(&y, &yt));
         let a64: Vec<f64> = a.iter().map(|&x| x as f64).collect();
         let b64: Vec<f64> = b.iter().map(|&x| x as f64).collect();
@@ -810,12 +959,29 @@ mod tests {
 
     /// Calls the raw kernel on sub-blocks of A/B/C (pointer offsets into the full matrices) and
     /// checks every element against the full product.
-    fn check_block_identity(m: usize, k: usize, n: usize, rows: &[usize], cols: &[usize], seed: u64) {
+    fn check_block_identity(
+        m: usize,
+        k: usize,
+        n: usize,
+        rows: &[usize],
+        cols: &[usize],
+        seed: u64,
+    ) {
         let a = rand_vec(m * k, seed);
         let b = rand_vec(k * n, seed + 1);
         let mut full = vec![0.0f32; m * n];
-        let am = MatRef { data: &a[..], off: 0, rs: k, cs: 1 };
-        let bm = MatRef { data: &b[..], off: 0, rs: n, cs: 1 };
+        let am = MatRef {
+            data: &a[..],
+            off: 0,
+            rs: k,
+            cs: 1,
+        };
+        let bm = MatRef {
+            data: &b[..],
+            off: 0,
+            rs: n,
+            cs: 1,
+        };
         gemm_block(m, k, n, am, bm, &mut full, n).unwrap();
         let mut pieced = vec![f32::NAN; m * n];
         let cuts = |v: &[usize], len: usize| {
@@ -843,7 +1009,10 @@ mod tests {
                 .unwrap();
             }
         }
-        assert!(same_bits(&full, &pieced), "m={m} k={k} n={n} rows={rc:?} cols={cc:?}");
+        assert!(
+            same_bits(&full, &pieced),
+            "m={m} k={k} n={n} rows={rc:?} cols={cc:?}"
+        );
     }
 
     #[test]
@@ -919,10 +1088,19 @@ mod tests {
         let (m, k, n) = (200, 300, 180);
         let a = rand_vec(m * k, 11);
         let b = rand_vec(k * n, 12);
-        let run = |threads: usize, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], outn: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let run = |threads: usize,
+                   a: &[f32],
+                   a_shape: &[usize],
+                   b: &[f32],
+                   b_shape: &[usize],
+                   outn: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             let mut out = vec![0.0f32; outn];
-            pool.install(|| matmul_f32(a, a_shape, b, b_shape, &mut out)).unwrap();
+            pool.install(|| matmul_f32(a, a_shape, b, b_shape, &mut out))
+                .unwrap();
             out
         };
         let one = run(1, &a, &[m, k], &b, &[k, n], m * n);
@@ -933,8 +1111,14 @@ mod tests {
         let bw = rand_vec(k * 4096, 13);
         let a3 = &a[..3 * k];
         let one = run(1, a3, &[3, k], &bw, &[k, 4096], 3 * 4096);
-        assert!(same_bits(&one, &run(2, a3, &[3, k], &bw, &[k, 4096], 3 * 4096)));
-        assert!(same_bits(&one, &run(5, a3, &[3, k], &bw, &[k, 4096], 3 * 4096)));
+        assert!(same_bits(
+            &one,
+            &run(2, a3, &[3, k], &bw, &[k, 4096], 3 * 4096)
+        ));
+        assert!(same_bits(
+            &one,
+            &run(5, a3, &[3, k], &bw, &[k, 4096], 3 * 4096)
+        ));
         let mut rows_only = vec![0.0f32; 3 * 4096];
         matmul_rows(a3, &[3, k], &bw, &[k, 4096], 0..3, &mut rows_only).unwrap();
         assert!(same_bits(&one, &rows_only));
@@ -948,15 +1132,22 @@ mod tests {
         let b = rand_vec(s * s, 22);
         let mut out = vec![0.0f32; s * s];
         for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             let mut best = f64::MAX;
             for _ in 0..3 {
                 let t = std::time::Instant::now();
-                pool.install(|| matmul_f32(&a, &[s, s], &b, &[s, s], &mut out)).unwrap();
+                pool.install(|| matmul_f32(&a, &[s, s], &b, &[s, s], &mut out))
+                    .unwrap();
                 best = best.min(t.elapsed().as_secs_f64());
             }
             let gflops = 2.0 * (s * s * s) as f64 / best / 1e9;
-            println!("matmul 1024^3 f32, {threads} thread(s): {gflops:.1} GFLOP/s ({:.2} ms)", best * 1e3);
+            println!(
+                "matmul 1024^3 f32, {threads} thread(s): {gflops:.1} GFLOP/s ({:.2} ms)",
+                best * 1e3
+            );
         }
         assert!(out.iter().all(|x| x.is_finite()));
     }

@@ -1,1 +1,331 @@
-//! Kernels: movement.
+//! Data-movement kernels: strided gather (Transpose, Slice, Expand, Tile, Split are all one
+//! [`strided_copy`]), Concat and Trilu.
+//!
+//! These kernels only move bits (they are generic over any `Copy` element and callers pass the
+//! unsigned integer of the element's size), so every output element is the input element it names and
+//! any split of the output is bit-identical by construction.
+
+use super::elementwise::strides_of;
+use super::matmul::{check_len, shape_err, KResult};
+use rayon::prelude::*;
+
+/// Outputs at least this long are filled by several rayon tasks.
+const PAR_MIN: usize = 1 << 16;
+
+/// `shape`/`strides` with size-1 dims dropped and mergeable neighbours merged; never empty.
+fn coalesce(shape: &[usize], strides: &[isize]) -> (Vec<usize>, Vec<isize>) {
+    let (mut d, mut s): (Vec<usize>, Vec<isize>) = (Vec::new(), Vec::new());
+    for (&n, &st) in shape.iter().zip(strides) {
+        if n == 1 {
+            continue;
+        }
+        if let (Some(ld), Some(ls)) = (d.last_mut(), s.last_mut()) {
+            if *ls == st * n as isize {
+                *ld *= n;
+                *ls = st;
+                continue;
+            }
+        }
+        d.push(n);
+        s.push(st);
+    }
+    if d.is_empty() {
+        d.push(1);
+        s.push(0);
+    }
+    (d, s)
+}
+
+/// `dst[i] = src[base + sum_k idx_k * strides[k]]` for every multi-index `idx` of `shape` in row-major
+/// order. Strides may be negative (reversed slices) or zero (broadcast). Errors when any addressed
+/// element lies outside `src`.
+pub fn strided_copy<T: Copy + Send + Sync>(
+    src: &[T],
+    base: usize,
+    shape: &[usize],
+    strides: &[isize],
+    dst: &mut [T],
+) -> KResult<()> {
+    if shape.len() != strides.len() {
+        return Err(shape_err("strided copy: shape and strides differ in rank"));
+    }
+    check_len("strided copy output", dst.len(), shape)?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let (mut lo, mut hi) = (base as i128, base as i128);
+    for (&n, &s) in shape.iter().zip(strides) {
+        let reach = (n as i128 - 1) * s as i128;
+        if reach < 0 {
+            lo += reach;
+        } else {
+            hi += reach;
+        }
+    }
+    if lo < 0 || hi >= src.len() as i128 {
+        return Err(shape_err(format!(
+            "strided copy reads elements {lo}..={hi} of a {}-element input",
+            src.len()
+        )));
+    }
+    let (dims, st) = coalesce(shape, strides);
+    let inner = dims[dims.len() - 1];
+    let is = st[st.len() - 1];
+    let outer = &dims[..dims.len() - 1];
+    let ost = &st[..st.len() - 1];
+    let rows = |first_row: usize, chunk: &mut [T]| {
+        let mut idx = vec![0usize; outer.len()];
+        let mut rem = first_row;
+        for d in (0..outer.len()).rev() {
+            idx[d] = rem % outer[d];
+            rem /= outer[d];
+        }
+        let mut off = base as isize + idx.iter().zip(ost).map(|(&i, &s)| i as isize * s).sum::<isize>();
+        for row in chunk.chunks_mut(inner) {
+            if is == 1 {
+                let o = off as usize;
+                row.copy_from_slice(&src[o..o + inner]);
+            } else {
+                let mut p = off;
+                for v in row.iter_mut() {
+                    *v = src[p as usize];
+                    p += is;
+                }
+            }
+            for d in (0..outer.len()).rev() {
+                idx[d] += 1;
+                off += ost[d];
+                if idx[d] < outer[d] {
+                    break;
+                }
+                off -= ost[d] * outer[d] as isize;
+                idx[d] = 0;
+            }
+        }
+    };
+    if dst.len() < PAR_MIN || rayon::current_num_threads() <= 1 {
+        rows(0, dst);
+    } else {
+        let rpt = (PAR_MIN / 4).div_ceil(inner).max(1);
+        dst.par_chunks_mut(rpt * inner)
+            .enumerate()
+            .for_each(|(t, c)| rows(t * rpt, c));
+    }
+    Ok(())
+}
+
+/// Row-major element strides of `shape` as `isize`.
+pub fn istrides(shape: &[usize]) -> Vec<isize> {
+    strides_of(shape).into_iter().map(|s| s as isize).collect()
+}
+
+/// ONNX Transpose: `dst` has shape `shape[perm[i]]`.
+pub fn transpose<T: Copy + Send + Sync>(src: &[T], shape: &[usize], perm: &[usize], dst: &mut [T]) -> KResult<()> {
+    check_len("Transpose input", src.len(), shape)?;
+    let mut seen = vec![false; shape.len()];
+    if perm.len() != shape.len() || perm.iter().any(|&p| p >= shape.len() || std::mem::replace(&mut seen[p], true)) {
+        return Err(shape_err(format!("perm {perm:?} is not a permutation of rank {}", shape.len())));
+    }
+    let st = istrides(shape);
+    let oshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let ost: Vec<isize> = perm.iter().map(|&p| st[p]).collect();
+    strided_copy(src, 0, &oshape, &ost, dst)
+}
+
+/// Broadcasts `src` of `shape` to `oshape` (numpy rules, `oshape` already the broadcast).
+pub fn expand<T: Copy + Send + Sync>(src: &[T], shape: &[usize], oshape: &[usize], dst: &mut [T]) -> KResult<()> {
+    check_len("Expand input", src.len(), shape)?;
+    if shape.len() > oshape.len() {
+        return Err(shape_err(format!("{shape:?} does not broadcast to {oshape:?}")));
+    }
+    let pad = oshape.len() - shape.len();
+    let st = istrides(shape);
+    let mut ost = vec![0isize; oshape.len()];
+    for (i, &d) in shape.iter().enumerate() {
+        if d == oshape[pad + i] {
+            ost[pad + i] = if d == 1 { 0 } else { st[i] };
+        } else if d != 1 {
+            return Err(shape_err(format!("{shape:?} does not broadcast to {oshape:?}")));
+        }
+    }
+    strided_copy(src, 0, oshape, &ost, dst)
+}
+
+/// ONNX Tile: `dst` has shape `shape[i] * repeats[i]`.
+pub fn tile<T: Copy + Send + Sync>(src: &[T], shape: &[usize], repeats: &[usize], dst: &mut [T]) -> KResult<()> {
+    check_len("Tile input", src.len(), shape)?;
+    if repeats.len() != shape.len() {
+        return Err(shape_err(format!("Tile repeats {repeats:?} do not match rank {}", shape.len())));
+    }
+    // Output index r * d + j along an axis reads j: the interleaved shape [r0, d0, r1, d1, ..] with
+    // stride 0 on each repeat axis is exactly the tiled tensor in row-major order.
+    let st = istrides(shape);
+    let mut ishape = Vec::with_capacity(2 * shape.len());
+    let mut ist = Vec::with_capacity(2 * shape.len());
+    for i in 0..shape.len() {
+        ishape.extend([repeats[i], shape[i]]);
+        ist.extend([0, st[i]]);
+    }
+    strided_copy(src, 0, &ishape, &ist, dst)
+}
+
+/// ONNX Concat along `axis` of inputs that agree on every other dim; `dst` holds the result.
+pub fn concat<T: Copy + Send + Sync>(inputs: &[(&[T], &[usize])], axis: usize, dst: &mut [T]) -> KResult<()> {
+    let Some((_, first)) = inputs.first() else {
+        return Err(shape_err("Concat needs at least one input"));
+    };
+    if axis >= first.len() {
+        return Err(shape_err(format!("Concat axis {axis} out of range for rank {}", first.len())));
+    }
+    let mut total = 0usize;
+    for (data, s) in inputs {
+        check_len("Concat input", data.len(), s)?;
+        let same = s.len() == first.len() && (0..s.len()).all(|i| i == axis || s[i] == first[i]);
+        if !same {
+            return Err(shape_err(format!("Concat inputs {first:?} and {s:?} differ off axis {axis}")));
+        }
+        total += s[axis];
+    }
+    let outer: usize = first[..axis].iter().product();
+    let inner: usize = first[axis + 1..].iter().product();
+    if dst.len() != outer * total * inner {
+        return Err(shape_err("Concat output length mismatch"));
+    }
+    let row = total * inner;
+    if row == 0 {
+        return Ok(());
+    }
+    let fill = |o: usize, out_row: &mut [T]| {
+        let mut at = 0;
+        for (data, s) in inputs {
+            let w = s[axis] * inner;
+            out_row[at..at + w].copy_from_slice(&data[o * w..(o + 1) * w]);
+            at += w;
+        }
+    };
+    if dst.len() < PAR_MIN || rayon::current_num_threads() <= 1 {
+        dst.chunks_mut(row).enumerate().for_each(|(o, r)| fill(o, r));
+    } else {
+        dst.par_chunks_mut(row).enumerate().for_each(|(o, r)| fill(o, r));
+    }
+    Ok(())
+}
+
+/// ONNX Trilu on the last two axes: keeps `j - i >= k` (`upper`) or `j - i <= k` (lower), zeroes the
+/// rest with `zero`.
+pub fn trilu<T: Copy + Send + Sync>(
+    src: &[T],
+    shape: &[usize],
+    upper: bool,
+    k: i64,
+    zero: T,
+    dst: &mut [T],
+) -> KResult<()> {
+    check_len("Trilu input", src.len(), shape)?;
+    check_len("Trilu output", dst.len(), shape)?;
+    let r = shape.len();
+    if r < 2 {
+        return Err(shape_err(format!("Trilu needs rank >= 2, got {shape:?}")));
+    }
+    let (m, n) = (shape[r - 2], shape[r - 1]);
+    if n == 0 {
+        return Ok(());
+    }
+    for (row_i, (o, x)) in dst.chunks_mut(n).zip(src.chunks(n)).enumerate() {
+        let i = (row_i % m.max(1)) as i64;
+        for (j, (o, &v)) in o.iter_mut().zip(x).enumerate() {
+            let d = j as i64 - i;
+            let keep = if upper { d >= k } else { d <= k };
+            *o = if keep { v } else { zero };
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn transpose_hand() {
+        let x: Vec<u32> = (0..6).collect();
+        let mut y = vec![0u32; 6];
+        transpose(&x, &[2, 3], &[1, 0], &mut y).unwrap();
+        assert_eq!(y, [0, 3, 1, 4, 2, 5]);
+        assert!(transpose(&x, &[2, 3], &[0, 0], &mut y).is_err());
+        let x: Vec<u32> = (0..24).collect();
+        let mut y = vec![0u32; 24];
+        transpose(&x, &[2, 3, 4], &[2, 0, 1], &mut y).unwrap();
+        // y[k, i, j] = x[i, j, k]
+        assert_eq!(y[..6], [0, 4, 8, 12, 16, 20]);
+        assert_eq!(y[6], 1);
+    }
+
+    #[test]
+    fn expand_tile_concat_trilu_hand() {
+        let mut y = vec![0u8; 6];
+        expand(&[1u8, 2], &[2, 1], &[2, 3], &mut y).unwrap();
+        assert_eq!(y, [1, 1, 1, 2, 2, 2]);
+        assert!(expand(&[1u8, 2], &[2], &[3], &mut y[..3]).is_err());
+        let mut t = vec![0u16; 8];
+        tile(&[1u16, 2, 3, 4], &[2, 2], &[1, 2], &mut t).unwrap();
+        assert_eq!(t, [1, 2, 1, 2, 3, 4, 3, 4]);
+        let mut c = vec![0u32; 6];
+        concat(&[(&[1u32, 2], &[2, 1]), (&[3u32, 4, 5, 6], &[2, 2])], 1, &mut c).unwrap();
+        assert_eq!(c, [1, 3, 4, 2, 5, 6]);
+        assert!(concat(&[(&[1u32, 2], &[2, 1]), (&[3u32, 4, 5], &[3, 1])], 1, &mut c).is_err());
+        let x: Vec<u32> = (1..=9).collect();
+        let mut u = vec![0u32; 9];
+        trilu(&x, &[3, 3], true, 0, 0, &mut u).unwrap();
+        assert_eq!(u, [1, 2, 3, 0, 5, 6, 0, 0, 9]);
+        trilu(&x, &[3, 3], false, -1, 0, &mut u).unwrap();
+        assert_eq!(u, [0, 0, 0, 4, 0, 0, 7, 8, 0]);
+    }
+
+    #[test]
+    fn strided_copy_reversed_and_bounds() {
+        let x: Vec<u32> = (0..10).collect();
+        let mut y = vec![0u32; 4];
+        strided_copy(&x, 9, &[4], &[-2], &mut y).unwrap();
+        assert_eq!(y, [9, 7, 5, 3]);
+        assert!(strided_copy(&x, 2, &[4], &[-1], &mut y).is_err());
+        assert!(strided_copy(&x, 8, &[4], &[1], &mut y).is_err());
+    }
+
+    fn naive_transpose(x: &[u32], shape: &[usize], perm: &[usize]) -> Vec<u32> {
+        let oshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let st = strides_of(shape);
+        let n: usize = shape.iter().product();
+        (0..n)
+            .map(|mut i| {
+                let mut off = 0;
+                for d in (0..oshape.len()).rev() {
+                    off += (i % oshape[d]) * st[perm[d]];
+                    i /= oshape[d];
+                }
+                x[off]
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn transpose_matches_naive_and_is_large_safe(
+            shape in prop::collection::vec(1usize..=40, 1..=4),
+            seed in any::<u64>(),
+        ) {
+            let n: usize = shape.iter().product();
+            let x: Vec<u32> = (0..n as u32).collect();
+            let mut perm: Vec<usize> = (0..shape.len()).collect();
+            let mut s = seed;
+            for i in (1..perm.len()).rev() {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1);
+                perm.swap(i, (s >> 33) as usize % (i + 1));
+            }
+            let mut y = vec![0u32; n];
+            transpose(&x, &shape, &perm, &mut y).unwrap();
+            prop_assert_eq!(y, naive_transpose(&x, &shape, &perm));
+        }
+    }
+}

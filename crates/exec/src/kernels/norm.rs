@@ -24,25 +24,43 @@ impl Float for f64 {}
 const PAR_MIN_ELEMS: usize = 1 << 15;
 
 /// Runs `f(row_index, in_row, out_row)` over rows of length `len`, in parallel for large inputs.
-fn par_rows<T: Float>(x: &[T], out: &mut [T], len: usize, f: impl Fn(usize, &[T], &mut [T]) + Sync) {
+fn par_rows<T: Float>(
+    x: &[T],
+    out: &mut [T],
+    len: usize,
+    f: impl Fn(usize, &[T], &mut [T]) + Sync,
+) {
     if len == 0 {
         return;
     }
     let rows = x.len() / len;
     if x.len() < PAR_MIN_ELEMS || rayon::current_num_threads() <= 1 || rows < 2 {
-        for (r, (xi, oi)) in x.chunks_exact(len).zip(out.chunks_exact_mut(len)).enumerate() {
+        for (r, (xi, oi)) in x
+            .chunks_exact(len)
+            .zip(out.chunks_exact_mut(len))
+            .enumerate()
+        {
             f(r, xi, oi);
         }
         return;
     }
-    let rpt = PAR_MIN_ELEMS.div_ceil(2 * len).max(rows.div_ceil(rayon::current_num_threads() * 8)).max(1);
-    out.par_chunks_mut(rpt * len).enumerate().for_each(|(t, oc)| {
-        let r0 = t * rpt;
-        let xc = &x[r0 * len..r0 * len + oc.len()];
-        for (i, (xi, oi)) in xc.chunks_exact(len).zip(oc.chunks_exact_mut(len)).enumerate() {
-            f(r0 + i, xi, oi);
-        }
-    });
+    let rpt = PAR_MIN_ELEMS
+        .div_ceil(2 * len)
+        .max(rows.div_ceil(rayon::current_num_threads() * 8))
+        .max(1);
+    out.par_chunks_mut(rpt * len)
+        .enumerate()
+        .for_each(|(t, oc)| {
+            let r0 = t * rpt;
+            let xc = &x[r0 * len..r0 * len + oc.len()];
+            for (i, (xi, oi)) in xc
+                .chunks_exact(len)
+                .zip(oc.chunks_exact_mut(len))
+                .enumerate()
+            {
+                f(r0 + i, xi, oi);
+            }
+        });
 }
 
 /// Softmax (or LogSoftmax) of one contiguous sequence.
@@ -67,11 +85,21 @@ pub fn softmax_seq<T: Float>(x: &[T], out: &mut [T], log: bool) {
 
 /// Splits `shape` at `axis` into `(outer, d, inner)`.
 fn split3(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
 }
 
 /// ONNX Softmax / LogSoftmax (opset 13: along the single axis `axis`). `out` has the input's shape.
-pub fn softmax<T: Float>(x: &[T], shape: &[usize], axis: i64, log: bool, out: &mut [T]) -> KResult<()> {
+pub fn softmax<T: Float>(
+    x: &[T],
+    shape: &[usize],
+    axis: i64,
+    log: bool,
+    out: &mut [T],
+) -> KResult<()> {
     check_len("Softmax input", x.len(), shape)?;
     check_len("Softmax output", out.len(), shape)?;
     if shape.is_empty() {
@@ -116,7 +144,13 @@ pub fn log_softmax_f32(x: &[f32], shape: &[usize], axis: i64, out: &mut [f32]) -
 #[inline]
 pub fn mean_inv_std<T: Float>(x: &[T], eps: T) -> (T, T) {
     let mean = sum_seq(x).div_count(x.len());
-    let var = fold_lanes(x, |v| (v - mean) * (v - mean), <T as ReduceElem>::add, T::ZERO).div_count(x.len());
+    let var = fold_lanes(
+        x,
+        |v| (v - mean) * (v - mean),
+        <T as ReduceElem>::add,
+        T::ZERO,
+    )
+    .div_count(x.len());
     (mean, T::ONE / (var + eps).sqrt())
 }
 
@@ -125,7 +159,10 @@ fn check_param(what: &str, p: &[impl Copy], n: usize) -> KResult<()> {
     if p.len() == n || p.len() == 1 {
         Ok(())
     } else {
-        Err(shape_err(format!("{what} has {} elements, expected {n} or 1", p.len())))
+        Err(shape_err(format!(
+            "{what} has {} elements, expected {n} or 1",
+            p.len()
+        )))
     }
 }
 
@@ -173,7 +210,9 @@ pub fn layer_norm<T: Float>(
     }
     for s in [&stats.mean, &stats.inv_std].into_iter().flatten() {
         if s.len() != rows {
-            return Err(shape_err(format!("LayerNormalization stats output needs {rows} elements")));
+            return Err(shape_err(format!(
+                "LayerNormalization stats output needs {rows} elements"
+            )));
         }
     }
     if n == 0 {
@@ -196,7 +235,11 @@ pub fn layer_norm<T: Float>(
         });
     } else {
         let mut st = vec![(T::ZERO, T::ZERO); rows];
-        for ((xi, oi), s) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)).zip(st.iter_mut()) {
+        for ((xi, oi), s) in x
+            .chunks_exact(n)
+            .zip(out.chunks_exact_mut(n))
+            .zip(st.iter_mut())
+        {
             *s = row(xi, oi);
         }
         if let Some(m) = stats.mean {
@@ -214,7 +257,14 @@ pub fn layer_norm<T: Float>(
 }
 
 /// RMSNormalization over axes `axis..rank`: `y = x / sqrt(mean(x^2) + eps) * scale`.
-pub fn rms_norm<T: Float>(x: &[T], shape: &[usize], axis: i64, epsilon: T, scale: &[T], out: &mut [T]) -> KResult<()> {
+pub fn rms_norm<T: Float>(
+    x: &[T],
+    shape: &[usize],
+    axis: i64,
+    epsilon: T,
+    scale: &[T],
+    out: &mut [T],
+) -> KResult<()> {
     check_len("RMSNormalization input", x.len(), shape)?;
     check_len("RMSNormalization output", out.len(), shape)?;
     if shape.is_empty() {
@@ -235,21 +285,37 @@ pub fn rms_norm<T: Float>(x: &[T], shape: &[usize], axis: i64, epsilon: T, scale
 
 fn check_nc(what: &str, shape: &[usize], params: &[(&str, usize)]) -> KResult<(usize, usize)> {
     if shape.len() < 2 {
-        return Err(shape_err(format!("{what} needs an input of rank >= 2, got {shape:?}")));
+        return Err(shape_err(format!(
+            "{what} needs an input of rank >= 2, got {shape:?}"
+        )));
     }
     for &(name, len) in params {
         if len != shape[1] {
-            return Err(shape_err(format!("{what}: {name} has {len} elements, channels are {}", shape[1])));
+            return Err(shape_err(format!(
+                "{what}: {name} has {len} elements, channels are {}",
+                shape[1]
+            )));
         }
     }
     Ok((shape[1], shape[2..].iter().product()))
 }
 
 /// InstanceNormalization: per (n, c) over the spatial axes, `y = (x - mean) * inv_std * scale[c] + b[c]`.
-pub fn instance_norm<T: Float>(x: &[T], shape: &[usize], scale: &[T], b: &[T], epsilon: T, out: &mut [T]) -> KResult<()> {
+pub fn instance_norm<T: Float>(
+    x: &[T],
+    shape: &[usize],
+    scale: &[T],
+    b: &[T],
+    epsilon: T,
+    out: &mut [T],
+) -> KResult<()> {
     check_len("InstanceNormalization input", x.len(), shape)?;
     check_len("InstanceNormalization output", out.len(), shape)?;
-    let (c, sp) = check_nc("InstanceNormalization", shape, &[("scale", scale.len()), ("B", b.len())])?;
+    let (c, sp) = check_nc(
+        "InstanceNormalization",
+        shape,
+        &[("scale", scale.len()), ("B", b.len())],
+    )?;
     par_rows(x, out, sp, |r, xi, oi| {
         let ch = r % c;
         let (mean, inv) = mean_inv_std(xi, epsilon);
@@ -276,7 +342,12 @@ pub fn batch_norm<T: Float>(
     let (c, sp) = check_nc(
         "BatchNormalization",
         shape,
-        &[("scale", scale.len()), ("B", b.len()), ("mean", mean.len()), ("var", var.len())],
+        &[
+            ("scale", scale.len()),
+            ("B", b.len()),
+            ("mean", mean.len()),
+            ("var", var.len()),
+        ],
     )?;
     par_rows(x, out, sp, |r, xi, oi| {
         let ch = r % c;
@@ -292,7 +363,9 @@ pub fn batch_norm<T: Float>(
 /// Rejects attribute values these kernels do not implement (e.g. BatchNormalization training mode).
 pub fn check_batch_norm_training(training_mode: bool) -> KResult<()> {
     if training_mode {
-        Err(KernelError::Unsupported("BatchNormalization training_mode=1".into()))
+        Err(KernelError::Unsupported(
+            "BatchNormalization training_mode=1".into(),
+        ))
     } else {
         Ok(())
     }
@@ -338,7 +411,10 @@ mod tests {
         let mut inv = [0.0f32; 2];
         let scale = [1.0f32, 1.0, 2.0, 2.0];
         let bias = [0.0f32, 0.0, 0.0, 1.0];
-        let stats = NormStats { mean: Some(&mut mean), inv_std: Some(&mut inv) };
+        let stats = NormStats {
+            mean: Some(&mut mean),
+            inv_std: Some(&mut inv),
+        };
         layer_norm(&x, &[2, 4], -1, 0.0, &scale, Some(&bias), &mut y, stats).unwrap();
         assert_eq!(mean, [2.5, 10.0]);
         let inv0 = 1.0 / 1.25f64.sqrt();
@@ -346,9 +422,29 @@ mod tests {
         assert!(close(y[0], -1.5 * inv0, 1e-6));
         assert!(close(y[3], 1.5 * inv0 * 2.0 + 1.0, 1e-6));
         let mut y2 = [0.0f32; 8];
-        layer_norm(&x, &[2, 4], 1, 0.0, &scale, Some(&bias), &mut y2, NormStats::default()).unwrap();
+        layer_norm(
+            &x,
+            &[2, 4],
+            1,
+            0.0,
+            &scale,
+            Some(&bias),
+            &mut y2,
+            NormStats::default(),
+        )
+        .unwrap();
         assert!(same_bits(&y[..4], &y2[..4]));
-        assert!(layer_norm(&x, &[2, 4], 1, 0.0, &scale[..3], None, &mut y2, NormStats::default()).is_err());
+        assert!(layer_norm(
+            &x,
+            &[2, 4],
+            1,
+            0.0,
+            &scale[..3],
+            None,
+            &mut y2,
+            NormStats::default()
+        )
+        .is_err());
     }
 
     #[test]
@@ -363,7 +459,17 @@ mod tests {
         instance_norm(&xi, &[1, 2, 2], &[1.0, 2.0], &[0.0, 1.0], 0.0, &mut yi).unwrap();
         assert_eq!(yi, [-1.0, 1.0, -1.0, 3.0]);
         let mut yb = [0.0f32; 4];
-        batch_norm(&xi, &[2, 2], &[1.0, 2.0], &[0.5, 0.0], &[1.0, 2.0], &[4.0, 1.0], 0.0, &mut yb).unwrap();
+        batch_norm(
+            &xi,
+            &[2, 2],
+            &[1.0, 2.0],
+            &[0.5, 0.0],
+            &[1.0, 2.0],
+            &[4.0, 1.0],
+            0.0,
+            &mut yb,
+        )
+        .unwrap();
         assert_eq!(yb, [0.5, 2.0, 5.0, 36.0]);
         assert!(batch_norm(&xi, &[2, 2], &[1.0], &[0.5], &[1.0], &[4.0], 0.0, &mut yb).is_err());
         assert!(check_batch_norm_training(true).is_err());
@@ -427,17 +533,34 @@ mod tests {
     #[test]
     fn layer_norm_matches_f64_reference() {
         let (rows, n) = (7, 300);
-        let x: Vec<f32> = rand_vec(rows * n, 9).iter().map(|v| v * 3.0 + 1.0).collect();
+        let x: Vec<f32> = rand_vec(rows * n, 9)
+            .iter()
+            .map(|v| v * 3.0 + 1.0)
+            .collect();
         let scale = rand_vec(n, 10);
         let mut y = vec![0.0f32; rows * n];
-        layer_norm(&x, &[rows, n], 1, 1e-5, &scale, None, &mut y, NormStats::default()).unwrap();
+        layer_norm(
+            &x,
+            &[rows, n],
+            1,
+            1e-5,
+            &scale,
+            None,
+            &mut y,
+            NormStats::default(),
+        )
+        .unwrap();
         for r in 0..rows {
             let xr: Vec<f64> = x[r * n..(r + 1) * n].iter().map(|&v| v as f64).collect();
             let m = xr.iter().sum::<f64>() / n as f64;
             let v = xr.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / n as f64;
             for j in 0..n {
                 let want = (xr[j] - m) / (v + 1e-5).sqrt() * scale[j] as f64;
-                assert!(close(y[r * n + j], want, 1e-4), "{} vs {want}", y[r * n + j]);
+                assert!(
+                    close(y[r * n + j], want, 1e-4),
+                    "{} vs {want}",
+                    y[r * n + j]
+                );
             }
         }
     }

@@ -18,7 +18,12 @@ pub const LANES: usize = 16;
 /// Folds `map(x)` over `xs` with `comb` in the canonical order described in the module docs;
 /// `empty` is returned for an empty slice.
 #[inline(always)]
-pub fn fold_lanes<T: Copy>(xs: &[T], map: impl Fn(T) -> T, comb: impl Fn(T, T) -> T, empty: T) -> T {
+pub fn fold_lanes<T: Copy>(
+    xs: &[T],
+    map: impl Fn(T) -> T,
+    comb: impl Fn(T, T) -> T,
+    empty: T,
+) -> T {
     let n = xs.len();
     if n == 0 {
         return empty;
@@ -257,7 +262,16 @@ pub enum ReduceOp {
 impl ReduceOp {
     /// Whether the op is defined for integer types here.
     pub fn supports_int(self) -> bool {
-        matches!(self, Self::Sum | Self::Mean | Self::Max | Self::Min | Self::Prod | Self::L1 | Self::SumSquare)
+        matches!(
+            self,
+            Self::Sum
+                | Self::Mean
+                | Self::Max
+                | Self::Min
+                | Self::Prod
+                | Self::L1
+                | Self::SumSquare
+        )
     }
 }
 
@@ -291,7 +305,9 @@ pub fn normalize_axes(rank: usize, axes: &[i64]) -> KResult<Vec<usize>> {
     for &a in axes {
         let r = rank as i64;
         if a < -r || a >= r {
-            return Err(KernelError::Attribute(format!("axis {a} out of range for rank {rank}")));
+            return Err(KernelError::Attribute(format!(
+                "axis {a} out of range for rank {rank}"
+            )));
         }
         v.push(if a < 0 { (a + r) as usize } else { a as usize });
     }
@@ -301,12 +317,25 @@ pub fn normalize_axes(rank: usize, axes: &[i64]) -> KResult<Vec<usize>> {
 }
 
 /// Output shape of a Reduce* op. Empty `axes` means all axes unless `noop_with_empty_axes`.
-pub fn reduce_out_shape(shape: &[usize], axes: &[i64], keepdims: bool, noop_with_empty_axes: bool) -> KResult<Vec<usize>> {
+pub fn reduce_out_shape(
+    shape: &[usize],
+    axes: &[i64],
+    keepdims: bool,
+    noop_with_empty_axes: bool,
+) -> KResult<Vec<usize>> {
     let red = reduced_mask(shape, axes, noop_with_empty_axes)?;
     Ok(shape
         .iter()
         .zip(&red)
-        .filter_map(|(&d, &r)| if !r { Some(d) } else if keepdims { Some(1) } else { None })
+        .filter_map(|(&d, &r)| {
+            if !r {
+                Some(d)
+            } else if keepdims {
+                Some(1)
+            } else {
+                None
+            }
+        })
         .collect())
 }
 
@@ -352,7 +381,12 @@ fn groups(shape: &[usize], red: &[bool]) -> Groups {
     }
     let red_len = reduced.iter().map(|g| g.0).product();
     let out_len = kept.iter().map(|g| g.0).product();
-    Groups { kept, reduced, red_len, out_len }
+    Groups {
+        kept,
+        reduced,
+        red_len,
+        out_len,
+    }
 }
 
 /// Offset of kept-index `o` (row-major over the kept groups).
@@ -370,7 +404,10 @@ fn kept_offset(kept: &[(usize, usize)], mut o: usize) -> usize {
 fn outer_offsets(reduced: &[(usize, usize)]) -> Vec<usize> {
     let mut offs = vec![0usize];
     for &(e, s) in reduced.iter().take(reduced.len().saturating_sub(1)) {
-        offs = offs.iter().flat_map(|&b| (0..e).map(move |i| b + i * s)).collect();
+        offs = offs
+            .iter()
+            .flat_map(|&b| (0..e).map(move |i| b + i * s))
+            .collect();
     }
     offs
 }
@@ -411,8 +448,12 @@ fn for_each_output<T: ReduceElem, U: Send>(
         run(0, out);
         return;
     }
-    let per_task = PAR_MIN_ELEMS.div_ceil(g.red_len.max(1)).max(g.out_len.div_ceil(rayon::current_num_threads() * 8));
-    out.par_chunks_mut(per_task).enumerate().for_each(|(t, chunk)| run(t * per_task, chunk));
+    let per_task = PAR_MIN_ELEMS
+        .div_ceil(g.red_len.max(1))
+        .max(g.out_len.div_ceil(rayon::current_num_threads() * 8));
+    out.par_chunks_mut(per_task)
+        .enumerate()
+        .for_each(|(t, chunk)| run(t * per_task, chunk));
 }
 
 /// ONNX Reduce* for one element type. `out` holds `reduce_out_shape(..)` elements.
@@ -427,7 +468,9 @@ pub fn reduce<T: ReduceElem>(
     out: &mut [T],
 ) -> KResult<()> {
     if !T::IS_FLOAT && !op.supports_int() {
-        return Err(KernelError::Unsupported(format!("{op:?} on an integer type")));
+        return Err(KernelError::Unsupported(format!(
+            "{op:?} on an integer type"
+        )));
     }
     check_len("Reduce input", x.len(), shape)?;
     let red = reduced_mask(shape, axes, noop_with_empty_axes)?;
@@ -436,14 +479,25 @@ pub fn reduce<T: ReduceElem>(
     let g = groups(shape, &red);
     if g.out_len != out.len() {
         // Only possible with a zero-sized kept axis, where there is nothing to compute.
-        return if out.is_empty() { Ok(()) } else { Err(shape_err("Reduce output length mismatch")) };
+        return if out.is_empty() {
+            Ok(())
+        } else {
+            Err(shape_err("Reduce output length mismatch"))
+        };
     }
     for_each_output(x, &g, out, |seq| reduce_seq(op, seq));
     Ok(())
 }
 
 /// ONNX Reduce* on f32.
-pub fn reduce_f32(op: ReduceOp, x: &[f32], shape: &[usize], axes: &[i64], keepdims: bool, out: &mut [f32]) -> KResult<()> {
+pub fn reduce_f32(
+    op: ReduceOp,
+    x: &[f32],
+    shape: &[usize],
+    axes: &[i64],
+    keepdims: bool,
+    out: &mut [f32],
+) -> KResult<()> {
     reduce(op, x, shape, axes, keepdims, false, out)
 }
 
@@ -481,7 +535,11 @@ pub fn arg_extreme<T: ReduceElem>(
     let a = normalize_axes(shape.len().max(1), &[axis])?[0];
     let d = shape.get(a).copied().unwrap_or(1);
     if d == 0 {
-        return if out.is_empty() { Ok(()) } else { Err(shape_err("ArgMax/ArgMin over an empty axis")) };
+        return if out.is_empty() {
+            Ok(())
+        } else {
+            Err(shape_err("ArgMax/ArgMin over an empty axis"))
+        };
     }
     let mut red = vec![false; shape.len()];
     if let Some(r) = red.get_mut(a) {
@@ -489,7 +547,11 @@ pub fn arg_extreme<T: ReduceElem>(
     }
     let g = groups(shape, &red);
     if g.out_len != out.len() {
-        return if out.is_empty() { Ok(()) } else { Err(shape_err("ArgMax/ArgMin output length mismatch")) };
+        return if out.is_empty() {
+            Ok(())
+        } else {
+            Err(shape_err("ArgMax/ArgMin output length mismatch"))
+        };
     }
     for_each_output(x, &g, out, |seq| {
         let mut best = 0usize;
@@ -521,7 +583,9 @@ mod tests {
     /// Straightforward f64 reference: iterate outputs, then reduced elements by full index decoding.
     fn naive(op: ReduceOp, x: &[f32], shape: &[usize], axes: &[usize]) -> Vec<f64> {
         let rank = shape.len();
-        let out_dims: Vec<usize> = (0..rank).map(|i| if axes.contains(&i) { 1 } else { shape[i] }).collect();
+        let out_dims: Vec<usize> = (0..rank)
+            .map(|i| if axes.contains(&i) { 1 } else { shape[i] })
+            .collect();
         let out_n: usize = out_dims.iter().product();
         let mut res = vec![];
         for o in 0..out_n {
@@ -591,14 +655,48 @@ mod tests {
         reduce_f32(ReduceOp::Max, &x, &[2, 3], &[], false, &mut s).unwrap();
         assert_eq!(s, [6.0]);
         let mut lse = [0.0f32; 1];
-        reduce_f32(ReduceOp::LogSumExp, &[f32::NEG_INFINITY; 3], &[3], &[0], false, &mut lse).unwrap();
+        reduce_f32(
+            ReduceOp::LogSumExp,
+            &[f32::NEG_INFINITY; 3],
+            &[3],
+            &[0],
+            false,
+            &mut lse,
+        )
+        .unwrap();
         assert_eq!(lse[0], f32::NEG_INFINITY);
-        reduce_f32(ReduceOp::LogSumExp, &[1000.0, 1000.0], &[2], &[0], false, &mut lse).unwrap();
+        reduce_f32(
+            ReduceOp::LogSumExp,
+            &[1000.0, 1000.0],
+            &[2],
+            &[0],
+            false,
+            &mut lse,
+        )
+        .unwrap();
         assert!((lse[0] - (1000.0 + 2f32.ln())).abs() < 1e-3);
         let mut oi = [0i64; 2];
-        reduce(ReduceOp::Sum, &[1i64, 2, 3, 4, 5, 6], &[2, 3], &[1], false, false, &mut oi).unwrap();
+        reduce(
+            ReduceOp::Sum,
+            &[1i64, 2, 3, 4, 5, 6],
+            &[2, 3],
+            &[1],
+            false,
+            false,
+            &mut oi,
+        )
+        .unwrap();
         assert_eq!(oi, [6, 15]);
-        reduce(ReduceOp::Min, &[3i32, -2, 7, 1], &[2, 2], &[0], false, false, &mut [0i32; 2]).unwrap();
+        reduce(
+            ReduceOp::Min,
+            &[3i32, -2, 7, 1],
+            &[2, 2],
+            &[0],
+            false,
+            false,
+            &mut [0i32; 2],
+        )
+        .unwrap();
         assert!(reduce(ReduceOp::L2, &[1i32], &[1], &[0], false, false, &mut [0i32]).is_err());
         // noop_with_empty_axes keeps every element (SumSquare still squares it).
         let mut id = [0.0f32; 6];
@@ -612,7 +710,15 @@ mod tests {
     fn all_ops_match_naive() {
         let shape = [3, 4, 5, 2];
         let x: Vec<f32> = rand_vec(120, 3).iter().map(|v| v + 1.5).collect();
-        for axes in [vec![0usize], vec![1], vec![3], vec![1, 2], vec![0, 2], vec![0, 1, 2, 3], vec![0, 3]] {
+        for axes in [
+            vec![0usize],
+            vec![1],
+            vec![3],
+            vec![1, 2],
+            vec![0, 2],
+            vec![0, 1, 2, 3],
+            vec![0, 3],
+        ] {
             for op in OPS {
                 let ax: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
                 let os = reduce_out_shape(&shape, &ax, true, false).unwrap();
@@ -620,7 +726,10 @@ mod tests {
                 reduce_f32(op, &x, &shape, &ax, true, &mut out).unwrap();
                 let want = naive(op, &x, &shape, &axes);
                 for (g, w) in out.iter().zip(&want) {
-                    assert!(((*g as f64) - w).abs() <= 1e-4 * w.abs().max(1.0), "{op:?} {axes:?}: {g} vs {w}");
+                    assert!(
+                        ((*g as f64) - w).abs() <= 1e-4 * w.abs().max(1.0),
+                        "{op:?} {axes:?}: {g} vs {w}"
+                    );
                 }
             }
         }
@@ -639,7 +748,16 @@ mod tests {
         let mut o3 = [0i64; 3];
         arg_extreme(false, &x, &[2, 3], 0, false, false, &mut o3).unwrap();
         assert_eq!(o3, [1, 1, 1]);
-        arg_extreme(true, &[1.0, f32::NAN, 3.0], &[3], 0, false, false, &mut o[..1]).unwrap();
+        arg_extreme(
+            true,
+            &[1.0, f32::NAN, 3.0],
+            &[3],
+            0,
+            false,
+            false,
+            &mut o[..1],
+        )
+        .unwrap();
         assert_eq!(o[0], 1);
         assert_eq!(arg_out_shape(&[2, 3], 0, true).unwrap(), vec![1, 3]);
         assert!(arg_extreme(true, &x, &[2, 3], 2, false, false, &mut o).is_err());
@@ -653,9 +771,15 @@ mod tests {
             let os = reduce_out_shape(&shape, &axes, false, false).unwrap();
             let n: usize = os.iter().product();
             let run = |t: usize| {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(t)
+                    .build()
+                    .unwrap();
                 let mut out = vec![0.0f32; n];
-                pool.install(|| reduce_f32(ReduceOp::LogSumExp, &x, &shape, &axes, false, &mut out)).unwrap();
+                pool.install(|| {
+                    reduce_f32(ReduceOp::LogSumExp, &x, &shape, &axes, false, &mut out)
+                })
+                .unwrap();
                 out
             };
             let one = run(1);

@@ -115,6 +115,9 @@ fn dim_max_min_rules() {
     assert_eq!(at(&mn(&n(), &m()), 3, 8), Ok(3));
     let r = &n();
     assert_eq!(r.max(&m()), mx(&n(), &m()));
+    assert_eq!(n().max(m()), mx(&n(), &m()));
+    assert_eq!(n().min(Expr::one()), Expr::one());
+    assert_eq!(std::cmp::max(n(), m()), mx(&n(), &m()));
 }
 
 #[test]
@@ -200,7 +203,8 @@ fn dim_prove_ge() {
     assert_eq!(n().prove_ge(&Expr::int(2)), None);
     assert_eq!(n().prove_ge(&(n() + 1)), Some(false));
     assert_eq!((&n() * &m()).prove_ge(&n()), Some(true));
-    assert_eq!((n().pow(2) - n() * 2 + 1).prove_nonneg(), None);
+    assert_eq!((n().pow(2) - n() * 2 + 1).prove_nonneg(), Some(true));
+    assert_eq!((n().pow(2) - n() * 3 + 2).prove_nonneg(), None);
     assert_eq!((n().pow(2) * 3 - n() * 2).prove_positive(), Some(true));
     assert_eq!(mx(&n(), &m()).prove_ge(&m()), Some(true));
     assert_eq!(mn(&n(), &m()).prove_ge(&n()), None);
@@ -528,6 +532,8 @@ proptest! {
 
     #[test]
     fn dim_prop_display_parses_back(t in tree()) {
+        // Division by a literal zero is left unsimplified and has no canonical form to round-trip.
+        prop_assume!(!has_zero_divisor_somewhere(&t));
         let e = build(&t);
         let back = e.to_string().parse::<Expr>();
         prop_assert_eq!(back, Ok(e.clone()), "display {}", e);

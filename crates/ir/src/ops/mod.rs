@@ -14,6 +14,8 @@ pub mod linalg;
 pub mod nn;
 pub mod reduce;
 pub mod shape;
+#[cfg(test)]
+mod tests;
 
 /// Opset assumed when a model imports none for the default domain.
 pub const DEFAULT_OPSET: i64 = 18;

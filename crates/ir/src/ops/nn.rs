@@ -1,5 +1,199 @@
-//! Op family: nn.
+//! Op family: neural-network layers: normalizations (`LayerNormalization`, `RMSNormalization`,
+//! `BatchNormalization`, `InstanceNormalization`, `GroupNormalization`), `Conv`, pooling
+//! (`MaxPool`, `AveragePool`, `Global*Pool`) and `Dropout` (inference: the identity).
 
-use super::OpDef;
+use crate::dim::Expr;
+use crate::dtype::DataType;
+use crate::infer::{invalid, normalize_axis, Fact, InferCtx, OpError};
 
-pub const DEFS: &[OpDef] = &[];
+use super::{Mem, OpDef};
+
+const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
+    OpDef { op, infer, mem }
+}
+
+pub const DEFS: &[OpDef] = &[
+    def("LayerNormalization", layer_norm, Mem::NEW),
+    def("RMSNormalization", layer_norm, Mem::NEW),
+    def("BatchNormalization", same_as_input, Mem::NEW),
+    def("InstanceNormalization", same_as_input, Mem::NEW),
+    def("GroupNormalization", same_as_input, Mem::NEW),
+    def("Conv", conv, Mem::NEW),
+    def("MaxPool", pool, Mem::NEW),
+    def("AveragePool", pool, Mem::NEW),
+    def("LpPool", pool, Mem::NEW),
+    def("GlobalAveragePool", global_pool, Mem::NEW),
+    def("GlobalMaxPool", global_pool, Mem::NEW),
+    def("GlobalLpPool", global_pool, Mem::NEW),
+    def("Dropout", dropout, Mem::NEW),
+];
+
+/// `LayerNormalization`/`RMSNormalization`: `Y` like `X`; the optional `Mean` and `InvStdDev` keep
+/// the leading `axis` dims and have 1 for the normalized ones, in `stash_type` (default float).
+fn layer_norm(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    let axis = normalize_axis(ctx.attr_int("axis", -1)?, x.len())?;
+    let stash_code = ctx.attr_int("stash_type", 1)?;
+    let stash = DataType::from_onnx(stash_code as i32)
+        .ok_or_else(|| OpError::BadAttr(format!("stash_type {stash_code} is not a data type")))?;
+    let mut stat = x[..axis].to_vec();
+    stat.extend(std::iter::repeat_n(Expr::one(), x.len() - axis));
+    Ok(vec![
+        Fact::new(t, x),
+        Fact::new(stash, stat.clone()),
+        Fact::new(stash, stat),
+    ])
+}
+
+fn same_as_input(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    if x.len() < 2 {
+        return invalid(format!("input has rank {}, needs at least 2 (N, C, ...)", x.len()));
+    }
+    Ok(vec![Fact::new(t, x)])
+}
+
+fn dropout(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    Ok(vec![Fact::new(t, x.clone()), Fact::new(DataType::Bool, x)])
+}
+
+/// Spatial output extents of a sliding window: per spatial axis `i`, input `d`, kernel `k`.
+fn window_out(
+    ctx: &InferCtx,
+    spatial: &[Expr],
+    kernel: &[i64],
+    ceil_mode: bool,
+) -> Result<Vec<Expr>, OpError> {
+    let n = spatial.len();
+    if kernel.len() != n {
+        return invalid(format!("kernel has {} dims, the input has {n} spatial dims", kernel.len()));
+    }
+    let strides = ctx.attr_ints("strides")?.unwrap_or_else(|| vec![1; n]);
+    let dil = ctx.attr_ints("dilations")?.unwrap_or_else(|| vec![1; n]);
+    if strides.len() != n || dil.len() != n {
+        return invalid(format!("strides/dilations must have {n} entries"));
+    }
+    if strides.iter().chain(&dil).chain(kernel).any(|&v| v < 1) {
+        return invalid("kernel, strides and dilations must be >= 1");
+    }
+    let auto_pad = ctx.attr_string("auto_pad")?.unwrap_or_else(|| "NOTSET".into());
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let d = &spatial[i];
+        let ek = Expr::int(dil[i] * (kernel[i] - 1) + 1);
+        let s = Expr::int(strides[i]);
+        let o = match auto_pad.as_str() {
+            "SAME_UPPER" | "SAME_LOWER" => d.ceil_div(&s),
+            "VALID" => (&(d - &ek) + &Expr::one()).ceil_div(&s),
+            "NOTSET" | "" => {
+                let pads = ctx.attr_ints("pads")?.unwrap_or_else(|| vec![0; 2 * n]);
+                if pads.len() != 2 * n {
+                    return invalid(format!("pads must have {} entries", 2 * n));
+                }
+                let span = &(d + &Expr::int(pads[i] + pads[i + n])) - &ek;
+                let q = if ceil_mode { span.ceil_div(&s) } else { span.floor_div(&s) };
+                &q + &Expr::one()
+            }
+            other => return Err(OpError::BadAttr(format!("auto_pad '{other}' is not a known mode"))),
+        };
+        out.push(o);
+    }
+    Ok(out)
+}
+
+fn conv(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let w = ctx.shape(1)?.to_vec();
+    let t = ctx.dtype(0)?;
+    if x.len() < 3 || w.len() != x.len() {
+        return invalid(format!("X has rank {} and W rank {}; both must be the same and >= 3", x.len(), w.len()));
+    }
+    let kernel = match ctx.attr_ints("kernel_shape")? {
+        Some(k) => k,
+        None => w[2..]
+            .iter()
+            .map(|d| d.as_const().ok_or_else(|| OpError::Unsupported("symbolic kernel shape".into())))
+            .collect::<Result<_, _>>()?,
+    };
+    let mut out = vec![x[0].clone(), w[0].clone()];
+    out.extend(window_out(ctx, &x[2..], &kernel, false)?);
+    Ok(vec![Fact::new(t, out)])
+}
+
+fn pool(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    if x.len() < 3 {
+        return invalid(format!("input has rank {}, needs at least 3 (N, C, spatial...)", x.len()));
+    }
+    let kernel = ctx
+        .attr_ints("kernel_shape")?
+        .ok_or_else(|| OpError::BadAttr("attribute 'kernel_shape' is required".into()))?;
+    let ceil = ctx.attr_int("ceil_mode", 0)? != 0;
+    let mut out = x[..2].to_vec();
+    out.extend(window_out(ctx, &x[2..], &kernel, ceil)?);
+    let mut facts = vec![Fact::new(t, out.clone())];
+    if ctx.node.op == "MaxPool" {
+        facts.push(Fact::new(DataType::I64, out));
+    }
+    Ok(facts)
+}
+
+fn global_pool(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    if x.len() < 3 {
+        return invalid(format!("input has rank {}, needs at least 3 (N, C, spatial...)", x.len()));
+    }
+    let mut out = x[..2].to_vec();
+    out.extend(std::iter::repeat_n(Expr::one(), x.len() - 2));
+    Ok(vec![Fact::new(t, out)])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph};
+    use crate::infer::{fmt_shape, infer_graph};
+    use crate::DataType;
+
+    fn attr(name: &str, value: AttrValue) -> Attribute {
+        Attribute { name: name.into(), value, doc: String::new() }
+    }
+
+    #[test]
+    fn layer_norm_and_conv_shapes() {
+        let mut g = Graph::default();
+        let n = DeclDim::Param("N".into());
+        let x = g.add_input("x", DeclType::tensor(DataType::F32, vec![n.clone(), DeclDim::Value(3), n.clone(), n]));
+        let w = g.add_input("w", DeclType::tensor(DataType::F32, vec![DeclDim::Value(8), DeclDim::Value(3), DeclDim::Value(3), DeclDim::Value(3)]));
+        let (_, ln) = g.add_node("ln", "LayerNormalization", &[Some(x)], &["y", "mean", "inv"], vec![attr("axis", AttrValue::Int(2))]);
+        let (_, cv) = g.add_node(
+            "cv",
+            "Conv",
+            &[Some(ln[0]), Some(w)],
+            &["c"],
+            vec![attr("strides", AttrValue::Ints(vec![2, 2])), attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]))],
+        );
+        let (_, mp) = g.add_node(
+            "mp",
+            "MaxPool",
+            &[Some(cv[0])],
+            &["p"],
+            vec![attr("kernel_shape", AttrValue::Ints(vec![2, 2])), attr("ceil_mode", AttrValue::Int(1))],
+        );
+        let f = infer_graph(&g, 18).unwrap();
+        let shape = |v| fmt_shape(f.get(v).shape.as_ref().unwrap());
+        assert_eq!(shape(ln[0]), "[N, 3, N, N]");
+        assert_eq!(shape(ln[1]), "[N, 3, 1, 1]");
+        // floor((N + 2 - 3) / 2) + 1, canonically (N + 1)//2
+        assert_eq!(shape(cv[0]), "[N, 8, (N + 1)//2, (N + 1)//2]");
+        let env = |s: &str| (s == "N").then_some(7);
+        let p = f.get(mp[0]).shape.as_ref().unwrap();
+        // Conv: 7 -> 4; ceil pool 2: ceil((4 - 2) / 1) + 1 = 3.
+        assert_eq!(p[2].eval(&env).unwrap(), 3);
+    }
+}

@@ -1,5 +1,334 @@
-//! Op family: reduce.
+//! Op family: reductions (`ReduceSum` ... `ReduceSumSquare`, `ArgMax`, `ArgMin`, `TopK`) and the
+//! normalizations along one axis (`Softmax`, `LogSoftmax`, `Hardmax`).
+//!
+//! Reduction axes come from the `axes` attribute or, from opset 13 for `ReduceSum` and opset 18 for
+//! the others, from input 1; either form is accepted at any opset. `ReduceSum`, `ReduceProd`,
+//! `ReduceMax` and `ReduceMin` of small known tensors fold, so `ReduceProd(Shape(x))` stays symbolic.
 
-use super::OpDef;
+use crate::dim::Expr;
+use crate::dtype::DataType;
+use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError, MAX_KNOWN_ELEMS};
 
-pub const DEFS: &[OpDef] = &[];
+use super::{Mem, OpDef};
+
+const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
+    OpDef { op, infer, mem }
+}
+
+pub const DEFS: &[OpDef] = &[
+    def("ReduceSum", reduce, Mem::NEW),
+    def("ReduceMean", reduce, Mem::NEW),
+    def("ReduceMax", reduce, Mem::NEW),
+    def("ReduceMin", reduce, Mem::NEW),
+    def("ReduceProd", reduce, Mem::NEW),
+    def("ReduceL1", reduce, Mem::NEW),
+    def("ReduceL2", reduce, Mem::NEW),
+    def("ReduceLogSum", reduce, Mem::NEW),
+    def("ReduceLogSumExp", reduce, Mem::NEW),
+    def("ReduceSumSquare", reduce, Mem::NEW),
+    def("ArgMax", arg_reduce, Mem::NEW),
+    def("ArgMin", arg_reduce, Mem::NEW),
+    def("TopK", topk, Mem::NEW),
+    // The kernels write a new buffer; in-place variants are the executor's decision.
+    def("Softmax", along_axis, Mem::NEW),
+    def("LogSoftmax", along_axis, Mem::NEW),
+    def("Hardmax", along_axis, Mem::NEW),
+];
+
+/// What a reduction does to the input's axes.
+enum Axes {
+    /// `noop_with_empty_axes` with no axes: the output is the input.
+    Identity,
+    /// Sorted, distinct axes to reduce.
+    Reduce(Vec<usize>),
+}
+
+fn reduce_axes(ctx: &InferCtx, rank: usize) -> Result<Axes, OpError> {
+    let listed: Vec<i64> = if let Some(v) = ctx.attr_ints("axes")? {
+        v
+    } else if ctx.opt_input(1).is_some() {
+        let known = ctx.known_ints(1).ok_or_else(|| OpError::Unknown("contents of axes (input 1)".into()))?;
+        known
+            .iter()
+            .map(|e| e.as_const())
+            .collect::<Option<Vec<i64>>>()
+            .ok_or_else(|| OpError::Unsupported("symbolic reduction axes".into()))?
+    } else {
+        Vec::new()
+    };
+    if listed.is_empty() {
+        if ctx.attr_int("noop_with_empty_axes", 0)? != 0 {
+            return Ok(Axes::Identity);
+        }
+        return Ok(Axes::Reduce((0..rank).collect()));
+    }
+    let mut axes = Vec::with_capacity(listed.len());
+    for &a in &listed {
+        let k = normalize_axis(a, rank)?;
+        if axes.contains(&k) {
+            return invalid(format!("axes {listed:?} repeat axis {a}"));
+        }
+        axes.push(k);
+    }
+    axes.sort_unstable();
+    Ok(Axes::Reduce(axes))
+}
+
+/// The shape after reducing `axes` of `s`, keeping them as 1s when `keep`.
+fn reduced_shape(s: &[Expr], axes: &[usize], keep: bool) -> Vec<Expr> {
+    s.iter()
+        .enumerate()
+        .filter_map(|(k, d)| match (axes.contains(&k), keep) {
+            (false, _) => Some(d.clone()),
+            (true, true) => Some(Expr::one()),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+fn reduce(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let s = ctx.shape(0)?;
+    let keep = ctx.attr_int("keepdims", 1)? != 0;
+    let axes = match reduce_axes(ctx, s.len())? {
+        Axes::Identity => return Ok(vec![ctx.input(0)?.clone()]),
+        Axes::Reduce(a) => a,
+    };
+    let out = reduced_shape(s, &axes, keep);
+    let value = fold_reduce(ctx.node.op.as_str(), ctx.input(0)?, &axes, t);
+    Ok(vec![match value {
+        Some(v) => Fact::with_value(t, out, v),
+        None => Fact::new(t, out),
+    }])
+}
+
+/// For each element of a row-major tensor of `dims`, the flat index of its slot after reducing `axes`.
+fn reduce_slots(dims: &[usize], axes: &[usize]) -> (Vec<usize>, usize) {
+    let out_dims: Vec<usize> = dims.iter().enumerate().map(|(k, &d)| if axes.contains(&k) { 1 } else { d }).collect();
+    let n_out: usize = out_dims.iter().product();
+    let n: usize = dims.iter().product();
+    let mut slots = Vec::with_capacity(n);
+    let mut coord = vec![0usize; dims.len()];
+    for _ in 0..n {
+        let mut off = 0usize;
+        for (k, &c) in coord.iter().enumerate() {
+            off = off * out_dims[k] + if axes.contains(&k) { 0 } else { c };
+        }
+        slots.push(off);
+        for k in (0..dims.len()).rev() {
+            coord[k] += 1;
+            if coord[k] < dims[k] {
+                break;
+            }
+            coord[k] = 0;
+        }
+    }
+    (slots, n_out)
+}
+
+/// Folds Sum/Prod/Max/Min of known contents; `None` for other ops, unknown contents, or an empty
+/// Max/Min group.
+fn fold_reduce(op: &str, f: &Fact, axes: &[usize], t: DataType) -> Option<Known> {
+    if !matches!(op, "ReduceSum" | "ReduceProd" | "ReduceMax" | "ReduceMin") {
+        return None;
+    }
+    let k = f.value.as_ref()?;
+    let dims = f.concrete_shape()?;
+    if dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))? > MAX_KNOWN_ELEMS {
+        return None;
+    }
+    let (slots, n_out) = reduce_slots(&dims, axes);
+    match k {
+        Known::Int(v) => {
+            let mut acc: Vec<Option<Expr>> = vec![None; n_out];
+            for (x, &j) in v.iter().zip(&slots) {
+                acc[j] = Some(match acc[j].take() {
+                    None => x.clone(),
+                    Some(a) => match op {
+                        "ReduceSum" => &a + x,
+                        "ReduceProd" => &a * x,
+                        "ReduceMax" => Expr::max(&a, x),
+                        _ => Expr::min(&a, x),
+                    },
+                });
+            }
+            let empty = match op {
+                "ReduceSum" => Some(Expr::zero()),
+                "ReduceProd" => Some(Expr::one()),
+                _ => None,
+            };
+            acc.into_iter().map(|a| a.or_else(|| empty.clone())).collect::<Option<Vec<_>>>().map(Known::Int)
+        }
+        Known::Float(v) => {
+            let mut acc: Vec<Option<f64>> = vec![None; n_out];
+            for (&x, &j) in v.iter().zip(&slots) {
+                acc[j] = Some(match acc[j] {
+                    None => x,
+                    Some(a) => match op {
+                        "ReduceSum" => a + x,
+                        "ReduceProd" => a * x,
+                        "ReduceMax" => a.max(x),
+                        _ => a.min(x),
+                    },
+                });
+            }
+            let empty = match op {
+                "ReduceSum" => Some(0.0),
+                "ReduceProd" => Some(1.0),
+                _ => None,
+            };
+            let round = |x: f64| if t == DataType::F32 { x as f32 as f64 } else { x };
+            acc.into_iter().map(|a| a.or(empty).map(round)).collect::<Option<Vec<_>>>().map(Known::Float)
+        }
+    }
+}
+
+fn arg_reduce(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let s = ctx.shape(0)?;
+    let axis = normalize_axis(ctx.attr_int("axis", 0)?, s.len())?;
+    let keep = ctx.attr_int("keepdims", 1)? != 0;
+    Ok(vec![Fact::new(DataType::I64, reduced_shape(s, &[axis], keep))])
+}
+
+fn topk(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let s = ctx.shape(0)?;
+    if s.is_empty() {
+        return invalid("TopK needs an input of rank >= 1");
+    }
+    let axis = normalize_axis(ctx.attr_int("axis", -1)?, s.len())?;
+    let k = if let Some(k) = ctx.attr_opt_int("k")? {
+        Some(Expr::int(k))
+    } else if ctx.opt_input(1).is_some() {
+        match ctx.known_ints(1) {
+            Some(v) if v.len() == 1 => Some(v[0].clone()),
+            Some(v) => return invalid(format!("K must hold one element, holds {}", v.len())),
+            None => None,
+        }
+    } else {
+        return invalid("TopK needs K (input 1, or attribute 'k' before opset 10)");
+    };
+    let k = match k {
+        Some(k) => {
+            if let Some(c) = k.as_const() {
+                if c < 0 {
+                    return invalid(format!("K = {c} is negative"));
+                }
+                if let Some(d) = s[axis].as_const() {
+                    if c > d {
+                        return invalid(format!("K = {c} exceeds dim {axis} of size {d}"));
+                    }
+                }
+            }
+            k
+        }
+        None => ctx.fresh_symbol("topk_k", "TopK's K is not known before run time"),
+    };
+    let mut out = s.to_vec();
+    out[axis] = k;
+    Ok(vec![Fact::new(t, out.clone()), Fact::new(DataType::I64, out)])
+}
+
+fn along_axis(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let s = ctx.shape(0)?;
+    let default = if ctx.opset >= 13 { -1 } else { 1 };
+    normalize_axis(ctx.attr_int("axis", default)?, s.len())?;
+    Ok(vec![Fact::new(t, s.to_vec())])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DataType::{F32, I64};
+    use crate::infer::Known;
+    use crate::ops::tests::{a_int, a_ints, fact_of, shape_of, TestGraph};
+    use crate::Expr;
+
+    #[test]
+    fn reduce_sum_axes_from_input_and_attr() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", F32, "N, S, 64");
+        let axes = t.ints("axes", &[1], &[-1]);
+        let a = t.op("ReduceSum", &[x, axes], &["a"], vec![]);
+        let b = t.op("ReduceSum", &[x, axes], &["b"], vec![a_int("keepdims", 0)]);
+        let c = t.op("ReduceMean", &[x], &["c"], vec![a_ints("axes", &[0, 1])]);
+        let d = t.op("ReduceMax", &[x], &["d"], vec![a_int("keepdims", 0)]);
+        let e = t.op("ReduceL2", &[x], &["e"], vec![a_int("noop_with_empty_axes", 1)]);
+        let f = t.run(13).unwrap();
+        assert_eq!(shape_of(&f, a[0]), "[N, S, 1]");
+        assert_eq!(shape_of(&f, b[0]), "[N, S]");
+        assert_eq!(shape_of(&f, c[0]), "[1, 1, 64]");
+        assert_eq!(shape_of(&f, d[0]), "[]");
+        assert_eq!(shape_of(&f, e[0]), "[N, S, 64]");
+    }
+
+    #[test]
+    fn reduce_prod_folds_symbolic_shape() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", F32, "N, S, 4");
+        let sh = t.op("Shape", &[x], &["sh"], vec![]);
+        let p = t.op("ReduceProd", &[sh[0]], &["p"], vec![a_int("keepdims", 0)]);
+        let m = t.op("ReduceMax", &[sh[0]], &["m"], vec![]);
+        let f = t.run(18).unwrap();
+        assert_eq!(fact_of(&f, p[0]), "int64 []");
+        assert_eq!(f.get(p[0]).value, Some(Known::Int(vec![Expr::sym("N") * Expr::sym("S") * Expr::int(4)])));
+        assert_eq!(shape_of(&f, m[0]), "[1]");
+        assert!(f.get(m[0]).value.is_some());
+    }
+
+    #[test]
+    fn reduce_rejects_bad_axes() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", F32, "N, 3");
+        t.node("r", "ReduceSum", &[Some(x)], &["y"], vec![a_ints("axes", &[2])]);
+        let e = t.run(11).unwrap_err().to_string();
+        assert!(e.contains("'r' (ReduceSum)") && e.contains("out of range"), "{e}");
+        let mut t = TestGraph::new();
+        let x = t.input("x", F32, "N, 3");
+        t.node("r", "ReduceMin", &[Some(x)], &["y"], vec![a_ints("axes", &[1, -1])]);
+        assert!(t.run(11).unwrap_err().to_string().contains("repeat"));
+    }
+
+    #[test]
+    fn argmax_and_softmax() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", F32, "B, S, 100");
+        let a = t.op("ArgMax", &[x], &["a"], vec![a_int("axis", -1)]);
+        let b = t.op("ArgMin", &[x], &["b"], vec![a_int("axis", 1), a_int("keepdims", 0)]);
+        let s = t.op("Softmax", &[x], &["s"], vec![]);
+        let l = t.op("LogSoftmax", &[x], &["l"], vec![a_int("axis", 0)]);
+        let f = t.run(18).unwrap();
+        assert_eq!(fact_of(&f, a[0]), "int64 [B, S, 1]");
+        assert_eq!(fact_of(&f, b[0]), "int64 [B, 100]");
+        assert_eq!(fact_of(&f, s[0]), "float [B, S, 100]");
+        assert_eq!(fact_of(&f, l[0]), "float [B, S, 100]");
+        let mut t = TestGraph::new();
+        let x = t.input("x", F32, "B, S");
+        t.node("sm", "Softmax", &[Some(x)], &["y"], vec![a_int("axis", 3)]);
+        assert!(t.run(18).unwrap_err().to_string().contains("'sm' (Softmax)"));
+    }
+
+    #[test]
+    fn topk_known_and_unknown_k() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", F32, "N, 1000");
+        let k = t.ints("k", &[1], &[5]);
+        let kk = t.input("kk", I64, "1");
+        let a = t.op("TopK", &[x, k], &["v", "i"], vec![]);
+        let b = t.op("TopK", &[x, kk], &["v2", "i2"], vec![a_int("axis", 0)]);
+        let f = t.run(18).unwrap();
+        assert_eq!(fact_of(&f, a[0]), "float [N, 5]");
+        assert_eq!(fact_of(&f, a[1]), "int64 [N, 5]");
+        assert_eq!(fact_of(&f, b[0]), "float [topk_k, 1000]");
+        assert_eq!(fact_of(&f, b[1]), "int64 [topk_k, 1000]");
+        assert_eq!(f.symbols.introduced.len(), 1);
+        assert!(f.symbols.introduced[0].reason.contains("TopK"));
+
+        let mut t = TestGraph::new();
+        let x = t.input("x", F32, "N, 4");
+        let k = t.ints("k", &[1], &[5]);
+        t.node("tk", "TopK", &[Some(x), Some(k)], &["v", "i"], vec![]);
+        let e = t.run(18).unwrap_err().to_string();
+        assert!(e.contains("'tk' (TopK)") && e.contains("exceeds"), "{e}");
+    }
+}

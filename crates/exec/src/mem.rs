@@ -1,0 +1,234 @@
+//! Tensor memory: 64-byte-aligned buffers counted per run, and a process-wide counting allocator.
+//!
+//! Every tensor buffer and every kernel scratch buffer of a run is a [`Buf`] charged to that run's
+//! [`MemStats`]; dropping the buffer credits it back. The counter's peak is the measured tensor-memory
+//! peak that the estimate predicts.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Alignment of every buffer.
+pub const BUF_ALIGN: usize = 64;
+
+/// Current and peak bytes of one run's tensor memory.
+#[derive(Debug, Default)]
+pub struct MemStats {
+    current: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl MemStats {
+    pub fn new() -> Arc<MemStats> {
+        Arc::new(MemStats::default())
+    }
+
+    /// Charges `n` bytes.
+    pub fn add(&self, n: u64) {
+        let now = self.current.fetch_add(n, Ordering::Relaxed) + n;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Credits `n` bytes back.
+    pub fn sub(&self, n: u64) {
+        self.current.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    pub fn current(&self) -> u64 {
+        self.current.load(Ordering::Relaxed)
+    }
+
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// A zero-initialized, 64-byte-aligned heap buffer charged to a [`MemStats`] while it lives.
+#[derive(Debug)]
+pub struct Buf {
+    ptr: NonNull<u8>,
+    len: usize,
+    stats: Option<Arc<MemStats>>,
+}
+
+// SAFETY: `Buf` owns its allocation exclusively; shared access goes through `&Buf` (read-only) and
+// mutable access through `&mut Buf`, so the usual aliasing rules make it thread-safe.
+unsafe impl Send for Buf {}
+// SAFETY: see above; `&Buf` only gives read access to the bytes.
+unsafe impl Sync for Buf {}
+
+/// Allocation failed (the size overflows or the system refused it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot allocate {0} bytes")]
+pub struct AllocError(pub usize);
+
+impl Buf {
+    /// Allocates `len` zeroed bytes charged to `stats` (if any).
+    pub fn zeroed(len: usize, stats: Option<&Arc<MemStats>>) -> Result<Buf, AllocError> {
+        let ptr = if len == 0 {
+            // A dangling, well-aligned pointer for empty buffers; never dereferenced for reads beyond 0.
+            NonNull::new(BUF_ALIGN as *mut u8).ok_or(AllocError(len))?
+        } else {
+            let layout = Layout::from_size_align(len, BUF_ALIGN).map_err(|_| AllocError(len))?;
+            // SAFETY: `layout` has non-zero size.
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            NonNull::new(p).ok_or(AllocError(len))?
+        };
+        if let Some(s) = stats {
+            s.add(len as u64);
+        }
+        Ok(Buf { ptr, len, stats: stats.cloned() })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` is valid for `len` initialized (zeroed or written) bytes, or dangling with len 0.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            if let Ok(layout) = Layout::from_size_align(self.len, BUF_ALIGN) {
+                // SAFETY: allocated in `zeroed` with this exact layout.
+                unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+            }
+        }
+        if let Some(s) = &self.stats {
+            s.sub(self.len as u64);
+        }
+    }
+}
+
+/// A scratch vector for kernels, charged to the run's stats while alive.
+pub fn scratch<T: bytemuck::Pod>(n: usize, stats: Option<&Arc<MemStats>>) -> Result<ScratchBuf<T>, AllocError> {
+    let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or(AllocError(usize::MAX))?;
+    Ok(ScratchBuf { buf: Buf::zeroed(bytes, stats)?, _t: std::marker::PhantomData })
+}
+
+/// Typed view of a scratch [`Buf`].
+#[derive(Debug)]
+pub struct ScratchBuf<T> {
+    buf: Buf,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: bytemuck::Pod> ScratchBuf<T> {
+    pub fn as_slice(&self) -> &[T] {
+        bytemuck::cast_slice(self.buf.as_bytes())
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        bytemuck::cast_slice_mut(self.buf.as_bytes_mut())
+    }
+}
+
+/// A global allocator wrapper that counts the process heap: current and peak bytes, resettable.
+/// Install it in a binary with `#[global_allocator] static A: CountingAlloc = CountingAlloc;`.
+#[derive(Debug)]
+pub struct CountingAlloc;
+
+static HEAP_CURRENT: AtomicU64 = AtomicU64::new(0);
+static HEAP_PEAK: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; the counters do not affect allocation.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let now = HEAP_CURRENT.fetch_add(layout.size() as u64, Ordering::Relaxed) + layout.size() as u64;
+            HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            let now = HEAP_CURRENT.fetch_add(layout.size() as u64, Ordering::Relaxed) + layout.size() as u64;
+            HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) };
+        HEAP_CURRENT.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                let d = (new_size - layout.size()) as u64;
+                let now = HEAP_CURRENT.fetch_add(d, Ordering::Relaxed) + d;
+                HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+            } else {
+                HEAP_CURRENT.fetch_sub((layout.size() - new_size) as u64, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
+
+/// Process heap bytes now (0 unless [`CountingAlloc`] is the global allocator).
+pub fn heap_current() -> u64 {
+    HEAP_CURRENT.load(Ordering::Relaxed)
+}
+
+/// Process heap peak since the last [`reset_heap_peak`].
+pub fn heap_peak() -> u64 {
+    HEAP_PEAK.load(Ordering::Relaxed)
+}
+
+/// Resets the heap peak to the current value.
+pub fn reset_heap_peak() {
+    HEAP_PEAK.store(HEAP_CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_charge_and_credit_their_stats() {
+        let s = MemStats::new();
+        let a = Buf::zeroed(4 << 20, Some(&s)).unwrap();
+        let b = Buf::zeroed(8 << 20, Some(&s)).unwrap();
+        assert_eq!(s.current(), 12 << 20);
+        drop(a);
+        assert_eq!(s.current(), 8 << 20);
+        let c = scratch::<f32>(1024, Some(&s)).unwrap();
+        assert_eq!(c.as_slice().len(), 1024);
+        assert_eq!(s.current(), (8 << 20) + 4096);
+        drop((b, c));
+        assert_eq!(s.current(), 0);
+        assert_eq!(s.peak(), 12 << 20);
+    }
+
+    #[test]
+    fn buffers_are_aligned_and_zeroed() {
+        let b = Buf::zeroed(1000, None).unwrap();
+        assert_eq!(b.as_bytes().as_ptr() as usize % BUF_ALIGN, 0);
+        assert!(b.as_bytes().iter().all(|&x| x == 0));
+        assert!(Buf::zeroed(0, None).unwrap().is_empty());
+    }
+}

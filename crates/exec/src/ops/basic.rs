@@ -1,0 +1,207 @@
+//! Ops without arithmetic: views (Identity, Reshape, Flatten, Squeeze, Unsqueeze), Shape, Size,
+//! Constant, ConstantOfShape.
+
+use memplan_ir::DataType;
+
+use super::{axis, fail, req, OpCtx, OpFail, OpFn};
+use crate::tensor::Tensor;
+
+pub const OPS: &[(&str, OpFn)] = &[
+    ("Identity", identity),
+    ("Reshape", reshape),
+    ("Flatten", flatten),
+    ("Squeeze", squeeze),
+    ("Unsqueeze", unsqueeze),
+    ("Shape", shape),
+    ("Size", size),
+    ("Constant", constant),
+    ("ConstantOfShape", constant_of_shape),
+];
+
+/// Returns `t` under `shape`: a view when the plan says so, else a counted copy.
+pub fn view_or_copy(ctx: &OpCtx, t: &Tensor, shape: &[usize]) -> Result<Tensor, OpFail> {
+    if ctx.view {
+        return Ok(t.reshaped(shape));
+    }
+    let mut out = ctx.alloc(t.dtype, shape)?;
+    out.bytes_mut()?.copy_from_slice(t.bytes());
+    Ok(out)
+}
+
+fn identity(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    Ok(vec![view_or_copy(ctx, x, &x.shape)?])
+}
+
+/// Reshape's target dims from its `shape` operand (0 copies, -1 infers).
+pub fn reshape_dims(input: &[usize], target: &[i64], allowzero: bool) -> Result<Vec<usize>, OpFail> {
+    let total: usize = input.iter().product();
+    let mut out = Vec::with_capacity(target.len());
+    let mut infer = None;
+    for (i, &d) in target.iter().enumerate() {
+        match d {
+            0 if !allowzero => match input.get(i) {
+                Some(&v) => out.push(v),
+                None => return fail(format!("shape dim {i} is 0 (copy) but the input has rank {}", input.len())),
+            },
+            -1 => {
+                if infer.replace(i).is_some() {
+                    return fail("shape has more than one -1");
+                }
+                out.push(1);
+            }
+            d if d < 0 => return fail(format!("shape dim {i} is {d}")),
+            d => out.push(d as usize),
+        }
+    }
+    let rest: usize = out.iter().product();
+    if let Some(i) = infer {
+        if rest == 0 || total % rest != 0 {
+            return fail(format!("cannot reshape {input:?} to {target:?}"));
+        }
+        out[i] = total / rest;
+    } else if rest != total {
+        return fail(format!("cannot reshape {input:?} ({total} elements) to {out:?} ({rest} elements)"));
+    }
+    Ok(out)
+}
+
+fn reshape(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let target = req(inputs, 1)?.to_i64_vec()?;
+    let dims = reshape_dims(&x.shape, &target, ctx.int("allowzero", 0)? != 0)?;
+    Ok(vec![view_or_copy(ctx, x, &dims)?])
+}
+
+fn flatten(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let r = x.rank() as i64;
+    let mut a = ctx.int("axis", 1)?;
+    if a < 0 {
+        a += r;
+    }
+    if a < 0 || a > r {
+        return fail(format!("axis {a} is out of range for rank {r}"));
+    }
+    let a = a as usize;
+    let dims = [x.shape[..a].iter().product(), x.shape[a..].iter().product()];
+    Ok(vec![view_or_copy(ctx, x, &dims)?])
+}
+
+fn axes_of(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Option<Vec<i64>>, OpFail> {
+    if let Some(a) = ctx.ints("axes")? {
+        return Ok(Some(a));
+    }
+    match inputs.get(1).copied().flatten() {
+        Some(t) => Ok(Some(t.to_i64_vec()?)),
+        None => Ok(None),
+    }
+}
+
+fn squeeze(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let dims: Vec<usize> = match axes_of(ctx, inputs)? {
+        None => x.shape.iter().copied().filter(|&d| d != 1).collect(),
+        Some(axes) => {
+            let mut drop = vec![false; x.rank()];
+            for a in axes {
+                let k = axis(a, x.rank())?;
+                if x.shape[k] != 1 {
+                    return fail(format!("cannot squeeze axis {a} of size {}", x.shape[k]));
+                }
+                drop[k] = true;
+            }
+            x.shape.iter().zip(drop).filter(|(_, d)| !d).map(|(&s, _)| s).collect()
+        }
+    };
+    Ok(vec![view_or_copy(ctx, x, &dims)?])
+}
+
+fn unsqueeze(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let Some(axes) = axes_of(ctx, inputs)? else { return fail("Unsqueeze needs axes") };
+    let r = x.rank() + axes.len();
+    let mut ins = vec![false; r];
+    for a in axes {
+        let k = axis(a, r)?;
+        if ins[k] {
+            return fail(format!("axis {a} repeated"));
+        }
+        ins[k] = true;
+    }
+    let mut it = x.shape.iter();
+    let dims: Vec<usize> = ins.iter().map(|&one| if one { 1 } else { it.next().copied().unwrap_or(1) }).collect();
+    Ok(vec![view_or_copy(ctx, x, &dims)?])
+}
+
+fn shape(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let r = x.rank() as i64;
+    let clamp = |v: i64| -> usize { (if v < 0 { v + r } else { v }).clamp(0, r) as usize };
+    let s = clamp(ctx.int("start", 0)?);
+    let e = clamp(ctx.int("end", r)?);
+    let dims: Vec<i64> = if s < e { x.shape[s..e].iter().map(|&d| d as i64).collect() } else { Vec::new() };
+    Ok(vec![ctx.from_vec(&[dims.len()], &dims)?])
+}
+
+fn size(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    Ok(vec![ctx.from_vec::<i64>(&[], &[x.numel() as i64])?])
+}
+
+/// Copies a constant tensor attribute into a counted tensor.
+pub fn from_tensor_data(ctx: &OpCtx, t: &memplan_ir::TensorData) -> Result<Tensor, OpFail> {
+    let Some(raw) = t.raw() else {
+        return Err(OpFail::Unsupported(format!("{} tensors", t.dtype)));
+    };
+    let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
+    let mut out = ctx.alloc(t.dtype, &dims)?;
+    let dst = out.bytes_mut()?;
+    if dst.len() != raw.len() {
+        return fail(format!("tensor '{}' has {} bytes for {} {:?}", t.name, raw.len(), t.dtype, t.dims));
+    }
+    dst.copy_from_slice(raw);
+    Ok(out)
+}
+
+fn constant(ctx: &OpCtx, _inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    if let Some(t) = ctx.tensor_attr("value")? {
+        return Ok(vec![from_tensor_data(ctx, t)?]);
+    }
+    if let Some(memplan_ir::AttrValue::Float(v)) = ctx.node.attr("value_float") {
+        return Ok(vec![ctx.from_vec::<f32>(&[], &[*v])?]);
+    }
+    if let Some(v) = ctx.opt_int("value_int")? {
+        return Ok(vec![ctx.from_vec::<i64>(&[], &[v])?]);
+    }
+    if let Some(v) = ctx.floats("value_floats")? {
+        return Ok(vec![ctx.from_vec::<f32>(&[v.len()], &v)?]);
+    }
+    if let Some(v) = ctx.ints("value_ints")? {
+        return Ok(vec![ctx.from_vec::<i64>(&[v.len()], &v)?]);
+    }
+    Err(OpFail::Unsupported("Constant without a numeric value".into()))
+}
+
+fn constant_of_shape(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let dims: Vec<usize> = req(inputs, 0)?
+        .to_i64_vec()?
+        .into_iter()
+        .map(|d| usize::try_from(d).map_err(|_| OpFail::Invalid(format!("negative dim {d}"))))
+        .collect::<Result<_, _>>()?;
+    let (dtype, fill) = match ctx.tensor_attr("value")? {
+        Some(v) => (v.dtype, v.raw().cloned().unwrap_or_default()),
+        None => (DataType::F32, bytes::Bytes::from_static(&[0, 0, 0, 0])),
+    };
+    let mut out = ctx.alloc(dtype, &dims)?;
+    let es = crate::tensor::elem_size(dtype)?;
+    if fill.len() != es {
+        return fail("value must hold exactly one element");
+    }
+    if fill.iter().any(|&b| b != 0) {
+        for chunk in out.bytes_mut()?.chunks_exact_mut(es) {
+            chunk.copy_from_slice(&fill);
+        }
+    }
+    Ok(vec![out])
+}
