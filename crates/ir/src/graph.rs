@@ -219,6 +219,8 @@ pub struct Value {
     pub decl: Option<DeclType>,
     /// Doc string of its ValueInfoProto.
     pub doc: String,
+    /// `metadata_props` of its ValueInfoProto, in file order.
+    pub metadata: Vec<(String, String)>,
 }
 
 /// A graph (the main graph or a control-flow body).
@@ -259,7 +261,7 @@ impl Graph {
     /// Adds a value and returns its id.
     pub fn add_value(&mut self, name: impl Into<String>, kind: ValueKind) -> ValueId {
         let id = ValueId::from_index(self.values.len());
-        self.values.push(Value { name: name.into(), kind, decl: None, doc: String::new() });
+        self.values.push(Value { name: name.into(), kind, decl: None, doc: String::new(), metadata: Vec::new() });
         id
     }
 

@@ -259,7 +259,7 @@ impl<'a> InferCtx<'a> {
 pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, OpError> {
     let r = rank as i64;
     let a = if axis < 0 { axis + r } else { axis };
-    if a < 0 || a >= r.max(1) && !(r == 0 && a == 0) {
+    if a < 0 || a >= r {
         return invalid(format!("axis {axis} is out of range for rank {rank}"));
     }
     Ok(a as usize)
@@ -437,7 +437,24 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
             let inputs: Vec<Option<&Fact>> =
                 node.inputs.iter().map(|i| i.map(|v| &values[v.index()])).collect();
             let rule = crate::ops::lookup(node);
+            let present = node.inputs.iter().rposition(|i| i.is_some()).map_or(0, |p| p + 1);
+            let required = node.inputs.iter().take_while(|i| i.is_some()).count();
+            let arity = rule.and_then(|_| crate::ops::arity(&node.op));
             match rule {
+                Some(_) if arity.is_some_and(|(lo, hi)| required < lo || present > hi) => {
+                    let (lo, hi) = arity.unwrap_or((0, 0));
+                    let want = if hi == usize::MAX {
+                        format!("at least {lo}")
+                    } else if lo == hi {
+                        format!("{lo}")
+                    } else {
+                        format!("{lo} to {hi}")
+                    };
+                    Err(OpError::Invalid(format!(
+                        "{} takes {want} inputs, got {present} (the first {required} present)",
+                        node.op
+                    )))
+                }
                 None => Err(OpError::Unsupported(format!(
                     "no rule for op {}{}",
                     if node.is_onnx_domain() { String::new() } else { format!("{}.", node.domain) },

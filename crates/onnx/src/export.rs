@@ -51,7 +51,7 @@ pub fn export(model: &Model) -> ModelProto {
             .opsets
             .iter()
             .map(|o| OperatorSetIdProto {
-                domain: Some(o.domain.clone()),
+                domain: opt(&o.domain),
                 version: Some(o.version),
             })
             .collect(),
@@ -92,7 +92,7 @@ pub fn export_graph(g: &Graph) -> GraphProto {
             name: Some(val.name.clone()),
             r#type: val.decl.as_ref().map(export_type),
             doc_string: opt(&val.doc),
-            ..Default::default()
+            metadata_props: kvs(&val.metadata),
         }
     };
     let mut initializer = Vec::new();

@@ -32,6 +32,13 @@ pub fn import(path: impl AsRef<Path>) -> Result<Model, OnnxError> {
     import_proto(proto, &mut reader)
 }
 
+/// Imports a model from its encoded bytes; `name` only labels errors. External data cannot be read
+/// (there is no directory) and is an error. This is the entry point the fuzz target drives.
+pub fn import_bytes(bytes: bytes::Bytes, name: &Path) -> Result<Model, OnnxError> {
+    let proto = crate::load::decode_model_proto(bytes, name)?;
+    import_proto(proto, &mut ExternalDataReader::none())
+}
+
 /// Converts a decoded `ModelProto` (external data read through `reader`).
 pub fn import_proto(
     mut proto: ModelProto,
@@ -154,6 +161,7 @@ fn import_graph(
         let v = &mut graph.values[id.index()];
         v.decl = decl;
         v.doc = vi.doc_string.clone().unwrap_or_default();
+        v.metadata = kvs(&vi.metadata_props);
         graph.inputs.push(id);
     }
 
@@ -293,6 +301,9 @@ fn attach_decl(graph: &mut Graph, id: ValueId, vi: &ValueInfoProto) {
     }
     if v.doc.is_empty() {
         v.doc = vi.doc_string.clone().unwrap_or_default();
+    }
+    if v.metadata.is_empty() {
+        v.metadata = kvs(&vi.metadata_props);
     }
 }
 

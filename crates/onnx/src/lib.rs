@@ -14,6 +14,7 @@ pub mod data;
 pub mod error;
 pub mod export;
 pub mod functions;
+pub mod fuzzgen;
 pub mod import;
 pub mod load;
 pub mod proto;
@@ -25,7 +26,7 @@ pub use data::{load_external_data, tensor_bytes, ExternalDataReader, TensorStora
 pub use error::OnnxError;
 pub use export::{default_mode, export, save};
 pub use functions::inline_functions;
-pub use import::{import, import_proto};
+pub use import::{import, import_bytes, import_proto};
 pub use load::{decode_model_proto, load_model_proto};
 pub use save::{
     save_model_proto, save_model_proto_with, write_atomic, ExternalData, DEFAULT_THRESHOLD,

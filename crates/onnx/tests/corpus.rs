@@ -110,3 +110,32 @@ fn corpus_models_survive_external_data_round_trip() {
     }
     std::fs::remove_dir_all(&out_dir).unwrap();
 }
+
+#[test]
+fn corpus_models_round_trip_through_the_ir() {
+    let Some(models) = corpus_models() else {
+        return;
+    };
+    for path in models {
+        let original = load_model_proto(&path).unwrap();
+        let model = memplan_onnx::import(&path).unwrap_or_else(|e| panic!("{e}"));
+        let back = memplan_onnx::export(&model);
+        let (a, b) = (original.graph.as_ref().unwrap(), back.graph.as_ref().unwrap());
+        assert_eq!(a.node, b.node, "{}: nodes", path.display());
+        assert_eq!(a.input, b.input, "{}: inputs", path.display());
+        assert_eq!(a.output, b.output, "{}: outputs", path.display());
+        assert_eq!(a.value_info, b.value_info, "{}: value_info", path.display());
+        assert_eq!(a.initializer, b.initializer, "{}: initializers", path.display());
+        let (mut x, mut y) = (original.clone(), back.clone());
+        x.graph = None;
+        y.graph = None;
+        // An absent and an empty opset domain both mean the default domain; the IR keeps one form.
+        for o in x.opset_import.iter_mut().chain(y.opset_import.iter_mut()) {
+            o.domain = o.domain.take().filter(|d| !d.is_empty());
+        }
+        assert_eq!(x, y, "{}: model-level fields", path.display());
+        x.graph = original.graph.clone();
+        y.graph = back.graph.clone();
+        assert!(x == y, "{}: graph-level fields differ", path.display());
+    }
+}

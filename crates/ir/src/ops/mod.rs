@@ -94,6 +94,38 @@ pub fn supported_ops() -> Vec<&'static str> {
     table().keys().copied().collect()
 }
 
+/// How many inputs an op takes, `(min, max)`, per the ONNX spec (optional inputs count toward `max`;
+/// variadic ops have `usize::MAX`). Checked before an op's rule runs, so rules may index their
+/// required inputs freely. `None` for ops not listed here; their rules check arity themselves.
+pub fn arity(op: &str) -> Option<(usize, usize)> {
+    const V: usize = usize::MAX;
+    Some(match op {
+        "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Pow" | "BitShift" | "BitwiseAnd" | "BitwiseOr"
+        | "BitwiseXor" | "PRelu" | "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual"
+        | "And" | "Or" | "Xor" | "MatMul" | "CastLike" | "Expand" | "Tile" | "GatherElements"
+        | "GatherND" | "Gather" | "Reshape" => (2, 2),
+        "Max" | "Min" | "Sum" | "Mean" | "Concat" => (1, V),
+        "Where" | "Range" => (3, 3),
+        "Gemm" | "LayerNormalization" | "Conv" => (2, 3),
+        "MatMulInteger" => (2, 4),
+        "ScatterND" | "ScatterElements" => (3, 3),
+        "Slice" => (3, 5),
+        "TopK" => (2, 2),
+        "Einsum" => (1, V),
+        "Split" => (1, 2),
+        "Squeeze" | "Unsqueeze" => (1, 2),
+        "Clip" => (1, 3),
+        "Trilu" | "CumSum" => (1, 2),
+        "Not" | "IsNaN" | "IsInf" | "Cast" | "Neg" | "Abs" | "Sign" | "Floor" | "Ceil" | "Round"
+        | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Tanh" | "Sigmoid" | "Relu" | "Erf" | "Shape"
+        | "Size" | "Transpose" | "Flatten" | "Identity" | "NonZero" | "Softmax" | "LogSoftmax"
+        | "Hardmax" | "ArgMax" | "ArgMin" | "ConstantOfShape" | "GlobalAveragePool"
+        | "GlobalMaxPool" | "MaxPool" | "AveragePool" => (1, 1),
+        n if n.starts_with("Reduce") => (1, 2),
+        _ => return None,
+    })
+}
+
 /// Whether output 0 of `node` is a zero-copy view of input 0, decided from the symbolic facts so that
 /// the simulator and the executor agree for every value of the symbols.
 ///

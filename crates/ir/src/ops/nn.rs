@@ -170,7 +170,8 @@ mod tests {
         let n = DeclDim::Param("N".into());
         let x = g.add_input("x", DeclType::tensor(DataType::F32, vec![n.clone(), DeclDim::Value(3), n.clone(), n]));
         let w = g.add_input("w", DeclType::tensor(DataType::F32, vec![DeclDim::Value(8), DeclDim::Value(3), DeclDim::Value(3), DeclDim::Value(3)]));
-        let (_, ln) = g.add_node("ln", "LayerNormalization", &[Some(x)], &["y", "mean", "inv"], vec![attr("axis", AttrValue::Int(2))]);
+        let scale = g.add_input("scale", DeclType::tensor(DataType::F32, vec![DeclDim::Param("N".into()), DeclDim::Param("N".into())]));
+        let (_, ln) = g.add_node("ln", "LayerNormalization", &[Some(x), Some(scale)], &["y", "mean", "inv"], vec![attr("axis", AttrValue::Int(2))]);
         let (_, cv) = g.add_node(
             "cv",
             "Conv",

@@ -1,0 +1,277 @@
+//! Random ONNX models for robustness checks: the one generator shared by the bounded property test in
+//! `cargo test` and the `cargo fuzz` target (`fuzz/fuzz_targets/import.rs`).
+//!
+//! [`random_model`] builds structurally plausible but often wrong `ModelProto`s (dangling and duplicate
+//! names, cycles, wrong attribute kinds, bad dims, odd types, subgraphs); [`mutate`] corrupts encoded
+//! bytes (bit flips, truncation, splices). [`check_bytes`] runs import and inference on bytes and
+//! reports whether an error (never a panic) was one line.
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::proto::{
+    attribute_proto::AttributeType, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
+    ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
+    ValueInfoProto,
+};
+
+/// A small deterministic PRNG (splitmix64), so the generator needs no dependency and cases replay.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next_u64() % 100 < percent
+    }
+
+    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len())]
+    }
+}
+
+const OPS: &[&str] = &[
+    "Add", "Mul", "MatMul", "Relu", "Reshape", "Transpose", "Concat", "Slice", "Gather", "Shape",
+    "Unsqueeze", "Squeeze", "ReduceSum", "Softmax", "Einsum", "Where", "Cast", "Expand", "Range",
+    "ConstantOfShape", "TopK", "NonZero", "Split", "LayerNormalization", "Conv", "MaxPool", "If",
+    "Loop", "Constant", "Tile", "Gemm", "Identity", "Flatten", "NoSuchOp",
+];
+const ATTRS: &[&str] = &["axis", "axes", "perm", "equation", "to", "keepdims", "value", "then_branch", "body", "split", "kernel_shape", "pads"];
+
+fn random_type(rng: &mut Rng) -> TypeProto {
+    let dims = (0..rng.below(5))
+        .map(|i| tensor_shape_proto::Dimension {
+            denotation: None,
+            value: match rng.below(4) {
+                0 => Some(tensor_shape_proto::dimension::Value::DimParam(
+                    ["N", "M", "B", ""][rng.below(4)].to_string(),
+                )),
+                1 => None,
+                2 => Some(tensor_shape_proto::dimension::Value::DimValue(
+                    rng.below(6) as i64 - 1,
+                )),
+                _ => Some(tensor_shape_proto::dimension::Value::DimValue(1 << (i + 1))),
+            },
+        })
+        .collect();
+    TypeProto {
+        denotation: None,
+        value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+            elem_type: Some(*rng.pick(&[1, 1, 1, 7, 9, 10, 16, 0, 8, 99])),
+            shape: (!rng.chance(10)).then_some(TensorShapeProto { dim: dims }),
+        })),
+    }
+}
+
+fn random_tensor(rng: &mut Rng, name: String) -> TensorProto {
+    let dims: Vec<i64> = (0..rng.below(3)).map(|_| rng.below(4) as i64).collect();
+    let n: i64 = dims.iter().product();
+    let dt = *rng.pick(&[1, 7, 7, 9, 8, 0]);
+    let mut t = TensorProto { name: Some(name), dims, data_type: Some(dt), ..Default::default() };
+    let wrong = rng.chance(15) as i64;
+    match dt {
+        7 => t.int64_data = (0..n + wrong).map(|_| rng.below(9) as i64 - 3).collect(),
+        8 => t.string_data = (0..n).map(|_| Bytes::from_static(b"s")).collect(),
+        _ => t.raw_data = Some(Bytes::from(vec![0u8; ((n + wrong) * 4).max(0) as usize])),
+    }
+    t
+}
+
+fn random_attr(rng: &mut Rng, depth: u32, names: &[String]) -> AttributeProto {
+    let name = rng.pick(ATTRS).to_string();
+    let mut a = AttributeProto { name: Some(name), ..Default::default() };
+    let ty = rng.below(7);
+    match ty {
+        0 => {
+            a.i = Some(rng.below(7) as i64 - 3);
+            a.r#type = Some(AttributeType::Int as i32);
+        }
+        1 => {
+            a.ints = (0..rng.below(4)).map(|_| rng.below(7) as i64 - 3).collect();
+            a.r#type = Some(AttributeType::Ints as i32);
+        }
+        2 => {
+            let eq: &'static [u8] = *rng.pick(&[&b"ij,jk->ik"[..], &b"...i->i"[..], &b"bad"[..], &b""[..]]);
+            a.s = Some(Bytes::from_static(eq));
+            a.r#type = Some(AttributeType::String as i32);
+        }
+        3 => {
+            a.f = Some(1.5);
+            a.r#type = Some(AttributeType::Float as i32);
+        }
+        4 => {
+            a.t = Some(random_tensor(rng, String::new()));
+            a.r#type = Some(AttributeType::Tensor as i32);
+        }
+        5 if depth < 2 => {
+            a.g = Some(random_graph(rng, depth + 1, names));
+            a.r#type = Some(AttributeType::Graph as i32);
+        }
+        _ => {
+            // A type tag that disagrees with the field set.
+            a.i = Some(2);
+            a.r#type = Some(rng.below(16) as i32);
+        }
+    }
+    a
+}
+
+fn random_graph(rng: &mut Rng, depth: u32, outer: &[String]) -> GraphProto {
+    let mut names: Vec<String> = outer.to_vec();
+    let mut g = GraphProto { name: Some(format!("g{depth}")), ..Default::default() };
+    for i in 0..1 + rng.below(3) {
+        let name = format!("in{depth}_{i}");
+        g.input.push(ValueInfoProto { name: Some(name.clone()), r#type: Some(random_type(rng)), ..Default::default() });
+        names.push(name);
+    }
+    for i in 0..rng.below(3) {
+        let name = format!("w{depth}_{i}");
+        g.initializer.push(random_tensor(rng, name.clone()));
+        names.push(name);
+    }
+    let n_nodes = rng.below(if depth == 0 { 12 } else { 4 });
+    for i in 0..n_nodes {
+        let inputs = (0..rng.below(4))
+            .map(|_| match rng.below(10) {
+                0 => String::new(),
+                1 => format!("dangling{}", rng.below(3)),
+                // A value produced later (or by this very node): an out-of-order file or a cycle.
+                2 => format!("v{depth}_{}", rng.below(n_nodes.max(1))),
+                _ => rng.pick(&names).clone(),
+            })
+            .collect();
+        let out = if rng.chance(5) && !names.is_empty() { rng.pick(&names).clone() } else { format!("v{depth}_{i}") };
+        let node = NodeProto {
+            input: inputs,
+            output: vec![out.clone()],
+            name: Some(format!("n{depth}_{i}")),
+            op_type: Some(rng.pick(OPS).to_string()),
+            domain: rng.chance(5).then(|| "com.example".to_string()),
+            attribute: (0..rng.below(3)).map(|_| random_attr(rng, depth, &names)).collect(),
+            ..Default::default()
+        };
+        g.node.push(node);
+        names.push(out);
+    }
+    for _ in 0..1 + rng.below(2) {
+        let name = rng.pick(&names).clone();
+        g.output.push(ValueInfoProto { name: Some(name), r#type: rng.chance(50).then(|| random_type(rng)), ..Default::default() });
+    }
+    g
+}
+
+/// A random model (see the module documentation).
+pub fn random_model(rng: &mut Rng) -> ModelProto {
+    ModelProto {
+        ir_version: Some(rng.below(12) as i64),
+        opset_import: vec![OperatorSetIdProto { domain: None, version: Some(*rng.pick(&[1, 7, 13, 18, 23, 99])) }],
+        graph: Some(random_graph(rng, 0, &[])),
+        ..Default::default()
+    }
+}
+
+/// Corrupts encoded bytes in place: flips, truncation, duplication of a range.
+pub fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>) {
+    for _ in 0..1 + rng.below(4) {
+        if bytes.is_empty() {
+            return;
+        }
+        match rng.below(3) {
+            0 => {
+                let i = rng.below(bytes.len());
+                bytes[i] ^= 1 << rng.below(8);
+            }
+            1 => {
+                let n = rng.below(bytes.len());
+                bytes.truncate(n);
+            }
+            _ => {
+                let a = rng.below(bytes.len());
+                let b = (a + rng.below(16)).min(bytes.len());
+                let chunk = bytes[a..b].to_vec();
+                let at = rng.below(bytes.len());
+                bytes.splice(at..at, chunk);
+            }
+        }
+    }
+}
+
+/// Imports and infers `bytes`; `Err` carries the error message, which must be one line.
+pub fn check_bytes(bytes: &[u8]) -> Result<(), String> {
+    let model = crate::import::import_bytes(Bytes::copy_from_slice(bytes), std::path::Path::new("<fuzz>"))
+        .map_err(|e| e.to_string())?;
+    memplan_ir::infer_model(&model).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Encodes a random model, mutated half of the time.
+pub fn random_bytes(rng: &mut Rng) -> Vec<u8> {
+    let mut bytes = random_model(rng).encode_to_vec();
+    if rng.chance(50) {
+        mutate(rng, &mut bytes);
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bounded in time (about 2 s) and deterministic in its cases: import and inference never panic,
+    /// and every error is one non-empty line.
+    #[test]
+    fn random_models_never_panic_and_errors_are_one_line() {
+        let start = std::time::Instant::now();
+        let (mut ok, mut err, mut n) = (0usize, 0usize, 0u64);
+        while n < 200 || (start.elapsed().as_millis() < 2000 && n < 200_000) {
+            let mut rng = Rng::new(n);
+            let bytes = random_bytes(&mut rng);
+            let r = std::panic::catch_unwind(|| check_bytes(&bytes));
+            match r {
+                Err(_) => panic!("case {n} panicked (replay with Rng::new({n}))"),
+                Ok(Ok(())) => ok += 1,
+                Ok(Err(msg)) => {
+                    assert!(!msg.is_empty() && !msg.contains('\n'), "case {n}: {msg:?}");
+                    err += 1;
+                }
+            }
+            n += 1;
+        }
+        eprintln!("{n} random models: {ok} imported and inferred, {err} rejected");
+        assert!(ok > 0 && err > 0, "the generator must produce both valid and invalid models");
+    }
+
+    #[test]
+    fn corrupted_corpus_model_never_panics() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/models/of3_tri_mul_out.legacy.onnx");
+        let Ok(orig) = std::fs::read(&path) else { return };
+        assert!(check_bytes(&orig).is_ok());
+        for seed in 0..300 {
+            let mut rng = Rng::new(seed);
+            let mut bytes = orig.clone();
+            mutate(&mut rng, &mut bytes);
+            let r = std::panic::catch_unwind(|| check_bytes(&bytes));
+            match r {
+                Err(_) => panic!("mutation seed {seed} panicked"),
+                Ok(Err(msg)) => assert!(!msg.contains('\n'), "seed {seed}: {msg}"),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+}
