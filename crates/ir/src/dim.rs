@@ -80,7 +80,9 @@ struct Mono {
 impl Ord for Mono {
     /// Larger total degree first, then the factor lists lexicographically.
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        o.degree.cmp(&self.degree).then_with(|| self.factors.cmp(&o.factors))
+        o.degree
+            .cmp(&self.degree)
+            .then_with(|| self.factors.cmp(&o.factors))
     }
 }
 
@@ -104,11 +106,17 @@ enum AtomRepr {
 
 impl Mono {
     fn one() -> Mono {
-        Mono { degree: 0, factors: Vec::new() }
+        Mono {
+            degree: 0,
+            factors: Vec::new(),
+        }
     }
 
     fn atom(a: AtomRepr) -> Mono {
-        Mono { degree: 1, factors: vec![(a, 1)] }
+        Mono {
+            degree: 1,
+            factors: vec![(a, 1)],
+        }
     }
 
     /// `factors` must be sorted by atom with unique atoms and powers >= 1.
@@ -320,7 +328,11 @@ impl Expr {
             .iter()
             .map(|(m, c)| Term {
                 coeff: *c,
-                factors: m.factors.iter().map(|(a, p)| (Atom::from_repr(a), *p)).collect(),
+                factors: m
+                    .factors
+                    .iter()
+                    .map(|(a, p)| (Atom::from_repr(a), *p))
+                    .collect(),
             })
             .collect()
     }
@@ -482,7 +494,11 @@ fn fmt_atom(f: &mut fmt::Formatter<'_>, a: &AtomRepr, bare: bool) -> fmt::Result
         AtomRepr::Sym(s) => f.write_str(s),
         AtomRepr::Overflow => f.write_str("<overflow>"),
         AtomRepr::FloorDiv(p) | AtomRepr::Mod(p) => {
-            let op = if matches!(a, AtomRepr::FloorDiv(_)) { "//" } else { "%" };
+            let op = if matches!(a, AtomRepr::FloorDiv(_)) {
+                "//"
+            } else {
+                "%"
+            };
             if !bare {
                 f.write_str("(")?;
             }
@@ -495,9 +511,16 @@ fn fmt_atom(f: &mut fmt::Formatter<'_>, a: &AtomRepr, bare: bool) -> fmt::Result
             Ok(())
         }
         AtomRepr::Max(xs) | AtomRepr::Min(xs) => {
-            f.write_str(if matches!(a, AtomRepr::Max(_)) { "max(" } else { "min(" })?;
+            f.write_str(if matches!(a, AtomRepr::Max(_)) {
+                "max("
+            } else {
+                "min("
+            })?;
             // Constants are printed last for readability; the stored order is unchanged.
-            let ordered = xs.iter().filter(|x| !x.is_const()).chain(xs.iter().filter(|x| x.is_const()));
+            let ordered = xs
+                .iter()
+                .filter(|x| !x.is_const())
+                .chain(xs.iter().filter(|x| x.is_const()));
             for (i, x) in ordered.enumerate() {
                 if i > 0 {
                     f.write_str(", ")?;
@@ -681,7 +704,8 @@ impl Expr {
 
     /// The product of all items (1 when empty).
     pub fn product<'a>(it: impl IntoIterator<Item = &'a Expr>) -> Expr {
-        it.into_iter().fold(Expr::one(), |acc, x| poly::mul(&acc, x))
+        it.into_iter()
+            .fold(Expr::one(), |acc, x| poly::mul(&acc, x))
     }
 
     /// All symbol names, including those inside opaque atoms.
@@ -704,7 +728,9 @@ impl Expr {
                         p.0.collect_symbols(out);
                         p.1.collect_symbols(out);
                     }
-                    AtomRepr::Max(xs) | AtomRepr::Min(xs) => xs.iter().for_each(|x| x.collect_symbols(out)),
+                    AtomRepr::Max(xs) | AtomRepr::Min(xs) => {
+                        xs.iter().for_each(|x| x.collect_symbols(out))
+                    }
                     AtomRepr::Overflow => {}
                 }
             }
@@ -735,7 +761,9 @@ impl Expr {
             for (a, p) in &m.factors {
                 let ae = match a {
                     AtomRepr::Sym(s) => f(s).unwrap_or_else(|| Expr::from_atom(a.clone())),
-                    AtomRepr::FloorDiv(q) => q.0.substitute_with(f).floor_div(&q.1.substitute_with(f)),
+                    AtomRepr::FloorDiv(q) => {
+                        q.0.substitute_with(f).floor_div(&q.1.substitute_with(f))
+                    }
                     AtomRepr::Mod(q) => q.0.substitute_with(f).rem(&q.1.substitute_with(f)),
                     AtomRepr::Max(xs) => {
                         let v: Vec<Expr> = xs.iter().map(|x| x.substitute_with(f)).collect();

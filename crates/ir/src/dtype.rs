@@ -104,7 +104,10 @@ impl DataType {
 
     pub fn is_int(self) -> bool {
         use DataType::*;
-        matches!(self, U8 | I8 | U16 | I16 | I32 | I64 | U32 | U64 | U4 | I4 | U2 | I2)
+        matches!(
+            self,
+            U8 | I8 | U16 | I16 | I32 | I64 | U32 | U64 | U4 | I4 | U2 | I2
+        )
     }
 
     /// The ONNX spelling used in specs and by onnx.helper (`float`, `int64`, `bool`, ...).

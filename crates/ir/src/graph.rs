@@ -53,11 +53,20 @@ pub struct DeclDimEntry {
 pub enum TypeDecl {
     /// `elem` is `None` when the file leaves the element type undefined; `shape` is `None` when the
     /// rank is unknown.
-    Tensor { elem: Option<DataType>, shape: Option<Vec<DeclDimEntry>> },
-    SparseTensor { elem: Option<DataType>, shape: Option<Vec<DeclDimEntry>> },
+    Tensor {
+        elem: Option<DataType>,
+        shape: Option<Vec<DeclDimEntry>>,
+    },
+    SparseTensor {
+        elem: Option<DataType>,
+        shape: Option<Vec<DeclDimEntry>>,
+    },
     Sequence(Option<Box<DeclType>>),
     Optional(Option<Box<DeclType>>),
-    Map { key: Option<DataType>, value: Option<Box<DeclType>> },
+    Map {
+        key: Option<DataType>,
+        value: Option<Box<DeclType>>,
+    },
     /// A TypeProto with no value set.
     Unset,
 }
@@ -75,7 +84,12 @@ impl DeclType {
             ty: TypeDecl::Tensor {
                 elem: Some(elem),
                 shape: Some(
-                    dims.into_iter().map(|dim| DeclDimEntry { dim, denotation: String::new() }).collect(),
+                    dims.into_iter()
+                        .map(|dim| DeclDimEntry {
+                            dim,
+                            denotation: String::new(),
+                        })
+                        .collect(),
                 ),
             },
             denotation: String::new(),
@@ -261,7 +275,13 @@ impl Graph {
     /// Adds a value and returns its id.
     pub fn add_value(&mut self, name: impl Into<String>, kind: ValueKind) -> ValueId {
         let id = ValueId::from_index(self.values.len());
-        self.values.push(Value { name: name.into(), kind, decl: None, doc: String::new(), metadata: Vec::new() });
+        self.values.push(Value {
+            name: name.into(),
+            kind,
+            decl: None,
+            doc: String::new(),
+            metadata: Vec::new(),
+        });
         id
     }
 
@@ -293,7 +313,15 @@ impl Graph {
         let outs: Vec<ValueId> = outputs
             .iter()
             .enumerate()
-            .map(|(slot, n)| self.add_value(*n, ValueKind::Node { node: nid, slot: slot as u32 }))
+            .map(|(slot, n)| {
+                self.add_value(
+                    *n,
+                    ValueKind::Node {
+                        node: nid,
+                        slot: slot as u32,
+                    },
+                )
+            })
             .collect();
         self.nodes.push(Node {
             name: name.into(),
@@ -342,7 +370,10 @@ impl Graph {
 
     /// A value id by name, if any value has that name.
     pub fn find_value(&self, name: &str) -> Option<ValueId> {
-        self.values.iter().position(|v| v.name == name).map(ValueId::from_index)
+        self.values
+            .iter()
+            .position(|v| v.name == name)
+            .map(ValueId::from_index)
     }
 
     /// Names this graph (and its nested subgraphs) read from enclosing scopes.
@@ -378,7 +409,11 @@ impl Graph {
         for (i, n) in self.nodes.iter().enumerate() {
             let mut deps: Vec<NodeId> = n.input_ids().filter_map(|v| self.producer(v)).collect();
             for sub in n.subgraphs() {
-                deps.extend(sub.outer_reads_resolved(self).into_iter().filter_map(|v| self.producer(v)));
+                deps.extend(
+                    sub.outer_reads_resolved(self)
+                        .into_iter()
+                        .filter_map(|v| self.producer(v)),
+                );
             }
             deps.sort();
             deps.dedup();
@@ -386,7 +421,10 @@ impl Graph {
         }
         // A min-heap on node index keeps the original order whenever it is already topological.
         let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> =
-            (0..self.nodes.len()).filter(|&i| indeg[i] == 0).map(std::cmp::Reverse).collect();
+            (0..self.nodes.len())
+                .filter(|&i| indeg[i] == 0)
+                .map(std::cmp::Reverse)
+                .collect();
         let mut order = Vec::with_capacity(self.nodes.len());
         while let Some(std::cmp::Reverse(i)) = ready.pop() {
             order.push(NodeId::from_index(i));
@@ -406,7 +444,9 @@ impl Graph {
         if order.len() != self.nodes.len() {
             let stuck = (0..self.nodes.len()).find(|&i| indeg[i] > 0).unwrap_or(0);
             let id = NodeId::from_index(stuck);
-            return Err(GraphError::Cycle { node: self.nodes[stuck].label(id) });
+            return Err(GraphError::Cycle {
+                node: self.nodes[stuck].label(id),
+            });
         }
         Ok(order)
     }
@@ -421,7 +461,9 @@ impl Graph {
             }
             if let Some(prev) = names.insert(&v.name, ValueId::from_index(i)) {
                 let _ = prev;
-                return Err(GraphError::DuplicateName { name: v.name.clone() });
+                return Err(GraphError::DuplicateName {
+                    name: v.name.clone(),
+                });
             }
         }
         for (i, n) in self.nodes.iter().enumerate() {
@@ -434,7 +476,8 @@ impl Graph {
             for (slot, v) in n.outputs.iter().enumerate() {
                 if let Some(v) = v {
                     match self.values.get(v.index()).map(|x| &x.kind) {
-                        Some(ValueKind::Node { node, slot: s }) if *node == id && *s as usize == slot => {}
+                        Some(ValueKind::Node { node, slot: s })
+                            if *node == id && *s as usize == slot => {}
                         _ => {
                             return Err(GraphError::BadId { node: n.label(id) });
                         }
@@ -444,7 +487,9 @@ impl Graph {
         }
         for &o in &self.outputs {
             if o.index() >= self.values.len() {
-                return Err(GraphError::BadId { node: "graph outputs".into() });
+                return Err(GraphError::BadId {
+                    node: "graph outputs".into(),
+                });
             }
         }
         self.topo_order()
@@ -497,7 +542,10 @@ pub struct Model {
 impl Model {
     /// The opset version imported for the default domain, if any.
     pub fn onnx_opset(&self) -> Option<i64> {
-        self.opsets.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map(|o| o.version)
+        self.opsets
+            .iter()
+            .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+            .map(|o| o.version)
     }
 }
 
@@ -507,7 +555,10 @@ mod tests {
 
     fn tiny() -> Graph {
         let mut g = Graph::default();
-        let x = g.add_input("x", DeclType::tensor(DataType::F32, vec![DeclDim::Param("N".into())]));
+        let x = g.add_input(
+            "x",
+            DeclType::tensor(DataType::F32, vec![DeclDim::Param("N".into())]),
+        );
         let (_, a) = g.add_node("a", "Relu", &[Some(x)], &["a_out"], vec![]);
         let (_, b) = g.add_node("b", "Neg", &[Some(a[0])], &["b_out"], vec![]);
         g.outputs.push(b[0]);
@@ -528,7 +579,10 @@ mod tests {
         for (i, n) in g.nodes.iter().enumerate() {
             for (slot, v) in n.outputs.iter().enumerate() {
                 let v = v.unwrap();
-                g.values[v.index()].kind = ValueKind::Node { node: NodeId::from_index(i), slot: slot as u32 };
+                g.values[v.index()].kind = ValueKind::Node {
+                    node: NodeId::from_index(i),
+                    slot: slot as u32,
+                };
             }
         }
         assert_eq!(g.validate().unwrap(), vec![NodeId(1), NodeId(0)]);
@@ -541,13 +595,21 @@ mod tests {
         let b_out = g.nodes[1].outputs[0];
         g.nodes[0].inputs[0] = b_out;
         let e = g.validate().unwrap_err();
-        assert_eq!(e, GraphError::Cycle { node: "'a' (Relu)".into() });
+        assert_eq!(
+            e,
+            GraphError::Cycle {
+                node: "'a' (Relu)".into()
+            }
+        );
     }
 
     #[test]
     fn duplicate_names_are_rejected() {
         let mut g = tiny();
         g.values[1].name = "x".into();
-        assert_eq!(g.validate().unwrap_err(), GraphError::DuplicateName { name: "x".into() });
+        assert_eq!(
+            g.validate().unwrap_err(),
+            GraphError::DuplicateName { name: "x".into() }
+        );
     }
 }

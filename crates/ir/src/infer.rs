@@ -51,7 +51,9 @@ impl Known {
     pub fn as_exprs(&self) -> Option<Vec<Expr>> {
         match self {
             Known::Int(v) => Some(v.clone()),
-            Known::Float(_) => self.as_consts().map(|v| v.into_iter().map(Expr::int).collect()),
+            Known::Float(_) => self
+                .as_consts()
+                .map(|v| v.into_iter().map(Expr::int).collect()),
         }
     }
 }
@@ -67,13 +69,21 @@ pub struct Fact {
 
 impl Fact {
     pub fn new(dtype: DataType, shape: Vec<Expr>) -> Fact {
-        Fact { dtype: Some(dtype), shape: Some(shape), value: None }
+        Fact {
+            dtype: Some(dtype),
+            shape: Some(shape),
+            value: None,
+        }
     }
 
     /// A fact with known contents; drops the contents when the tensor is too large to track.
     pub fn with_value(dtype: DataType, shape: Vec<Expr>, value: Known) -> Fact {
         let keep = value.len() <= MAX_KNOWN_ELEMS;
-        Fact { dtype: Some(dtype), shape: Some(shape), value: keep.then_some(value) }
+        Fact {
+            dtype: Some(dtype),
+            shape: Some(shape),
+            value: keep.then_some(value),
+        }
     }
 
     pub fn rank(&self) -> Option<usize> {
@@ -82,7 +92,11 @@ impl Fact {
 
     /// Concrete dims, when every dim is a constant.
     pub fn concrete_shape(&self) -> Option<Vec<usize>> {
-        self.shape.as_ref()?.iter().map(|d| d.as_const().and_then(|c| usize::try_from(c).ok())).collect()
+        self.shape
+            .as_ref()?
+            .iter()
+            .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+            .collect()
     }
 
     /// Element count as an expression.
@@ -109,9 +123,14 @@ impl Fact {
         } else if t.dtype.is_float() {
             t.to_f64_vec().map(Known::Float)
         } else {
-            t.to_i64_vec().map(|v| Known::Int(v.into_iter().map(Expr::int).collect()))
+            t.to_i64_vec()
+                .map(|v| Known::Int(v.into_iter().map(Expr::int).collect()))
         };
-        Fact { dtype: Some(t.dtype), shape: Some(shape), value }
+        Fact {
+            dtype: Some(t.dtype),
+            shape: Some(shape),
+            value,
+        }
     }
 }
 
@@ -162,12 +181,17 @@ impl<'a> InferCtx<'a> {
 
     /// Input `i`'s shape; `Unknown` when not inferred.
     pub fn shape(&self, i: usize) -> Result<&'a [Expr], OpError> {
-        self.input(i)?.shape.as_deref().ok_or_else(|| OpError::Unknown(format!("shape of input {i}")))
+        self.input(i)?
+            .shape
+            .as_deref()
+            .ok_or_else(|| OpError::Unknown(format!("shape of input {i}")))
     }
 
     /// Input `i`'s element type; `Unknown` when not inferred.
     pub fn dtype(&self, i: usize) -> Result<DataType, OpError> {
-        self.input(i)?.dtype.ok_or_else(|| OpError::Unknown(format!("type of input {i}")))
+        self.input(i)?
+            .dtype
+            .ok_or_else(|| OpError::Unknown(format!("type of input {i}")))
     }
 
     pub fn num_inputs(&self) -> usize {
@@ -190,7 +214,10 @@ impl<'a> InferCtx<'a> {
     }
 
     fn bad_kind<T>(&self, name: &str, want: &str, got: &AttrValue) -> Result<T, OpError> {
-        Err(OpError::BadAttr(format!("attribute '{name}' must be {want}, got {}", got.kind_name())))
+        Err(OpError::BadAttr(format!(
+            "attribute '{name}' must be {want}, got {}",
+            got.kind_name()
+        )))
     }
 
     pub fn attr_int(&self, name: &str, default: i64) -> Result<i64, OpError> {
@@ -277,7 +304,11 @@ pub fn broadcast(shapes: &[&[Expr]]) -> Result<Vec<Expr>, OpError> {
             out[off + i] = broadcast_dim(o, d).ok_or_else(|| {
                 OpError::Invalid(format!(
                     "shapes {} cannot broadcast: dim {o} vs {d}",
-                    shapes.iter().map(|s| fmt_shape(s)).collect::<Vec<_>>().join(" and ")
+                    shapes
+                        .iter()
+                        .map(|s| fmt_shape(s))
+                        .collect::<Vec<_>>()
+                        .join(" and ")
                 ))
             })?;
         }
@@ -329,15 +360,26 @@ impl SymbolTable {
 
     /// A fresh symbol named after `hint`, unique among the model's symbols.
     pub fn fresh(&mut self, hint: &str, reason: String) -> Expr {
-        let base: String =
-            hint.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+        let base: String = hint
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
         let mut name = base.clone();
         let mut k = 1;
         while self.taken(&name) {
             k += 1;
             name = format!("{base}_{k}");
         }
-        self.introduced.push(NewSymbol { name: name.clone(), reason });
+        self.introduced.push(NewSymbol {
+            name: name.clone(),
+            reason,
+        });
         Expr::sym(&name)
     }
 }
@@ -391,7 +433,10 @@ pub enum InferError {
 /// Infers facts for the main graph of `model`. Graph input dims named by `dim_param` become symbols;
 /// unnamed unknown dims become fresh symbols named `<input>_dim<k>`.
 pub fn infer_model(model: &Model) -> Result<Facts, InferError> {
-    infer_graph(&model.graph, model.onnx_opset().unwrap_or(crate::ops::DEFAULT_OPSET))
+    infer_graph(
+        &model.graph,
+        model.onnx_opset().unwrap_or(crate::ops::DEFAULT_OPSET),
+    )
 }
 
 /// Infers facts for one graph at the given default-domain opset.
@@ -434,10 +479,17 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
         let node = graph.node(nid);
         let label = node.label(nid);
         let outs = {
-            let inputs: Vec<Option<&Fact>> =
-                node.inputs.iter().map(|i| i.map(|v| &values[v.index()])).collect();
+            let inputs: Vec<Option<&Fact>> = node
+                .inputs
+                .iter()
+                .map(|i| i.map(|v| &values[v.index()]))
+                .collect();
             let rule = crate::ops::lookup(node);
-            let present = node.inputs.iter().rposition(|i| i.is_some()).map_or(0, |p| p + 1);
+            let present = node
+                .inputs
+                .iter()
+                .rposition(|i| i.is_some())
+                .map_or(0, |p| p + 1);
             let required = node.inputs.iter().take_while(|i| i.is_some()).count();
             let arity = rule.and_then(|_| crate::ops::arity(&node.op));
             match rule {
@@ -457,11 +509,21 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
                 }
                 None => Err(OpError::Unsupported(format!(
                     "no rule for op {}{}",
-                    if node.is_onnx_domain() { String::new() } else { format!("{}.", node.domain) },
+                    if node.is_onnx_domain() {
+                        String::new()
+                    } else {
+                        format!("{}.", node.domain)
+                    },
                     node.op
                 ))),
                 Some(def) => {
-                    let mut ctx = InferCtx { node, id: nid, inputs, opset, symbols: &mut symbols };
+                    let mut ctx = InferCtx {
+                        node,
+                        id: nid,
+                        inputs,
+                        opset,
+                        symbols: &mut symbols,
+                    };
                     (def.infer)(&mut ctx)
                 }
             }
@@ -478,7 +540,11 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
                 return Err(InferError::Node { node: label, msg });
             }
             Err(e @ OpError::Unknown(_)) | Err(e @ OpError::Unsupported(_)) => {
-                skipped.push(Skipped { node: nid, label, reason: e.to_string() });
+                skipped.push(Skipped {
+                    node: nid,
+                    label,
+                    reason: e.to_string(),
+                });
                 // Outputs keep what the file declares, with declared symbols only.
                 for v in node.output_ids() {
                     values[v.index()] = declared_fact(graph, v, &symbols);
@@ -488,12 +554,21 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
     }
 
     let aliases = unify_declared_outputs(graph, &values, &symbols);
-    Ok(Facts { values, symbols, skipped, aliases, order })
+    Ok(Facts {
+        values,
+        symbols,
+        skipped,
+        aliases,
+        order,
+    })
 }
 
 fn input_fact(v: &crate::graph::Value, symbols: &mut SymbolTable) -> Result<Fact, InferError> {
     let Some(decl) = &v.decl else {
-        return Err(InferError::Input { name: v.name.clone(), msg: "has no declared type".into() });
+        return Err(InferError::Input {
+            name: v.name.clone(),
+            msg: "has no declared type".into(),
+        });
     };
     let Some((elem, dims)) = decl.as_tensor() else {
         return Ok(Fact::default());
@@ -511,7 +586,11 @@ fn input_fact(v: &crate::graph::Value, symbols: &mut SymbolTable) -> Result<Fact
             })
             .collect()
     });
-    Ok(Fact { dtype: elem, shape, value: None })
+    Ok(Fact {
+        dtype: elem,
+        shape,
+        value: None,
+    })
 }
 
 fn declared_fact(graph: &Graph, v: ValueId, symbols: &SymbolTable) -> Fact {
@@ -527,7 +606,11 @@ fn declared_fact(graph: &Graph, v: ValueId, symbols: &SymbolTable) -> Fact {
             })
             .collect::<Option<Vec<Expr>>>()
     });
-    Fact { dtype: elem, shape, value: None }
+    Fact {
+        dtype: elem,
+        shape,
+        value: None,
+    }
 }
 
 /// Declared dim names on graph outputs and value_info (e.g. `Addz_out_dim_1` from legacy exports) that
@@ -539,7 +622,9 @@ fn unify_declared_outputs(graph: &Graph, values: &[Fact], symbols: &SymbolTable)
         let Some((_, Some(dims))) = graph.value(v).decl.as_ref().and_then(|d| d.as_tensor()) else {
             continue;
         };
-        let Some(shape) = &values[v.index()].shape else { continue };
+        let Some(shape) = &values[v.index()].shape else {
+            continue;
+        };
         if shape.len() != dims.len() {
             continue;
         }
@@ -552,5 +637,11 @@ fn unify_declared_outputs(graph: &Graph, values: &[Fact], symbols: &SymbolTable)
             }
         }
     }
-    order.into_iter().map(|name| Alias { expr: seen[&name].clone(), name }).collect()
+    order
+        .into_iter()
+        .map(|name| Alias {
+            expr: seen[&name].clone(),
+            name,
+        })
+        .collect()
 }

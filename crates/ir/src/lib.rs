@@ -18,8 +18,8 @@ pub mod tensor;
 pub use dim::Expr;
 pub use dtype::DataType;
 pub use graph::{
-    AttrValue, Attribute, DeclDim, DeclDimEntry, DeclType, Graph, GraphError, Model, Node, NodeId, OpsetImport,
-    SparseTensorData, TypeDecl, Value, ValueId, ValueKind,
+    AttrValue, Attribute, DeclDim, DeclDimEntry, DeclType, Graph, GraphError, Model, Node, NodeId,
+    OpsetImport, SparseTensorData, TypeDecl, Value, ValueId, ValueKind,
 };
-pub use tensor::{DataOrigin, TensorData, TensorStorage};
 pub use infer::{infer_graph, infer_model, Fact, Facts, Known};
+pub use tensor::{DataOrigin, TensorData, TensorStorage};

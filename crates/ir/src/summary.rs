@@ -51,7 +51,10 @@ fn port(model: &Model, facts: &Facts, v: ValueId) -> Port {
     Port {
         name: model.graph.value(v).name.clone(),
         dtype: f.dtype.map(|d| d.onnx_name().to_string()),
-        shape: f.shape.as_ref().map(|s| s.iter().map(|d| d.to_string()).collect()),
+        shape: f
+            .shape
+            .as_ref()
+            .map(|s| s.iter().map(|d| d.to_string()).collect()),
     }
 }
 
@@ -60,7 +63,11 @@ pub fn summarize(model: &Model, facts: &Facts) -> Summary {
     let g = &model.graph;
     let mut hist: BTreeMap<String, usize> = BTreeMap::new();
     for n in &g.nodes {
-        let key = if n.is_onnx_domain() { n.op.clone() } else { format!("{}.{}", n.domain, n.op) };
+        let key = if n.is_onnx_domain() {
+            n.op.clone()
+        } else {
+            format!("{}.{}", n.domain, n.op)
+        };
         *hist.entry(key).or_default() += 1;
     }
     let (mut wc, mut wb) = (0usize, 0u64);
@@ -75,7 +82,11 @@ pub fn summarize(model: &Model, facts: &Facts) -> Summary {
         .iter()
         .map(|s| {
             let n = g.node(s.node);
-            Unsupported { node: n.name.clone(), op: n.op.clone(), reason: s.reason.clone() }
+            Unsupported {
+                node: n.name.clone(),
+                op: n.op.clone(),
+                reason: s.reason.clone(),
+            }
         })
         .collect();
     Summary {
@@ -83,9 +94,20 @@ pub fn summarize(model: &Model, facts: &Facts) -> Summary {
         opsets: model
             .opsets
             .iter()
-            .map(|o| (if o.domain.is_empty() { "ai.onnx".to_string() } else { o.domain.clone() }, o.version))
+            .map(|o| {
+                (
+                    if o.domain.is_empty() {
+                        "ai.onnx".to_string()
+                    } else {
+                        o.domain.clone()
+                    },
+                    o.version,
+                )
+            })
             .collect(),
-        producer: format!("{} {}", model.producer_name, model.producer_version).trim().to_string(),
+        producer: format!("{} {}", model.producer_name, model.producer_version)
+            .trim()
+            .to_string(),
         nodes: g.nodes.len(),
         inputs: g
             .inputs
@@ -114,5 +136,10 @@ pub fn port_shape(p: &Port) -> String {
 
 /// Renders a shape of a value in the facts.
 pub fn value_shape(facts: &Facts, v: ValueId) -> String {
-    facts.get(v).shape.as_deref().map(fmt_shape).unwrap_or_else(|| "?".into())
+    facts
+        .get(v)
+        .shape
+        .as_deref()
+        .map(fmt_shape)
+        .unwrap_or_else(|| "?".into())
 }

@@ -11,7 +11,11 @@ pub enum DataOrigin {
     #[default]
     Inline,
     /// Read from an external-data side file at `location` (relative to the model's directory).
-    External { location: String, offset: u64, length: u64 },
+    External {
+        location: String,
+        offset: u64,
+        length: u64,
+    },
 }
 
 /// The payload of a constant tensor.
@@ -58,7 +62,13 @@ impl TensorData {
         let name = name.into();
         let expected = dtype.bytes_for(numel(&dims));
         if dtype != DataType::String && expected != raw.len() as u64 {
-            return Err(TensorSizeError { name, dtype, dims, expected, actual: raw.len() as u64 });
+            return Err(TensorSizeError {
+                name,
+                dtype,
+                dims,
+                expected,
+                actual: raw.len() as u64,
+            });
         }
         Ok(TensorData {
             name,
@@ -195,7 +205,10 @@ mod tests {
     fn size_mismatch_is_an_error_naming_the_tensor() {
         let e = TensorData::from_raw("w", DataType::F32, vec![2, 3], Bytes::from(vec![0u8; 20]))
             .unwrap_err();
-        assert_eq!(e.to_string(), "tensor 'w': float [2, 3] needs 24 bytes, has 20");
+        assert_eq!(
+            e.to_string(),
+            "tensor 'w': float [2, 3] needs 24 bytes, has 20"
+        );
     }
 
     #[test]

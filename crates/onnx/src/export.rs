@@ -174,7 +174,9 @@ pub fn export_type(d: &DeclType) -> TypeProto {
                 .map(|e| tensor_shape_proto::Dimension {
                     denotation: opt(&e.denotation),
                     value: match &e.dim {
-                        DeclDim::Value(v) => Some(tensor_shape_proto::dimension::Value::DimValue(*v)),
+                        DeclDim::Value(v) => {
+                            Some(tensor_shape_proto::dimension::Value::DimValue(*v))
+                        }
                         DeclDim::Param(p) => {
                             Some(tensor_shape_proto::dimension::Value::DimParam(p.clone()))
                         }
@@ -186,26 +188,34 @@ pub fn export_type(d: &DeclType) -> TypeProto {
     };
     let boxed = |t: &Option<Box<DeclType>>| t.as_ref().map(|t| Box::new(export_type(t)));
     let value = match &d.ty {
-        TypeDecl::Tensor { elem, shape: s } => Some(type_proto::Value::TensorType(type_proto::Tensor {
-            elem_type: Some(elem.map(|e| e.onnx_code()).unwrap_or(0)),
-            shape: shape(s),
-        })),
-        TypeDecl::SparseTensor { elem, shape: s } => {
-            Some(type_proto::Value::SparseTensorType(type_proto::SparseTensor {
+        TypeDecl::Tensor { elem, shape: s } => {
+            Some(type_proto::Value::TensorType(type_proto::Tensor {
                 elem_type: Some(elem.map(|e| e.onnx_code()).unwrap_or(0)),
                 shape: shape(s),
             }))
         }
+        TypeDecl::SparseTensor { elem, shape: s } => Some(type_proto::Value::SparseTensorType(
+            type_proto::SparseTensor {
+                elem_type: Some(elem.map(|e| e.onnx_code()).unwrap_or(0)),
+                shape: shape(s),
+            },
+        )),
         TypeDecl::Sequence(e) => Some(type_proto::Value::SequenceType(Box::new(
-            type_proto::Sequence { elem_type: boxed(e) },
+            type_proto::Sequence {
+                elem_type: boxed(e),
+            },
         ))),
         TypeDecl::Optional(e) => Some(type_proto::Value::OptionalType(Box::new(
-            type_proto::Optional { elem_type: boxed(e) },
+            type_proto::Optional {
+                elem_type: boxed(e),
+            },
         ))),
-        TypeDecl::Map { key, value } => Some(type_proto::Value::MapType(Box::new(type_proto::Map {
-            key_type: key.map(|k| k.onnx_code()),
-            value_type: boxed(value),
-        }))),
+        TypeDecl::Map { key, value } => {
+            Some(type_proto::Value::MapType(Box::new(type_proto::Map {
+                key_type: key.map(|k| k.onnx_code()),
+                value_type: boxed(value),
+            })))
+        }
         TypeDecl::Unset => None,
     };
     TypeProto {

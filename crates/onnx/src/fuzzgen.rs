@@ -47,12 +47,55 @@ impl Rng {
 }
 
 const OPS: &[&str] = &[
-    "Add", "Mul", "MatMul", "Relu", "Reshape", "Transpose", "Concat", "Slice", "Gather", "Shape",
-    "Unsqueeze", "Squeeze", "ReduceSum", "Softmax", "Einsum", "Where", "Cast", "Expand", "Range",
-    "ConstantOfShape", "TopK", "NonZero", "Split", "LayerNormalization", "Conv", "MaxPool", "If",
-    "Loop", "Constant", "Tile", "Gemm", "Identity", "Flatten", "NoSuchOp",
+    "Add",
+    "Mul",
+    "MatMul",
+    "Relu",
+    "Reshape",
+    "Transpose",
+    "Concat",
+    "Slice",
+    "Gather",
+    "Shape",
+    "Unsqueeze",
+    "Squeeze",
+    "ReduceSum",
+    "Softmax",
+    "Einsum",
+    "Where",
+    "Cast",
+    "Expand",
+    "Range",
+    "ConstantOfShape",
+    "TopK",
+    "NonZero",
+    "Split",
+    "LayerNormalization",
+    "Conv",
+    "MaxPool",
+    "If",
+    "Loop",
+    "Constant",
+    "Tile",
+    "Gemm",
+    "Identity",
+    "Flatten",
+    "NoSuchOp",
 ];
-const ATTRS: &[&str] = &["axis", "axes", "perm", "equation", "to", "keepdims", "value", "then_branch", "body", "split", "kernel_shape", "pads"];
+const ATTRS: &[&str] = &[
+    "axis",
+    "axes",
+    "perm",
+    "equation",
+    "to",
+    "keepdims",
+    "value",
+    "then_branch",
+    "body",
+    "split",
+    "kernel_shape",
+    "pads",
+];
 
 fn random_type(rng: &mut Rng) -> TypeProto {
     let dims = (0..rng.below(5))
@@ -83,7 +126,12 @@ fn random_tensor(rng: &mut Rng, name: String) -> TensorProto {
     let dims: Vec<i64> = (0..rng.below(3)).map(|_| rng.below(4) as i64).collect();
     let n: i64 = dims.iter().product();
     let dt = *rng.pick(&[1, 7, 7, 9, 8, 0]);
-    let mut t = TensorProto { name: Some(name), dims, data_type: Some(dt), ..Default::default() };
+    let mut t = TensorProto {
+        name: Some(name),
+        dims,
+        data_type: Some(dt),
+        ..Default::default()
+    };
     let wrong = rng.chance(15) as i64;
     match dt {
         7 => t.int64_data = (0..n + wrong).map(|_| rng.below(9) as i64 - 3).collect(),
@@ -95,7 +143,10 @@ fn random_tensor(rng: &mut Rng, name: String) -> TensorProto {
 
 fn random_attr(rng: &mut Rng, depth: u32, names: &[String]) -> AttributeProto {
     let name = rng.pick(ATTRS).to_string();
-    let mut a = AttributeProto { name: Some(name), ..Default::default() };
+    let mut a = AttributeProto {
+        name: Some(name),
+        ..Default::default()
+    };
     let ty = rng.below(7);
     match ty {
         0 => {
@@ -107,7 +158,8 @@ fn random_attr(rng: &mut Rng, depth: u32, names: &[String]) -> AttributeProto {
             a.r#type = Some(AttributeType::Ints as i32);
         }
         2 => {
-            let eq: &'static [u8] = *rng.pick(&[&b"ij,jk->ik"[..], &b"...i->i"[..], &b"bad"[..], &b""[..]]);
+            const EQS: [&[u8]; 4] = [b"ij,jk->ik", b"...i->i", b"bad", b""];
+            let eq: &'static [u8] = EQS[rng.below(EQS.len())];
             a.s = Some(Bytes::from_static(eq));
             a.r#type = Some(AttributeType::String as i32);
         }
@@ -134,10 +186,17 @@ fn random_attr(rng: &mut Rng, depth: u32, names: &[String]) -> AttributeProto {
 
 fn random_graph(rng: &mut Rng, depth: u32, outer: &[String]) -> GraphProto {
     let mut names: Vec<String> = outer.to_vec();
-    let mut g = GraphProto { name: Some(format!("g{depth}")), ..Default::default() };
+    let mut g = GraphProto {
+        name: Some(format!("g{depth}")),
+        ..Default::default()
+    };
     for i in 0..1 + rng.below(3) {
         let name = format!("in{depth}_{i}");
-        g.input.push(ValueInfoProto { name: Some(name.clone()), r#type: Some(random_type(rng)), ..Default::default() });
+        g.input.push(ValueInfoProto {
+            name: Some(name.clone()),
+            r#type: Some(random_type(rng)),
+            ..Default::default()
+        });
         names.push(name);
     }
     for i in 0..rng.below(3) {
@@ -156,14 +215,20 @@ fn random_graph(rng: &mut Rng, depth: u32, outer: &[String]) -> GraphProto {
                 _ => rng.pick(&names).clone(),
             })
             .collect();
-        let out = if rng.chance(5) && !names.is_empty() { rng.pick(&names).clone() } else { format!("v{depth}_{i}") };
+        let out = if rng.chance(5) && !names.is_empty() {
+            rng.pick(&names).clone()
+        } else {
+            format!("v{depth}_{i}")
+        };
         let node = NodeProto {
             input: inputs,
             output: vec![out.clone()],
             name: Some(format!("n{depth}_{i}")),
             op_type: Some(rng.pick(OPS).to_string()),
             domain: rng.chance(5).then(|| "com.example".to_string()),
-            attribute: (0..rng.below(3)).map(|_| random_attr(rng, depth, &names)).collect(),
+            attribute: (0..rng.below(3))
+                .map(|_| random_attr(rng, depth, &names))
+                .collect(),
             ..Default::default()
         };
         g.node.push(node);
@@ -171,7 +236,11 @@ fn random_graph(rng: &mut Rng, depth: u32, outer: &[String]) -> GraphProto {
     }
     for _ in 0..1 + rng.below(2) {
         let name = rng.pick(&names).clone();
-        g.output.push(ValueInfoProto { name: Some(name), r#type: rng.chance(50).then(|| random_type(rng)), ..Default::default() });
+        g.output.push(ValueInfoProto {
+            name: Some(name),
+            r#type: rng.chance(50).then(|| random_type(rng)),
+            ..Default::default()
+        });
     }
     g
 }
@@ -180,7 +249,10 @@ fn random_graph(rng: &mut Rng, depth: u32, outer: &[String]) -> GraphProto {
 pub fn random_model(rng: &mut Rng) -> ModelProto {
     ModelProto {
         ir_version: Some(rng.below(12) as i64),
-        opset_import: vec![OperatorSetIdProto { domain: None, version: Some(*rng.pick(&[1, 7, 13, 18, 23, 99])) }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: None,
+            version: Some(*rng.pick(&[1, 7, 13, 18, 23, 99])),
+        }],
         graph: Some(random_graph(rng, 0, &[])),
         ..Default::default()
     }
@@ -214,8 +286,11 @@ pub fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>) {
 
 /// Imports and infers `bytes`; `Err` carries the error message, which must be one line.
 pub fn check_bytes(bytes: &[u8]) -> Result<(), String> {
-    let model = crate::import::import_bytes(Bytes::copy_from_slice(bytes), std::path::Path::new("<fuzz>"))
-        .map_err(|e| e.to_string())?;
+    let model = crate::import::import_bytes(
+        Bytes::copy_from_slice(bytes),
+        std::path::Path::new("<fuzz>"),
+    )
+    .map_err(|e| e.to_string())?;
     memplan_ir::infer_model(&model).map_err(|e| e.to_string())?;
     Ok(())
 }
@@ -254,13 +329,19 @@ mod tests {
             n += 1;
         }
         eprintln!("{n} random models: {ok} imported and inferred, {err} rejected");
-        assert!(ok > 0 && err > 0, "the generator must produce both valid and invalid models");
+        assert!(
+            ok > 0 && err > 0,
+            "the generator must produce both valid and invalid models"
+        );
     }
 
     #[test]
     fn corrupted_corpus_model_never_panics() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/models/of3_tri_mul_out.legacy.onnx");
-        let Ok(orig) = std::fs::read(&path) else { return };
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/corpus/models/of3_tri_mul_out.legacy.onnx");
+        let Ok(orig) = std::fs::read(&path) else {
+            return;
+        };
         assert!(check_bytes(&orig).is_ok());
         for seed in 0..300 {
             let mut rng = Rng::new(seed);

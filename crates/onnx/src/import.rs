@@ -212,14 +212,16 @@ fn import_graph(
                 inputs.push(None);
                 continue;
             }
-            let id = resolve(&mut graph, &mut names, outer, name)
-                .ok_or_else(|| node_err(n, i, format!("input '{name}' is not defined in the graph")))?;
+            let id = resolve(&mut graph, &mut names, outer, name).ok_or_else(|| {
+                node_err(n, i, format!("input '{name}' is not defined in the graph"))
+            })?;
             inputs.push(Some(id));
         }
         let mut attrs = Vec::with_capacity(n.attribute.len());
         {
-            let scope: Vec<&BTreeMap<String, ValueId>> =
-                std::iter::once(&names).chain(outer.iter().copied()).collect();
+            let scope: Vec<&BTreeMap<String, ValueId>> = std::iter::once(&names)
+                .chain(outer.iter().copied())
+                .collect();
             for a in &n.attribute {
                 attrs.push(import_attr(a, reader, &scope).map_err(|e| match e {
                     OnnxError::Graph { .. } | OnnxError::Node { .. } => e,
@@ -253,15 +255,21 @@ fn import_graph(
 
     for vi in &g.output {
         let name = vi.name.clone().unwrap_or_default();
-        let id = resolve(&mut graph, &mut names, outer, &name)
-            .ok_or_else(|| graph_err(g, format!("output '{name}' is not produced by any node, input or initializer")))?;
+        let id = resolve(&mut graph, &mut names, outer, &name).ok_or_else(|| {
+            graph_err(
+                g,
+                format!("output '{name}' is not produced by any node, input or initializer"),
+            )
+        })?;
         attach_decl(&mut graph, id, vi);
         graph.outputs.push(id);
     }
     for vi in &g.value_info {
         let name = vi.name.clone().unwrap_or_default();
         // value_info for a name nothing defines is legal ONNX and carries no information: drop it.
-        let Some(&id) = names.get(&name) else { continue };
+        let Some(&id) = names.get(&name) else {
+            continue;
+        };
         if graph.value_info.contains(&id) {
             continue;
         }
@@ -269,9 +277,7 @@ fn import_graph(
         graph.value_info.push(id);
     }
 
-    graph
-        .validate()
-        .map_err(|e| graph_err(g, e.to_string()))?;
+    graph.validate().map_err(|e| graph_err(g, e.to_string()))?;
     Ok(graph)
 }
 
@@ -371,7 +377,12 @@ fn import_sparse(
     let values = import_tensor(values, reader)?;
     let indices = match &s.indices {
         Some(i) => import_tensor(i, reader)?,
-        None => return Err(OnnxError::tensor(&values.name, "sparse tensor has no indices")),
+        None => {
+            return Err(OnnxError::tensor(
+                &values.name,
+                "sparse tensor has no indices",
+            ))
+        }
     };
     Ok(SparseTensorData {
         values,
@@ -441,9 +452,7 @@ fn import_attr(
         .and_then(|t| AttributeType::try_from(t).ok())
         .filter(|t| *t != AttributeType::Undefined)
         .or_else(|| guess_attr_type(a))
-        .ok_or_else(|| {
-            OnnxError::tensor(&name, "attribute has no type and no value")
-        })?;
+        .ok_or_else(|| OnnxError::tensor(&name, "attribute has no type and no value"))?;
     let graph = |g: &GraphProto, reader: &mut ExternalDataReader| import_graph(g, reader, scope);
     let missing = || OnnxError::Graph {
         graph: String::new(),
@@ -463,10 +472,14 @@ fn import_attr(
             a.sparse_tensor.as_ref().ok_or_else(missing)?,
             reader,
         )?)),
-        AttributeType::TypeProto => AttrValue::Type(import_type(a.tp.as_ref().ok_or_else(missing)?)),
+        AttributeType::TypeProto => {
+            AttrValue::Type(import_type(a.tp.as_ref().ok_or_else(missing)?))
+        }
         AttributeType::Floats => AttrValue::Floats(a.floats.clone()),
         AttributeType::Ints => AttrValue::Ints(a.ints.clone()),
-        AttributeType::Strings => AttrValue::Strings(a.strings.iter().map(|s| s.to_vec()).collect()),
+        AttributeType::Strings => {
+            AttrValue::Strings(a.strings.iter().map(|s| s.to_vec()).collect())
+        }
         AttributeType::Tensors => AttrValue::Tensors(
             a.tensors
                 .iter()

@@ -120,12 +120,20 @@ fn corpus_models_round_trip_through_the_ir() {
         let original = load_model_proto(&path).unwrap();
         let model = memplan_onnx::import(&path).unwrap_or_else(|e| panic!("{e}"));
         let back = memplan_onnx::export(&model);
-        let (a, b) = (original.graph.as_ref().unwrap(), back.graph.as_ref().unwrap());
+        let (a, b) = (
+            original.graph.as_ref().unwrap(),
+            back.graph.as_ref().unwrap(),
+        );
         assert_eq!(a.node, b.node, "{}: nodes", path.display());
         assert_eq!(a.input, b.input, "{}: inputs", path.display());
         assert_eq!(a.output, b.output, "{}: outputs", path.display());
         assert_eq!(a.value_info, b.value_info, "{}: value_info", path.display());
-        assert_eq!(a.initializer, b.initializer, "{}: initializers", path.display());
+        assert_eq!(
+            a.initializer,
+            b.initializer,
+            "{}: initializers",
+            path.display()
+        );
         let (mut x, mut y) = (original.clone(), back.clone());
         x.graph = None;
         y.graph = None;

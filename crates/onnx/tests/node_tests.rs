@@ -32,11 +32,22 @@ fn every_node_test_model_imports_or_is_rejected_in_one_line() {
         .filter(|p| p.is_file())
         .collect();
     cases.sort();
-    assert!(cases.len() > 1000, "{}: only {} cases", dir.display(), cases.len());
+    assert!(
+        cases.len() > 1000,
+        "{}: only {} cases",
+        dir.display(),
+        cases.len()
+    );
     let (mut inferred, mut partial, mut rejected) = (0usize, 0usize, 0usize);
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for path in &cases {
-        let case = path.parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+        let case = path
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let outcome = std::panic::catch_unwind(|| {
             let model = memplan_onnx::import(path).map_err(|e| e.to_string())?;
             let facts = memplan_ir::infer_model(&model).map_err(|e| e.to_string())?;
@@ -50,7 +61,13 @@ fn every_node_test_model_imports_or_is_rejected_in_one_line() {
                 assert!(!msg.contains('\n'), "{case}: error is not one line: {msg}");
                 assert!(!msg.is_empty(), "{case}: empty error");
                 rejected += 1;
-                let key: String = msg.split(':').next().unwrap_or("").chars().take(60).collect();
+                let key: String = msg
+                    .split(':')
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(60)
+                    .collect();
                 *reasons.entry(key).or_default() += 1;
             }
         }
@@ -64,5 +81,8 @@ fn every_node_test_model_imports_or_is_rejected_in_one_line() {
         eprintln!("  rejected {n:4}: {r}");
     }
     // Today's floor; raise it as rules are added.
-    assert!(inferred >= 1090, "only {inferred} node-test models fully inferred");
+    assert!(
+        inferred >= 1090,
+        "only {inferred} node-test models fully inferred"
+    );
 }

@@ -91,7 +91,12 @@ fn cancel_common(r: &Expr, d: &Expr) -> (Expr, Expr, Expr) {
     let all = || rt.iter().chain(dt.iter());
     let g = all().fold(0u64, |g, (_, c)| gcd(g, c.unsigned_abs()));
     let mut common: Vec<(AtomRepr, u32)> = match dt.first() {
-        Some((m, _)) => m.factors.iter().filter(|(a, _)| matches!(a, AtomRepr::Sym(_))).cloned().collect(),
+        Some((m, _)) => m
+            .factors
+            .iter()
+            .filter(|(a, _)| matches!(a, AtomRepr::Sym(_)))
+            .cloned()
+            .collect(),
         None => Vec::new(),
     };
     for (m, _) in all() {
@@ -135,10 +140,20 @@ fn split(a: &Expr, d: &Expr) -> Split {
         },
     };
     if rem.is_zero() {
-        return Split { quot, rem, div: d.clone(), scale: Expr::one() };
+        return Split {
+            quot,
+            rem,
+            div: d.clone(),
+            scale: Expr::one(),
+        };
     }
     let (scale, rem, div) = cancel_common(&rem, d);
-    Split { quot, rem, div, scale }
+    Split {
+        quot,
+        rem,
+        div,
+        scale,
+    }
 }
 
 fn atom2(kind: fn(Arc<(Expr, Expr)>) -> AtomRepr, a: &Expr, b: &Expr) -> Expr {

@@ -53,7 +53,11 @@ fn build<'a>(args: impl IntoIterator<Item = &'a Expr>, is_max: bool) -> Option<E
     if kept.len() <= 1 {
         return kept.pop();
     }
-    let atom = if is_max { AtomRepr::Max(Arc::from(kept)) } else { AtomRepr::Min(Arc::from(kept)) };
+    let atom = if is_max {
+        AtomRepr::Max(Arc::from(kept))
+    } else {
+        AtomRepr::Min(Arc::from(kept))
+    };
     Some(Expr::from_atom(atom))
 }
 

@@ -26,7 +26,10 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn err<T>(&self, msg: &str) -> Result<T, ParseError> {
-        Err(ParseError { pos: self.pos, msg: msg.to_string() })
+        Err(ParseError {
+            pos: self.pos,
+            msg: msg.to_string(),
+        })
     }
 
     fn skip_ws(&mut self) {
@@ -105,7 +108,9 @@ impl Parser<'_> {
                 self.pos += 1;
             }
             let digits = std::str::from_utf8(&self.s[start..self.pos]).unwrap_or("");
-            let Ok(p) = digits.parse::<u32>() else { return self.err("expected a u32 exponent") };
+            let Ok(p) = digits.parse::<u32>() else {
+                return self.err("expected a u32 exponent");
+            };
             if p > 64 && base.terms().len() > 1 {
                 return self.err("exponent above 64 on a sum");
             }
@@ -115,7 +120,9 @@ impl Parser<'_> {
     }
 
     fn primary(&mut self) -> Result<Expr, ParseError> {
-        let Some(c) = self.peek() else { return self.err("unexpected end of input") };
+        let Some(c) = self.peek() else {
+            return self.err("unexpected end of input");
+        };
         if c == b'(' {
             self.pos += 1;
             let e = self.sum()?;
@@ -136,7 +143,9 @@ impl Parser<'_> {
             };
         }
         if c.is_ascii_alphabetic() || c == b'_' {
-            while self.pos < self.s.len() && (self.s[self.pos].is_ascii_alphanumeric() || self.s[self.pos] == b'_') {
+            while self.pos < self.s.len()
+                && (self.s[self.pos].is_ascii_alphanumeric() || self.s[self.pos] == b'_')
+            {
                 self.pos += 1;
             }
             let name = std::str::from_utf8(&self.s[start..self.pos]).unwrap_or("");
@@ -148,7 +157,11 @@ impl Parser<'_> {
                 if !self.eat(")") {
                     return self.err("expected `)` or `,`");
                 }
-                let r = if name == "max" { Expr::max_of(&args) } else { Expr::min_of(&args) };
+                let r = if name == "max" {
+                    Expr::max_of(&args)
+                } else {
+                    Expr::min_of(&args)
+                };
                 return Ok(r.unwrap_or_else(Expr::zero));
             }
             return Ok(Expr::sym(name));
@@ -162,7 +175,11 @@ impl FromStr for Expr {
 
     /// Parses the syntax that `Display` prints. Symbols are ASCII identifiers.
     fn from_str(s: &str) -> Result<Expr, ParseError> {
-        let mut p = Parser { s: s.as_bytes(), pos: 0, depth: 0 };
+        let mut p = Parser {
+            s: s.as_bytes(),
+            pos: 0,
+            depth: 0,
+        };
         let e = p.sum()?;
         if p.peek().is_some() {
             return p.err("unexpected trailing input");

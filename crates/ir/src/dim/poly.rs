@@ -53,12 +53,18 @@ fn merge(x: &[(Mono, i64)], y: &[(Mono, i64)], negate_b: bool) -> Expr {
                 i += 1;
             }
             std::cmp::Ordering::Greater => {
-                let Some(c) = yc(y[j].1) else { return Expr::overflow() };
+                let Some(c) = yc(y[j].1) else {
+                    return Expr::overflow();
+                };
                 out.push((y[j].0.clone(), c));
                 j += 1;
             }
             std::cmp::Ordering::Equal => {
-                let s = if negate_b { x[i].1.checked_sub(y[j].1) } else { x[i].1.checked_add(y[j].1) };
+                let s = if negate_b {
+                    x[i].1.checked_sub(y[j].1)
+                } else {
+                    x[i].1.checked_add(y[j].1)
+                };
                 let Some(s) = s else { return Expr::overflow() };
                 if s != 0 {
                     out.push((x[i].0.clone(), s));
@@ -90,7 +96,9 @@ pub(super) fn scale(a: &Expr, k: i64) -> Expr {
                 _ => {
                     let mut out = Vec::with_capacity(ts.len());
                     for (m, c) in ts.iter() {
-                        let Some(v) = c.checked_mul(k) else { return Expr::overflow() };
+                        let Some(v) = c.checked_mul(k) else {
+                            return Expr::overflow();
+                        };
                         out.push((m.clone(), v));
                     }
                     Expr::from_sorted(out)
@@ -103,7 +111,9 @@ pub(super) fn scale(a: &Expr, k: i64) -> Expr {
 /// `a * b`, expanding products of sums.
 pub(super) fn mul(a: &Expr, b: &Expr) -> Expr {
     match (&a.0, &b.0) {
-        (Repr::Const(x), Repr::Const(y)) => x.checked_mul(*y).map_or_else(Expr::overflow, Expr::int),
+        (Repr::Const(x), Repr::Const(y)) => {
+            x.checked_mul(*y).map_or_else(Expr::overflow, Expr::int)
+        }
         (Repr::Const(k), _) => scale(b, *k),
         (_, Repr::Const(k)) => scale(a, *k),
         (Repr::Poly(xs), Repr::Poly(ys)) => {
@@ -113,7 +123,9 @@ pub(super) fn mul(a: &Expr, b: &Expr) -> Expr {
             let mut out = Vec::with_capacity(xs.len() * ys.len());
             for (m, c) in xs.iter() {
                 for (n, d) in ys.iter() {
-                    let (Some(mn), Some(cd)) = (m.mul(n), c.checked_mul(*d)) else { return Expr::overflow() };
+                    let (Some(mn), Some(cd)) = (m.mul(n), c.checked_mul(*d)) else {
+                        return Expr::overflow();
+                    };
                     out.push((mn, cd));
                 }
             }

@@ -105,8 +105,12 @@ fn shifted_signs(d: &Expr) -> Option<Signs> {
                     }
                     partial = next;
                 }
-                Bound::NonNeg => partial.iter_mut().for_each(|(f, _)| f.push((a.clone(), *p))),
-                Bound::Unknown if p % 2 == 0 => partial.iter_mut().for_each(|(f, _)| f.push((a.clone(), *p))),
+                Bound::NonNeg => partial
+                    .iter_mut()
+                    .for_each(|(f, _)| f.push((a.clone(), *p))),
+                Bound::Unknown if p % 2 == 0 => partial
+                    .iter_mut()
+                    .for_each(|(f, _)| f.push((a.clone(), *p))),
                 Bound::Unknown => return None,
             }
             if partial.len() > MAX_TERMS {

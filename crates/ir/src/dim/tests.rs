@@ -39,7 +39,9 @@ fn dim_constant_folding() {
     assert_eq!(Expr::int(7).ceil_div(&Expr::int(2)), Expr::int(4));
     assert_eq!(Expr::max(&Expr::int(3), &Expr::int(9)), Expr::int(9));
     assert_eq!(Expr::min(&Expr::int(3), &Expr::int(9)), Expr::int(3));
-    assert_eq!((n() * 0 + 5).as_const(), Some(5));
+    #[allow(clippy::erasing_op)]
+    let zeroed = n() * 0 + 5;
+    assert_eq!(zeroed.as_const(), Some(5));
     assert!(Expr::int(5).is_const() && !n().is_const());
     assert_eq!(Expr::from(7usize), Expr::int(7));
     assert_eq!(Expr::from(7i32), Expr::int(7));
@@ -58,8 +60,14 @@ fn dim_floor_div_rules() {
     let back = &q * 8;
     assert_ne!(back, n() * 4);
     assert_eq!(at(&back, 3, 1), Ok(8));
-    assert_eq!((n() - 1).floor_div(&Expr::int(2)), (n() + 1).floor_div(&Expr::int(2)) - 1);
-    assert_eq!(n().floor_div(&Expr::int(2)).floor_div(&Expr::int(3)), n().floor_div(&Expr::int(6)));
+    assert_eq!(
+        (n() - 1).floor_div(&Expr::int(2)),
+        (n() + 1).floor_div(&Expr::int(2)) - 1
+    );
+    assert_eq!(
+        n().floor_div(&Expr::int(2)).floor_div(&Expr::int(3)),
+        n().floor_div(&Expr::int(6))
+    );
     assert_eq!(n().floor_div(&(n() + 1)), Expr::zero());
     assert_eq!((n() * n() + n() * 2 + 1).floor_div(&(n() + 1)), n() + 1);
     assert_eq!(Expr::zero().floor_div(&n()), Expr::zero());
@@ -71,11 +79,17 @@ fn dim_rem_and_ceil_rules() {
     assert_eq!((n() * 6).rem(&Expr::int(3)), Expr::zero());
     assert_eq!((n() + 3).rem(&Expr::int(2)), (n() + 1).rem(&Expr::int(2)));
     assert_eq!(n().rem(&(n() + 1)), n());
-    assert_eq!(n().ceil_div(&Expr::int(2)), (n() + 1).floor_div(&Expr::int(2)));
+    assert_eq!(
+        n().ceil_div(&Expr::int(2)),
+        (n() + 1).floor_div(&Expr::int(2))
+    );
     assert_eq!(n().ceil_div(&Expr::int(2)).to_string(), "(N + 1)//2");
     for v in 1..20 {
         assert_eq!(at(&n().ceil_div(&Expr::int(3)), v, 1), Ok((v + 2) / 3));
-        assert_eq!(at(&(n() * 7 + 3).rem(&Expr::int(4)), v, 1), Ok((7 * v + 3) % 4));
+        assert_eq!(
+            at(&(n() * 7 + 3).rem(&Expr::int(4)), v, 1),
+            Ok((7 * v + 3) % 4)
+        );
     }
 }
 
@@ -84,7 +98,10 @@ fn dim_division_by_zero_is_an_atom() {
     let e = n().floor_div(&Expr::zero());
     assert_eq!(at(&e, 3, 1), Err(EvalError::DivByZero));
     assert_eq!(at(&n().rem(&Expr::zero()), 3, 1), Err(EvalError::DivByZero));
-    assert_eq!(at(&Expr::int(4).floor_div(&Expr::zero()), 3, 1), Err(EvalError::DivByZero));
+    assert_eq!(
+        at(&Expr::int(4).floor_div(&Expr::zero()), 3, 1),
+        Err(EvalError::DivByZero)
+    );
 }
 
 fn mx(a: &Expr, b: &Expr) -> Expr {
@@ -105,12 +122,18 @@ fn dim_max_min_rules() {
     assert_eq!(a, b);
     assert_eq!(a, mx(&mx(&k(), &m()), &n()));
     assert_eq!(mx(&n(), &m()), mx(&m(), &n()));
-    assert_eq!(mn(&n(), &mn(&m(), &k())), Expr::min_of([&k(), &m(), &n()]).unwrap_or_default());
+    assert_eq!(
+        mn(&n(), &mn(&m(), &k())),
+        Expr::min_of([&k(), &m(), &n()]).unwrap_or_default()
+    );
     assert_eq!(mx(&n(), &m()).to_string(), "max(M, N)");
     assert_eq!(mx(&n(), &Expr::int(3)).to_string(), "max(N, 3)");
     assert_eq!(Expr::max_of([]), None);
     assert_eq!(mx(&mx(&n(), &m()), &n()), mx(&n(), &m()));
-    assert_eq!(mx(&Expr::int(2), &mx(&n(), &Expr::int(5))), mx(&n(), &Expr::int(5)));
+    assert_eq!(
+        mx(&Expr::int(2), &mx(&n(), &Expr::int(5))),
+        mx(&n(), &Expr::int(5))
+    );
     assert_eq!(at(&mx(&n(), &m()), 3, 8), Ok(8));
     assert_eq!(at(&mn(&n(), &m()), 3, 8), Ok(3));
     let r = &n();
@@ -155,8 +178,20 @@ fn dim_accessors() {
     assert_eq!(m().degree_in("N"), Some(0));
     let ts = (n().pow(2) * 3 + n() - 4).terms();
     assert_eq!(ts.len(), 3);
-    assert_eq!(ts[0], Term { coeff: 3, factors: vec![(Atom::Sym("N".into()), 2)] });
-    assert_eq!(ts[2], Term { coeff: -4, factors: vec![] });
+    assert_eq!(
+        ts[0],
+        Term {
+            coeff: 3,
+            factors: vec![(Atom::Sym("N".into()), 2)]
+        }
+    );
+    assert_eq!(
+        ts[2],
+        Term {
+            coeff: -4,
+            factors: vec![]
+        }
+    );
     let rebuilt = Expr::sum(&e.terms().iter().map(Term::to_expr).collect::<Vec<_>>());
     assert_eq!(rebuilt, e);
 }
@@ -173,7 +208,10 @@ fn dim_substitute_and_eval() {
     env.insert("N".to_string(), 5);
     env.insert("M".to_string(), 3);
     assert_eq!(e.eval_map(&env), Ok((30 + 3) / 4 + 5));
-    assert_eq!(n().eval_map(&BTreeMap::new()), Err(EvalError::UnboundSymbol("N".into())));
+    assert_eq!(
+        n().eval_map(&BTreeMap::new()),
+        Err(EvalError::UnboundSymbol("N".into()))
+    );
     let c = n().substitute("N", &Expr::int(4)).floor_div(&Expr::int(3));
     assert_eq!(c, Expr::int(1));
 }
@@ -220,7 +258,10 @@ fn dim_prove_ge() {
 
 #[test]
 fn dim_display() {
-    assert_eq!((n().pow(2) * 2176 + n() * 64 + 12).to_string(), "2176*N^2 + 64*N + 12");
+    assert_eq!(
+        (n().pow(2) * 2176 + n() * 64 + 12).to_string(),
+        "2176*N^2 + 64*N + 12"
+    );
     assert_eq!((&n() * &Expr::sym("S")).to_string(), "N*S");
     assert_eq!((Expr::int(5) - n() * 3).to_string(), "-3*N + 5");
     assert_eq!((n() - 3).to_string(), "N - 3");
@@ -235,7 +276,13 @@ fn dim_display() {
 
 #[test]
 fn dim_parse_roundtrip_examples() {
-    for s in ["2176*N^2 + 64*N + 12", "(N + 1)//2", "max(M, N) - min(N, 4)", "-(N//3) + N%M", "N//(2*M)"] {
+    for s in [
+        "2176*N^2 + 64*N + 12",
+        "(N + 1)//2",
+        "max(M, N) - min(N, 4)",
+        "-(N//3) + N%M",
+        "N//(2*M)",
+    ] {
         let e = p(s);
         assert_eq!(e.to_string(), s);
         assert_eq!(p(&e.to_string()), e);
@@ -338,10 +385,19 @@ impl serde::Serializer for &mut TestSer<'_> {
     fn serialize_unit_struct(self, _: &'static str) -> Result<(), TestSerError> {
         Err(TestSerError)
     }
-    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<(), TestSerError> {
+    fn serialize_unit_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+    ) -> Result<(), TestSerError> {
         Err(TestSerError)
     }
-    fn serialize_newtype_struct<T: ?Sized + serde::Serialize>(self, _: &'static str, _: &T) -> Result<(), TestSerError> {
+    fn serialize_newtype_struct<T: ?Sized + serde::Serialize>(
+        self,
+        _: &'static str,
+        _: &T,
+    ) -> Result<(), TestSerError> {
         Err(TestSerError)
     }
     fn serialize_newtype_variant<T: ?Sized + serde::Serialize>(
@@ -359,7 +415,11 @@ impl serde::Serializer for &mut TestSer<'_> {
     fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, TestSerError> {
         Err(TestSerError)
     }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeTupleStruct, TestSerError> {
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, TestSerError> {
         Err(TestSerError)
     }
     fn serialize_tuple_variant(
@@ -374,7 +434,11 @@ impl serde::Serializer for &mut TestSer<'_> {
     fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, TestSerError> {
         Err(TestSerError)
     }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, TestSerError> {
+    fn serialize_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStruct, TestSerError> {
         Err(TestSerError)
     }
     fn serialize_struct_variant(
@@ -467,7 +531,9 @@ fn direct(t: &Tree, nv: i64, mv: i64) -> Option<i64> {
         Tree::Mul(x, y) => d(x)?.checked_mul(d(y)?),
         Tree::Neg(x) => d(x)?.checked_neg(),
         Tree::FloorDiv(x, y) => eval::py_floor_div(d(x)?, d(y)?).ok(),
-        Tree::CeilDiv(x, y) => eval::py_floor_div(d(x)?.checked_neg()?, d(y)?).ok()?.checked_neg(),
+        Tree::CeilDiv(x, y) => eval::py_floor_div(d(x)?.checked_neg()?, d(y)?)
+            .ok()?
+            .checked_neg(),
         Tree::Mod(x, y) => eval::py_mod(d(x)?, d(y)?).ok(),
         Tree::Max(x, y) => Some(d(x)?.max(d(y)?)),
         Tree::Min(x, y) => Some(d(x)?.min(d(y)?)),

@@ -41,7 +41,15 @@ pub const DEFS: &[OpDef] = &[
     def("Not", not, Mem::UNARY),
     def("IsNaN", is_class, Mem::NEW),
     def("IsInf", is_class, Mem::NEW),
-    def("Where", where_, Mem { view: super::View::None, inplace: &[1, 2], scratch: None }),
+    def(
+        "Where",
+        where_,
+        Mem {
+            view: super::View::None,
+            inplace: &[1, 2],
+            scratch: None,
+        },
+    ),
     def("Cast", cast, Mem::NEW),
     def("CastLike", cast_like, Mem::NEW),
     // Unary, same type and shape.
@@ -162,14 +170,20 @@ fn fold(
     fi: &dyn Fn(&[Expr]) -> Option<Expr>,
     ff: &dyn Fn(&[f64]) -> Option<f64>,
 ) -> Option<Known> {
-    let conc: Vec<usize> = shape.iter().map(|d| d.as_const().and_then(|c| usize::try_from(c).ok())).collect::<Option<_>>()?;
+    let conc: Vec<usize> = shape
+        .iter()
+        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+        .collect::<Option<_>>()?;
     let n: usize = conc.iter().product();
     let mut ks = Vec::new();
     for i in 0..ctx.num_inputs() {
         ks.push(known_broadcast(ctx, i, &conc)?);
     }
     if ks.iter().all(|k| matches!(k, Known::Int(_))) {
-        let cols: Vec<&Vec<Expr>> = ks.iter().filter_map(|k| if let Known::Int(v) = k { Some(v) } else { None }).collect();
+        let cols: Vec<&Vec<Expr>> = ks
+            .iter()
+            .filter_map(|k| if let Known::Int(v) = k { Some(v) } else { None })
+            .collect();
         let mut out = Vec::with_capacity(n);
         for j in 0..n {
             let args: Vec<Expr> = cols.iter().map(|c| c[j].clone()).collect();
@@ -194,7 +208,11 @@ fn fold(
 }
 
 fn arith(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let t = if ctx.node.op == "PRelu" || ctx.node.op == "BitShift" { ctx.dtype(0)? } else { same_types(ctx)? };
+    let t = if ctx.node.op == "PRelu" || ctx.node.op == "BitShift" {
+        ctx.dtype(0)?
+    } else {
+        same_types(ctx)?
+    };
     let shape = broadcast_inputs(ctx)?;
     let op = ctx.node.op.as_str();
     let fmod = ctx.attr_int("fmod", 0)? != 0;
@@ -227,9 +245,17 @@ fn arith(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             "Div" => x / y,
             _ => return None,
         };
-        Some(if t == DataType::F32 { r as f32 as f64 } else { r })
+        Some(if t == DataType::F32 {
+            r as f32 as f64
+        } else {
+            r
+        })
     };
-    let value = if t.is_int() || t.is_float() { fold(ctx, &shape, &fi, &ff) } else { None };
+    let value = if t.is_int() || t.is_float() {
+        fold(ctx, &shape, &fi, &ff)
+    } else {
+        None
+    };
     Ok(vec![fact(t, shape, value)])
 }
 
@@ -267,7 +293,11 @@ fn variadic(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             _ => None,
         }
     };
-    let value = if ctx.num_inputs() > 0 { fold(ctx, &shape, &fi, &ff) } else { None };
+    let value = if ctx.num_inputs() > 0 {
+        fold(ctx, &shape, &fi, &ff)
+    } else {
+        None
+    };
     Ok(vec![fact(t, shape, value)])
 }
 
@@ -277,7 +307,9 @@ fn decide(op: &str, a: &Expr, b: &Expr) -> Option<bool> {
         "Equal" => {
             if a == b {
                 Some(true)
-            } else if a.prove_ge(&(b + &Expr::one())) == Some(true) || b.prove_ge(&(a + &Expr::one())) == Some(true) {
+            } else if a.prove_ge(&(b + &Expr::one())) == Some(true)
+                || b.prove_ge(&(a + &Expr::one())) == Some(true)
+            {
                 Some(false)
             } else {
                 None
@@ -285,8 +317,12 @@ fn decide(op: &str, a: &Expr, b: &Expr) -> Option<bool> {
         }
         "GreaterOrEqual" => a.prove_ge(b),
         "LessOrEqual" => b.prove_ge(a),
-        "Greater" => a.prove_ge(&(b + &Expr::one())).or_else(|| b.prove_ge(a).map(|x| !x)),
-        "Less" => b.prove_ge(&(a + &Expr::one())).or_else(|| a.prove_ge(b).map(|x| !x)),
+        "Greater" => a
+            .prove_ge(&(b + &Expr::one()))
+            .or_else(|| b.prove_ge(a).map(|x| !x)),
+        "Less" => b
+            .prove_ge(&(a + &Expr::one()))
+            .or_else(|| a.prove_ge(b).map(|x| !x)),
         _ => None,
     }
 }
@@ -376,13 +412,22 @@ fn cast_known(k: &Known, to: DataType) -> Option<Known> {
     if to.is_float() {
         let v: Vec<f64> = match k {
             Known::Float(v) => v.clone(),
-            Known::Int(v) => v.iter().map(|e| e.as_const().map(|c| c as f64)).collect::<Option<_>>()?,
+            Known::Int(v) => v
+                .iter()
+                .map(|e| e.as_const().map(|c| c as f64))
+                .collect::<Option<_>>()?,
         };
-        let v = if to == DataType::F32 { v.into_iter().map(|x| x as f32 as f64).collect() } else { v };
+        let v = if to == DataType::F32 {
+            v.into_iter().map(|x| x as f32 as f64).collect()
+        } else {
+            v
+        };
         Some(Known::Float(v))
     } else if to == DataType::Bool {
         match k {
-            Known::Float(v) => Some(Known::Int(v.iter().map(|x| Expr::int((*x != 0.0) as i64)).collect())),
+            Known::Float(v) => Some(Known::Int(
+                v.iter().map(|x| Expr::int((*x != 0.0) as i64)).collect(),
+            )),
             Known::Int(v) => v
                 .iter()
                 .map(|e| e.as_const().map(|c| Expr::int((c != 0) as i64)))
@@ -393,7 +438,13 @@ fn cast_known(k: &Known, to: DataType) -> Option<Known> {
         match k {
             Known::Float(v) => Some(Known::Int(
                 v.iter()
-                    .map(|x| if x.is_finite() && x.abs() < 9.0e18 { Some(Expr::int(x.trunc() as i64)) } else { None })
+                    .map(|x| {
+                        if x.is_finite() && x.abs() < 9.0e18 {
+                            Some(Expr::int(x.trunc() as i64))
+                        } else {
+                            None
+                        }
+                    })
                     .collect::<Option<_>>()?,
             )),
             // Symbolic integers keep their value across integer casts (sizes fit every int type used
@@ -406,9 +457,14 @@ fn cast_known(k: &Known, to: DataType) -> Option<Known> {
 }
 
 fn cast(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let code = ctx.attr_opt_int("to")?.ok_or_else(|| OpError::BadAttr("attribute 'to' is required".into()))?;
-    let to = DataType::from_onnx(code as i32)
-        .ok_or_else(|| OpError::BadAttr(format!("attribute 'to' = {code} is not a tensor element type")))?;
+    let code = ctx
+        .attr_opt_int("to")?
+        .ok_or_else(|| OpError::BadAttr("attribute 'to' is required".into()))?;
+    let to = DataType::from_onnx(code as i32).ok_or_else(|| {
+        OpError::BadAttr(format!(
+            "attribute 'to' = {code} is not a tensor element type"
+        ))
+    })?;
     let inp = ctx.input(0)?;
     let shape = ctx.shape(0)?.to_vec();
     let value = inp.value.as_ref().and_then(|k| cast_known(k, to));
@@ -429,7 +485,13 @@ fn unary(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         ("Neg", Some(Known::Int(v))) => Some(Known::Int(v.iter().map(|e| -e).collect())),
         ("Abs", Some(Known::Int(v))) => v
             .iter()
-            .map(|e| if e.prove_ge(&Expr::zero()) == Some(true) { Some(e.clone()) } else { e.as_const().map(|c| Expr::int(c.abs())) })
+            .map(|e| {
+                if e.prove_ge(&Expr::zero()) == Some(true) {
+                    Some(e.clone())
+                } else {
+                    e.as_const().map(|c| Expr::int(c.abs()))
+                }
+            })
             .collect::<Option<Vec<_>>>()
             .map(Known::Int),
         _ => None,

@@ -44,7 +44,10 @@ fn same_type(ctx: &InferCtx, idx: &[usize]) -> Result<DataType, OpError> {
     for &i in &idx[1..] {
         if let Some(u) = ctx.opt_input(i).and_then(|f| f.dtype) {
             if u != t {
-                return invalid(format!("input {i} has type {u} but input {} has {t}", idx[0]));
+                return invalid(format!(
+                    "input {i} has type {u} but input {} has {t}",
+                    idx[0]
+                ));
             }
         }
     }
@@ -56,7 +59,10 @@ fn same_type(ctx: &InferCtx, idx: &[usize]) -> Result<DataType, OpError> {
 pub fn matmul_shape(a: &[Expr], b: &[Expr]) -> Result<Vec<Expr>, OpError> {
     let both = || format!("{} and {}", fmt_shape(a), fmt_shape(b));
     if a.is_empty() || b.is_empty() {
-        return invalid(format!("MatMul needs operands of rank >= 1, got {}", both()));
+        return invalid(format!(
+            "MatMul needs operands of rank >= 1, got {}",
+            both()
+        ));
     }
     let mut x = a.to_vec();
     let mut y = b.to_vec();
@@ -70,10 +76,17 @@ pub fn matmul_shape(a: &[Expr], b: &[Expr]) -> Result<Vec<Expr>, OpError> {
     let (m, k1) = (&x[x.len() - 2], &x[x.len() - 1]);
     let (k2, n) = (&y[y.len() - 2], &y[y.len() - 1]);
     if unify(k1, k2, false).is_none() {
-        return invalid(format!("MatMul inner dims differ: {k1} vs {k2} in shapes {}", both()));
+        return invalid(format!(
+            "MatMul inner dims differ: {k1} vs {k2} in shapes {}",
+            both()
+        ));
     }
-    let mut out = broadcast(&[&x[..x.len() - 2], &y[..y.len() - 2]])
-        .map_err(|_| OpError::Invalid(format!("MatMul batch dims cannot broadcast in shapes {}", both())))?;
+    let mut out = broadcast(&[&x[..x.len() - 2], &y[..y.len() - 2]]).map_err(|_| {
+        OpError::Invalid(format!(
+            "MatMul batch dims cannot broadcast in shapes {}",
+            both()
+        ))
+    })?;
     if !a_vec {
         out.push(m.clone());
     }
@@ -84,7 +97,11 @@ pub fn matmul_shape(a: &[Expr], b: &[Expr]) -> Result<Vec<Expr>, OpError> {
 }
 
 fn matmul(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let t = if ctx.node.op == "MatMulInteger" { DataType::I32 } else { same_type(ctx, &[0, 1])? };
+    let t = if ctx.node.op == "MatMulInteger" {
+        DataType::I32
+    } else {
+        same_type(ctx, &[0, 1])?
+    };
     let out = matmul_shape(ctx.shape(0)?, ctx.shape(1)?)?;
     Ok(vec![Fact::new(t, out)])
 }
@@ -94,19 +111,43 @@ fn gemm(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let a = ctx.shape(0)?;
     let b = ctx.shape(1)?;
     if a.len() != 2 || b.len() != 2 {
-        return invalid(format!("Gemm needs 2-D A and B, got {} and {}", fmt_shape(a), fmt_shape(b)));
+        return invalid(format!(
+            "Gemm needs 2-D A and B, got {} and {}",
+            fmt_shape(a),
+            fmt_shape(b)
+        ));
     }
-    let (m, ka) = if ctx.attr_int("transA", 0)? != 0 { (&a[1], &a[0]) } else { (&a[0], &a[1]) };
-    let (kb, n) = if ctx.attr_int("transB", 0)? != 0 { (&b[1], &b[0]) } else { (&b[0], &b[1]) };
+    let (m, ka) = if ctx.attr_int("transA", 0)? != 0 {
+        (&a[1], &a[0])
+    } else {
+        (&a[0], &a[1])
+    };
+    let (kb, n) = if ctx.attr_int("transB", 0)? != 0 {
+        (&b[1], &b[0])
+    } else {
+        (&b[0], &b[1])
+    };
     if unify(ka, kb, false).is_none() {
-        return invalid(format!("Gemm inner dims differ: {ka} vs {kb} in A {} and B {}", fmt_shape(a), fmt_shape(b)));
+        return invalid(format!(
+            "Gemm inner dims differ: {ka} vs {kb} in A {} and B {}",
+            fmt_shape(a),
+            fmt_shape(b)
+        ));
     }
     let out = vec![m.clone(), n.clone()];
     if ctx.opt_input(2).is_some() {
         let c = ctx.shape(2)?;
-        let ok = c.len() <= 2 && c.iter().rev().zip(out.iter().rev()).all(|(d, o)| unify(d, o, true).is_some());
+        let ok = c.len() <= 2
+            && c.iter()
+                .rev()
+                .zip(out.iter().rev())
+                .all(|(d, o)| unify(d, o, true).is_some());
         if !ok {
-            return invalid(format!("Gemm C {} does not broadcast to {}", fmt_shape(c), fmt_shape(&out)));
+            return invalid(format!(
+                "Gemm C {} does not broadcast to {}",
+                fmt_shape(c),
+                fmt_shape(&out)
+            ));
         }
     }
     Ok(vec![Fact::new(t, out)])
@@ -122,7 +163,9 @@ fn parse_term(s: &str) -> Result<Term, OpError> {
     while let Some(c) = rest.chars().next() {
         if rest.starts_with("...") {
             if ellipsis {
-                return Err(OpError::BadAttr(format!("Einsum term '{s}' has more than one '...'")));
+                return Err(OpError::BadAttr(format!(
+                    "Einsum term '{s}' has more than one '...'"
+                )));
             }
             ellipsis = true;
             out.push(None);
@@ -131,7 +174,9 @@ fn parse_term(s: &str) -> Result<Term, OpError> {
             out.push(Some(c));
             rest = &rest[1..];
         } else {
-            return Err(OpError::BadAttr(format!("Einsum term '{s}' has an invalid character '{c}'")));
+            return Err(OpError::BadAttr(format!(
+                "Einsum term '{s}' has an invalid character '{c}'"
+            )));
         }
     }
     Ok(out)
@@ -144,7 +189,10 @@ fn parse_equation(eq: &str) -> Result<(Vec<Term>, Option<Term>), OpError> {
         Some((l, r)) => (l, Some(r)),
         None => (eq.as_str(), None),
     };
-    let inputs = lhs.split(',').map(parse_term).collect::<Result<Vec<_>, _>>()?;
+    let inputs = lhs
+        .split(',')
+        .map(parse_term)
+        .collect::<Result<Vec<_>, _>>()?;
     let output = rhs.map(parse_term).transpose()?;
     Ok((inputs, output))
 }
@@ -153,7 +201,11 @@ fn parse_equation(eq: &str) -> Result<(Vec<Term>, Option<Term>), OpError> {
 pub fn einsum_shape(equation: &str, shapes: &[&[Expr]]) -> Result<Vec<Expr>, OpError> {
     let (terms, output) = parse_equation(equation)?;
     if terms.len() != shapes.len() {
-        return invalid(format!("Einsum equation '{equation}' names {} operands but the node has {}", terms.len(), shapes.len()));
+        return invalid(format!(
+            "Einsum equation '{equation}' names {} operands but the node has {}",
+            terms.len(),
+            shapes.len()
+        ));
     }
     // Label -> (dim, number of occurrences), in order of first appearance.
     let mut labels: Vec<(char, Expr, usize)> = Vec::new();
@@ -202,9 +254,17 @@ pub fn einsum_shape(equation: &str, shapes: &[&[Expr]]) -> Result<Vec<Expr>, OpE
         Some(o) => o,
         None => {
             // Implicit mode: broadcast dims first, then labels seen once, alphabetically.
-            let mut once: Vec<char> = labels.iter().filter(|(_, _, n)| *n == 1).map(|(c, _, _)| *c).collect();
+            let mut once: Vec<char> = labels
+                .iter()
+                .filter(|(_, _, n)| *n == 1)
+                .map(|(c, _, _)| *c)
+                .collect();
             once.sort_unstable();
-            let mut o: Term = if ell_parts.is_empty() { Vec::new() } else { vec![None] };
+            let mut o: Term = if ell_parts.is_empty() {
+                Vec::new()
+            } else {
+                vec![None]
+            };
             o.extend(once.into_iter().map(Some));
             o
         }
@@ -216,13 +276,17 @@ pub fn einsum_shape(equation: &str, shapes: &[&[Expr]]) -> Result<Vec<Expr>, OpE
             None => out.extend(ell.iter().cloned()),
             Some(c) => {
                 if seen.contains(c) {
-                    return Err(OpError::BadAttr(format!("Einsum output repeats label '{c}'")));
+                    return Err(OpError::BadAttr(format!(
+                        "Einsum output repeats label '{c}'"
+                    )));
                 }
                 seen.push(*c);
                 match labels.iter().find(|(x, _, _)| x == c) {
                     Some((_, d, _)) => out.push(d.clone()),
                     None => {
-                        return Err(OpError::BadAttr(format!("Einsum output label '{c}' is in no input")));
+                        return Err(OpError::BadAttr(format!(
+                            "Einsum output label '{c}' is in no input"
+                        )));
                     }
                 }
             }
@@ -232,13 +296,18 @@ pub fn einsum_shape(equation: &str, shapes: &[&[Expr]]) -> Result<Vec<Expr>, OpE
 }
 
 fn einsum(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let eq = ctx.attr_string("equation")?.ok_or_else(|| OpError::BadAttr("attribute 'equation' is required".into()))?;
+    let eq = ctx
+        .attr_string("equation")?
+        .ok_or_else(|| OpError::BadAttr("attribute 'equation' is required".into()))?;
     let idx: Vec<usize> = (0..ctx.num_inputs()).collect();
     if idx.is_empty() {
         return invalid("Einsum needs at least one input");
     }
     let t = same_type(ctx, &idx)?;
-    let shapes = idx.iter().map(|&i| ctx.shape(i)).collect::<Result<Vec<_>, _>>()?;
+    let shapes = idx
+        .iter()
+        .map(|&i| ctx.shape(i))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(vec![Fact::new(t, einsum_shape(&eq, &shapes)?)])
 }
 
@@ -264,7 +333,11 @@ mod tests {
         s.split(',')
             .map(str::trim)
             .filter(|x| !x.is_empty())
-            .map(|x| x.parse::<i64>().map(Expr::int).unwrap_or_else(|_| Expr::sym(x)))
+            .map(|x| {
+                x.parse::<i64>()
+                    .map(Expr::int)
+                    .unwrap_or_else(|_| Expr::sym(x))
+            })
             .collect()
     }
 
@@ -305,7 +378,10 @@ mod tests {
         let w = t.input("w", F32, "63, 16");
         t.node("proj", "MatMul", &[Some(a), Some(w)], &["y"], vec![]);
         let e = t.run(18).unwrap_err().to_string();
-        assert!(e.contains("'proj' (MatMul)") && e.contains("[N, 32, 64]") && e.contains("[63, 16]"), "{e}");
+        assert!(
+            e.contains("'proj' (MatMul)") && e.contains("[N, 32, 64]") && e.contains("[63, 16]"),
+            "{e}"
+        );
         let mut t = TestGraph::new();
         let a = t.input("a", F32, "N, 4");
         let w = t.input("w", F64, "4, 2");
@@ -322,7 +398,12 @@ mod tests {
         let x = t.input("x", F32, "64, N");
         let w = t.input("w", F32, "10, 64");
         let c = t.input("c", F32, "10");
-        let g = t.op("Gemm", &[x, w, c], &["g"], vec![a_int("transA", 1), a_int("transB", 1)]);
+        let g = t.op(
+            "Gemm",
+            &[x, w, c],
+            &["g"],
+            vec![a_int("transA", 1), a_int("transB", 1)],
+        );
         let f = t.run(18).unwrap();
         assert_eq!(fact_of(&f, q[0]), "int32 [N, 10]");
         assert_eq!(fact_of(&f, g[0]), "float [N, 10]");
@@ -331,7 +412,13 @@ mod tests {
         let x = t.input("x", F32, "N, 64");
         let w = t.input("w", F32, "10, 64");
         let c = t.input("c", F32, "7");
-        t.node("fc", "Gemm", &[Some(x), Some(w), Some(c)], &["y"], vec![a_int("transB", 1)]);
+        t.node(
+            "fc",
+            "Gemm",
+            &[Some(x), Some(w), Some(c)],
+            &["y"],
+            vec![a_int("transB", 1)],
+        );
         let e = t.run(18).unwrap_err().to_string();
         assert!(e.contains("'fc' (Gemm)") && e.contains("[7]"), "{e}");
     }
@@ -339,8 +426,14 @@ mod tests {
     #[test]
     fn einsum_forms() {
         assert_eq!(es("bij,bjk->bik", &["B, N, 32", "B, 32, M"]), "[B, N, M]");
-        assert_eq!(es("...ij,...jk->...ik", &["B, H, S, 64", "H, 64, S"]), "[B, H, S, S]");
-        assert_eq!(es("bhqd,bhkd->bhqk", &["B, 8, S, 64", "B, 8, T, 64"]), "[B, 8, S, T]");
+        assert_eq!(
+            es("...ij,...jk->...ik", &["B, H, S, 64", "H, 64, S"]),
+            "[B, H, S, S]"
+        );
+        assert_eq!(
+            es("bhqd,bhkd->bhqk", &["B, 8, S, 64", "B, 8, T, 64"]),
+            "[B, 8, S, T]"
+        );
         assert_eq!(es("ij->ji", &["N, 3"]), "[3, N]");
         assert_eq!(es("ii->i", &["N, N"]), "[N]");
         assert_eq!(es("ii", &["4, 4"]), "[]");
@@ -363,9 +456,18 @@ mod tests {
         let mut t = TestGraph::new();
         let a = t.input("a", F32, "B, S, 64");
         let w = t.input("w", F32, "32, 10");
-        t.node("ein", "Einsum", &[Some(a), Some(w)], &["y"], vec![a_str("equation", "abc,cd->abd")]);
+        t.node(
+            "ein",
+            "Einsum",
+            &[Some(a), Some(w)],
+            &["y"],
+            vec![a_str("equation", "abc,cd->abd")],
+        );
         let e = t.run(18).unwrap_err().to_string();
-        assert!(e.contains("'ein' (Einsum)") && e.contains("64 and 32"), "{e}");
+        assert!(
+            e.contains("'ein' (Einsum)") && e.contains("64 and 32"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -373,7 +475,12 @@ mod tests {
         let mut t = TestGraph::new();
         let q = t.input("q", F32, "B, H, S, 64");
         let k = t.input("k", F32, "B, H, T, 64");
-        let y = t.op("Einsum", &[q, k], &["y"], vec![a_str("equation", "bhqd,bhkd->bhqk")]);
+        let y = t.op(
+            "Einsum",
+            &[q, k],
+            &["y"],
+            vec![a_str("equation", "bhqd,bhkd->bhqk")],
+        );
         let m = t.input("m", F32, "B, 3, 3");
         let d = t.op("Det", &[m], &["d"], vec![]);
         let f = t.run(18).unwrap();

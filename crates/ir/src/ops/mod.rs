@@ -49,10 +49,26 @@ pub struct Mem {
 }
 
 impl Mem {
-    pub const NEW: Mem = Mem { view: View::None, inplace: &[], scratch: None };
-    pub const ALIAS: Mem = Mem { view: View::Alias, inplace: &[], scratch: None };
-    pub const ELEMENTWISE: Mem = Mem { view: View::None, inplace: &[0, 1], scratch: None };
-    pub const UNARY: Mem = Mem { view: View::None, inplace: &[0], scratch: None };
+    pub const NEW: Mem = Mem {
+        view: View::None,
+        inplace: &[],
+        scratch: None,
+    };
+    pub const ALIAS: Mem = Mem {
+        view: View::Alias,
+        inplace: &[],
+        scratch: None,
+    };
+    pub const ELEMENTWISE: Mem = Mem {
+        view: View::None,
+        inplace: &[0, 1],
+        scratch: None,
+    };
+    pub const UNARY: Mem = Mem {
+        view: View::None,
+        inplace: &[0],
+        scratch: None,
+    };
 }
 
 /// One operator's definition.
@@ -67,7 +83,13 @@ fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
     static TABLE: OnceLock<BTreeMap<&'static str, &'static OpDef>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut t = BTreeMap::new();
-        for fam in [elementwise::DEFS, shape::DEFS, reduce::DEFS, linalg::DEFS, nn::DEFS] {
+        for fam in [
+            elementwise::DEFS,
+            shape::DEFS,
+            reduce::DEFS,
+            linalg::DEFS,
+            nn::DEFS,
+        ] {
             for d in fam {
                 t.insert(d.op, d);
             }
@@ -101,9 +123,9 @@ pub fn arity(op: &str) -> Option<(usize, usize)> {
     const V: usize = usize::MAX;
     Some(match op {
         "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Pow" | "BitShift" | "BitwiseAnd" | "BitwiseOr"
-        | "BitwiseXor" | "PRelu" | "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual"
-        | "And" | "Or" | "Xor" | "MatMul" | "CastLike" | "Expand" | "Tile" | "GatherElements"
-        | "GatherND" | "Gather" | "Reshape" => (2, 2),
+        | "BitwiseXor" | "PRelu" | "Equal" | "Less" | "LessOrEqual" | "Greater"
+        | "GreaterOrEqual" | "And" | "Or" | "Xor" | "MatMul" | "CastLike" | "Expand" | "Tile"
+        | "GatherElements" | "GatherND" | "Gather" | "Reshape" => (2, 2),
         "Max" | "Min" | "Sum" | "Mean" | "Concat" => (1, V),
         "Where" | "Range" => (3, 3),
         "Gemm" | "LayerNormalization" | "Conv" => (2, 3),
@@ -116,11 +138,11 @@ pub fn arity(op: &str) -> Option<(usize, usize)> {
         "Squeeze" | "Unsqueeze" => (1, 2),
         "Clip" => (1, 3),
         "Trilu" | "CumSum" => (1, 2),
-        "Not" | "IsNaN" | "IsInf" | "Cast" | "Neg" | "Abs" | "Sign" | "Floor" | "Ceil" | "Round"
-        | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Tanh" | "Sigmoid" | "Relu" | "Erf" | "Shape"
-        | "Size" | "Transpose" | "Flatten" | "Identity" | "NonZero" | "Softmax" | "LogSoftmax"
-        | "Hardmax" | "ArgMax" | "ArgMin" | "ConstantOfShape" | "GlobalAveragePool"
-        | "GlobalMaxPool" | "MaxPool" | "AveragePool" => (1, 1),
+        "Not" | "IsNaN" | "IsInf" | "Cast" | "Neg" | "Abs" | "Sign" | "Floor" | "Ceil"
+        | "Round" | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Tanh" | "Sigmoid" | "Relu" | "Erf"
+        | "Shape" | "Size" | "Transpose" | "Flatten" | "Identity" | "NonZero" | "Softmax"
+        | "LogSoftmax" | "Hardmax" | "ArgMax" | "ArgMin" | "ConstantOfShape"
+        | "GlobalAveragePool" | "GlobalMaxPool" | "MaxPool" | "AveragePool" => (1, 1),
         n if n.starts_with("Reduce") => (1, 2),
         _ => return None,
     })
@@ -133,7 +155,9 @@ pub fn arity(op: &str) -> Option<(usize, usize)> {
 /// contiguous run: every axis before the first cut axis has extent 1 and every axis after it is kept
 /// whole.
 pub fn is_view(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>]) -> bool {
-    let Some(def) = lookup(node) else { return false };
+    let Some(def) = lookup(node) else {
+        return false;
+    };
     match def.mem.view {
         View::None => false,
         View::Alias => true,
@@ -142,14 +166,21 @@ pub fn is_view(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>])
                 return false;
             };
             if node.inputs.len() > 4 {
-                let steps = inputs.get(4).copied().flatten().and_then(|f| f.value.as_ref()).and_then(|k| k.as_consts());
+                let steps = inputs
+                    .get(4)
+                    .copied()
+                    .flatten()
+                    .and_then(|f| f.value.as_ref())
+                    .and_then(|k| k.as_consts());
                 match (node.inputs[4], steps) {
                     (None, _) => {}
                     (Some(_), Some(s)) if s.iter().all(|&x| x == 1) => {}
                     _ => return false,
                 }
             }
-            let (Some(a), Some(b)) = (&inp.shape, &out.shape) else { return false };
+            let (Some(a), Some(b)) = (&inp.shape, &out.shape) else {
+                return false;
+            };
             contiguous_region(a, b)
         }
     }
@@ -161,6 +192,8 @@ pub fn contiguous_region(dims: &[Expr], out: &[Expr]) -> bool {
     if dims.len() != out.len() {
         return false;
     }
-    let Some(k) = (0..dims.len()).find(|&k| dims[k] != out[k]) else { return true };
+    let Some(k) = (0..dims.len()).find(|&k| dims[k] != out[k]) else {
+        return true;
+    };
     (0..k).all(|j| out[j].as_const() == Some(1)) && (k + 1..dims.len()).all(|j| dims[j] == out[j])
 }

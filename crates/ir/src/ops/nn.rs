@@ -50,7 +50,10 @@ fn same_as_input(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let x = ctx.shape(0)?.to_vec();
     let t = ctx.dtype(0)?;
     if x.len() < 2 {
-        return invalid(format!("input has rank {}, needs at least 2 (N, C, ...)", x.len()));
+        return invalid(format!(
+            "input has rank {}, needs at least 2 (N, C, ...)",
+            x.len()
+        ));
     }
     Ok(vec![Fact::new(t, x)])
 }
@@ -70,7 +73,10 @@ fn window_out(
 ) -> Result<Vec<Expr>, OpError> {
     let n = spatial.len();
     if kernel.len() != n {
-        return invalid(format!("kernel has {} dims, the input has {n} spatial dims", kernel.len()));
+        return invalid(format!(
+            "kernel has {} dims, the input has {n} spatial dims",
+            kernel.len()
+        ));
     }
     let strides = ctx.attr_ints("strides")?.unwrap_or_else(|| vec![1; n]);
     let dil = ctx.attr_ints("dilations")?.unwrap_or_else(|| vec![1; n]);
@@ -80,7 +86,9 @@ fn window_out(
     if strides.iter().chain(&dil).chain(kernel).any(|&v| v < 1) {
         return invalid("kernel, strides and dilations must be >= 1");
     }
-    let auto_pad = ctx.attr_string("auto_pad")?.unwrap_or_else(|| "NOTSET".into());
+    let auto_pad = ctx
+        .attr_string("auto_pad")?
+        .unwrap_or_else(|| "NOTSET".into());
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let d = &spatial[i];
@@ -95,10 +103,18 @@ fn window_out(
                     return invalid(format!("pads must have {} entries", 2 * n));
                 }
                 let span = &(d + &Expr::int(pads[i] + pads[i + n])) - &ek;
-                let q = if ceil_mode { span.ceil_div(&s) } else { span.floor_div(&s) };
+                let q = if ceil_mode {
+                    span.ceil_div(&s)
+                } else {
+                    span.floor_div(&s)
+                };
                 &q + &Expr::one()
             }
-            other => return Err(OpError::BadAttr(format!("auto_pad '{other}' is not a known mode"))),
+            other => {
+                return Err(OpError::BadAttr(format!(
+                    "auto_pad '{other}' is not a known mode"
+                )))
+            }
         };
         out.push(o);
     }
@@ -110,13 +126,20 @@ fn conv(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let w = ctx.shape(1)?.to_vec();
     let t = ctx.dtype(0)?;
     if x.len() < 3 || w.len() != x.len() {
-        return invalid(format!("X has rank {} and W rank {}; both must be the same and >= 3", x.len(), w.len()));
+        return invalid(format!(
+            "X has rank {} and W rank {}; both must be the same and >= 3",
+            x.len(),
+            w.len()
+        ));
     }
     let kernel = match ctx.attr_ints("kernel_shape")? {
         Some(k) => k,
         None => w[2..]
             .iter()
-            .map(|d| d.as_const().ok_or_else(|| OpError::Unsupported("symbolic kernel shape".into())))
+            .map(|d| {
+                d.as_const()
+                    .ok_or_else(|| OpError::Unsupported("symbolic kernel shape".into()))
+            })
             .collect::<Result<_, _>>()?,
     };
     let mut out = vec![x[0].clone(), w[0].clone()];
@@ -128,7 +151,10 @@ fn pool(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let x = ctx.shape(0)?.to_vec();
     let t = ctx.dtype(0)?;
     if x.len() < 3 {
-        return invalid(format!("input has rank {}, needs at least 3 (N, C, spatial...)", x.len()));
+        return invalid(format!(
+            "input has rank {}, needs at least 3 (N, C, spatial...)",
+            x.len()
+        ));
     }
     let kernel = ctx
         .attr_ints("kernel_shape")?
@@ -147,7 +173,10 @@ fn global_pool(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let x = ctx.shape(0)?.to_vec();
     let t = ctx.dtype(0)?;
     if x.len() < 3 {
-        return invalid(format!("input has rank {}, needs at least 3 (N, C, spatial...)", x.len()));
+        return invalid(format!(
+            "input has rank {}, needs at least 3 (N, C, spatial...)",
+            x.len()
+        ));
     }
     let mut out = x[..2].to_vec();
     out.extend(std::iter::repeat_n(Expr::one(), x.len() - 2));
@@ -161,30 +190,69 @@ mod tests {
     use crate::DataType;
 
     fn attr(name: &str, value: AttrValue) -> Attribute {
-        Attribute { name: name.into(), value, doc: String::new() }
+        Attribute {
+            name: name.into(),
+            value,
+            doc: String::new(),
+        }
     }
 
     #[test]
     fn layer_norm_and_conv_shapes() {
         let mut g = Graph::default();
         let n = DeclDim::Param("N".into());
-        let x = g.add_input("x", DeclType::tensor(DataType::F32, vec![n.clone(), DeclDim::Value(3), n.clone(), n]));
-        let w = g.add_input("w", DeclType::tensor(DataType::F32, vec![DeclDim::Value(8), DeclDim::Value(3), DeclDim::Value(3), DeclDim::Value(3)]));
-        let scale = g.add_input("scale", DeclType::tensor(DataType::F32, vec![DeclDim::Param("N".into()), DeclDim::Param("N".into())]));
-        let (_, ln) = g.add_node("ln", "LayerNormalization", &[Some(x), Some(scale)], &["y", "mean", "inv"], vec![attr("axis", AttrValue::Int(2))]);
+        let x = g.add_input(
+            "x",
+            DeclType::tensor(
+                DataType::F32,
+                vec![n.clone(), DeclDim::Value(3), n.clone(), n],
+            ),
+        );
+        let w = g.add_input(
+            "w",
+            DeclType::tensor(
+                DataType::F32,
+                vec![
+                    DeclDim::Value(8),
+                    DeclDim::Value(3),
+                    DeclDim::Value(3),
+                    DeclDim::Value(3),
+                ],
+            ),
+        );
+        let scale = g.add_input(
+            "scale",
+            DeclType::tensor(
+                DataType::F32,
+                vec![DeclDim::Param("N".into()), DeclDim::Param("N".into())],
+            ),
+        );
+        let (_, ln) = g.add_node(
+            "ln",
+            "LayerNormalization",
+            &[Some(x), Some(scale)],
+            &["y", "mean", "inv"],
+            vec![attr("axis", AttrValue::Int(2))],
+        );
         let (_, cv) = g.add_node(
             "cv",
             "Conv",
             &[Some(ln[0]), Some(w)],
             &["c"],
-            vec![attr("strides", AttrValue::Ints(vec![2, 2])), attr("pads", AttrValue::Ints(vec![1, 1, 1, 1]))],
+            vec![
+                attr("strides", AttrValue::Ints(vec![2, 2])),
+                attr("pads", AttrValue::Ints(vec![1, 1, 1, 1])),
+            ],
         );
         let (_, mp) = g.add_node(
             "mp",
             "MaxPool",
             &[Some(cv[0])],
             &["p"],
-            vec![attr("kernel_shape", AttrValue::Ints(vec![2, 2])), attr("ceil_mode", AttrValue::Int(1))],
+            vec![
+                attr("kernel_shape", AttrValue::Ints(vec![2, 2])),
+                attr("ceil_mode", AttrValue::Int(1)),
+            ],
         );
         let f = infer_graph(&g, 18).unwrap();
         let shape = |v| fmt_shape(f.get(v).shape.as_ref().unwrap());

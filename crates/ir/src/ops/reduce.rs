@@ -47,7 +47,9 @@ fn reduce_axes(ctx: &InferCtx, rank: usize) -> Result<Axes, OpError> {
     let listed: Vec<i64> = if let Some(v) = ctx.attr_ints("axes")? {
         v
     } else if ctx.opt_input(1).is_some() {
-        let known = ctx.known_ints(1).ok_or_else(|| OpError::Unknown("contents of axes (input 1)".into()))?;
+        let known = ctx
+            .known_ints(1)
+            .ok_or_else(|| OpError::Unknown("contents of axes (input 1)".into()))?;
         known
             .iter()
             .map(|e| e.as_const())
@@ -104,7 +106,11 @@ fn reduce(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 
 /// For each element of a row-major tensor of `dims`, the flat index of its slot after reducing `axes`.
 fn reduce_slots(dims: &[usize], axes: &[usize]) -> (Vec<usize>, usize) {
-    let out_dims: Vec<usize> = dims.iter().enumerate().map(|(k, &d)| if axes.contains(&k) { 1 } else { d }).collect();
+    let out_dims: Vec<usize> = dims
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| if axes.contains(&k) { 1 } else { d })
+        .collect();
     let n_out: usize = out_dims.iter().product();
     let n: usize = dims.iter().product();
     let mut slots = Vec::with_capacity(n);
@@ -157,7 +163,10 @@ fn fold_reduce(op: &str, f: &Fact, axes: &[usize], t: DataType) -> Option<Known>
                 "ReduceProd" => Some(Expr::one()),
                 _ => None,
             };
-            acc.into_iter().map(|a| a.or_else(|| empty.clone())).collect::<Option<Vec<_>>>().map(Known::Int)
+            acc.into_iter()
+                .map(|a| a.or_else(|| empty.clone()))
+                .collect::<Option<Vec<_>>>()
+                .map(Known::Int)
         }
         Known::Float(v) => {
             let mut acc: Vec<Option<f64>> = vec![None; n_out];
@@ -177,8 +186,17 @@ fn fold_reduce(op: &str, f: &Fact, axes: &[usize], t: DataType) -> Option<Known>
                 "ReduceProd" => Some(1.0),
                 _ => None,
             };
-            let round = |x: f64| if t == DataType::F32 { x as f32 as f64 } else { x };
-            acc.into_iter().map(|a| a.or(empty).map(round)).collect::<Option<Vec<_>>>().map(Known::Float)
+            let round = |x: f64| {
+                if t == DataType::F32 {
+                    x as f32 as f64
+                } else {
+                    x
+                }
+            };
+            acc.into_iter()
+                .map(|a| a.or(empty).map(round))
+                .collect::<Option<Vec<_>>>()
+                .map(Known::Float)
         }
     }
 }
@@ -187,7 +205,10 @@ fn arg_reduce(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let s = ctx.shape(0)?;
     let axis = normalize_axis(ctx.attr_int("axis", 0)?, s.len())?;
     let keep = ctx.attr_int("keepdims", 1)? != 0;
-    Ok(vec![Fact::new(DataType::I64, reduced_shape(s, &[axis], keep))])
+    Ok(vec![Fact::new(
+        DataType::I64,
+        reduced_shape(s, &[axis], keep),
+    )])
 }
 
 fn topk(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
@@ -226,7 +247,10 @@ fn topk(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     };
     let mut out = s.to_vec();
     out[axis] = k;
-    Ok(vec![Fact::new(t, out.clone()), Fact::new(DataType::I64, out)])
+    Ok(vec![
+        Fact::new(t, out.clone()),
+        Fact::new(DataType::I64, out),
+    ])
 }
 
 fn along_axis(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
@@ -253,7 +277,12 @@ mod tests {
         let b = t.op("ReduceSum", &[x, axes], &["b"], vec![a_int("keepdims", 0)]);
         let c = t.op("ReduceMean", &[x], &["c"], vec![a_ints("axes", &[0, 1])]);
         let d = t.op("ReduceMax", &[x], &["d"], vec![a_int("keepdims", 0)]);
-        let e = t.op("ReduceL2", &[x], &["e"], vec![a_int("noop_with_empty_axes", 1)]);
+        let e = t.op(
+            "ReduceL2",
+            &[x],
+            &["e"],
+            vec![a_int("noop_with_empty_axes", 1)],
+        );
         let f = t.run(13).unwrap();
         assert_eq!(shape_of(&f, a[0]), "[N, S, 1]");
         assert_eq!(shape_of(&f, b[0]), "[N, S]");
@@ -271,7 +300,12 @@ mod tests {
         let m = t.op("ReduceMax", &[sh[0]], &["m"], vec![]);
         let f = t.run(18).unwrap();
         assert_eq!(fact_of(&f, p[0]), "int64 []");
-        assert_eq!(f.get(p[0]).value, Some(Known::Int(vec![Expr::sym("N") * Expr::sym("S") * Expr::int(4)])));
+        assert_eq!(
+            f.get(p[0]).value,
+            Some(Known::Int(vec![
+                Expr::sym("N") * Expr::sym("S") * Expr::int(4)
+            ]))
+        );
         assert_eq!(shape_of(&f, m[0]), "[1]");
         assert!(f.get(m[0]).value.is_some());
     }
@@ -280,12 +314,27 @@ mod tests {
     fn reduce_rejects_bad_axes() {
         let mut t = TestGraph::new();
         let x = t.input("x", F32, "N, 3");
-        t.node("r", "ReduceSum", &[Some(x)], &["y"], vec![a_ints("axes", &[2])]);
+        t.node(
+            "r",
+            "ReduceSum",
+            &[Some(x)],
+            &["y"],
+            vec![a_ints("axes", &[2])],
+        );
         let e = t.run(11).unwrap_err().to_string();
-        assert!(e.contains("'r' (ReduceSum)") && e.contains("out of range"), "{e}");
+        assert!(
+            e.contains("'r' (ReduceSum)") && e.contains("out of range"),
+            "{e}"
+        );
         let mut t = TestGraph::new();
         let x = t.input("x", F32, "N, 3");
-        t.node("r", "ReduceMin", &[Some(x)], &["y"], vec![a_ints("axes", &[1, -1])]);
+        t.node(
+            "r",
+            "ReduceMin",
+            &[Some(x)],
+            &["y"],
+            vec![a_ints("axes", &[1, -1])],
+        );
         assert!(t.run(11).unwrap_err().to_string().contains("repeat"));
     }
 
@@ -294,7 +343,12 @@ mod tests {
         let mut t = TestGraph::new();
         let x = t.input("x", F32, "B, S, 100");
         let a = t.op("ArgMax", &[x], &["a"], vec![a_int("axis", -1)]);
-        let b = t.op("ArgMin", &[x], &["b"], vec![a_int("axis", 1), a_int("keepdims", 0)]);
+        let b = t.op(
+            "ArgMin",
+            &[x],
+            &["b"],
+            vec![a_int("axis", 1), a_int("keepdims", 0)],
+        );
         let s = t.op("Softmax", &[x], &["s"], vec![]);
         let l = t.op("LogSoftmax", &[x], &["l"], vec![a_int("axis", 0)]);
         let f = t.run(18).unwrap();
@@ -305,7 +359,11 @@ mod tests {
         let mut t = TestGraph::new();
         let x = t.input("x", F32, "B, S");
         t.node("sm", "Softmax", &[Some(x)], &["y"], vec![a_int("axis", 3)]);
-        assert!(t.run(18).unwrap_err().to_string().contains("'sm' (Softmax)"));
+        assert!(t
+            .run(18)
+            .unwrap_err()
+            .to_string()
+            .contains("'sm' (Softmax)"));
     }
 
     #[test]

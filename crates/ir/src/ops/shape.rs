@@ -25,12 +25,36 @@ pub const DEFS: &[OpDef] = &[
     def("Expand", expand, Mem::NEW),
     def("Concat", concat, Mem::NEW),
     def("Split", split, Mem::NEW),
-    def("Slice", slice, Mem { view: View::ContiguousSlice, inplace: &[], scratch: None }),
+    def(
+        "Slice",
+        slice,
+        Mem {
+            view: View::ContiguousSlice,
+            inplace: &[],
+            scratch: None,
+        },
+    ),
     def("Gather", gather, Mem::NEW),
     def("GatherElements", gather_elements, Mem::NEW),
     def("GatherND", gather_nd, Mem::NEW),
-    def("ScatterND", scatter, Mem { view: View::None, inplace: &[0], scratch: None }),
-    def("ScatterElements", scatter, Mem { view: View::None, inplace: &[0], scratch: None }),
+    def(
+        "ScatterND",
+        scatter,
+        Mem {
+            view: View::None,
+            inplace: &[0],
+            scratch: None,
+        },
+    ),
+    def(
+        "ScatterElements",
+        scatter,
+        Mem {
+            view: View::None,
+            inplace: &[0],
+            scratch: None,
+        },
+    ),
     def("Transpose", transpose, Mem::NEW),
     def("Tile", tile, Mem::NEW),
     def("NonZero", nonzero, Mem::NEW),
@@ -60,13 +84,21 @@ fn shape(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let clamp = |v: i64| -> usize { (if v < 0 { v + r } else { v }).clamp(0, r) as usize };
     let start = clamp(ctx.attr_int("start", 0)?);
     let end = clamp(ctx.attr_int("end", r)?);
-    let dims = if start < end { s[start..end].to_vec() } else { Vec::new() };
+    let dims = if start < end {
+        s[start..end].to_vec()
+    } else {
+        Vec::new()
+    };
     Ok(vec![ints_fact(dims)])
 }
 
 fn size(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let n = Expr::product(ctx.shape(0)?.iter());
-    Ok(vec![Fact::with_value(DataType::I64, vec![], Known::Int(vec![n]))])
+    Ok(vec![Fact::with_value(
+        DataType::I64,
+        vec![],
+        Known::Int(vec![n]),
+    )])
 }
 
 fn constant(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
@@ -74,10 +106,18 @@ fn constant(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         return Ok(vec![Fact::of_tensor(t)]);
     }
     if let Some(AttrFloat(f)) = attr_float_opt(ctx)? {
-        return Ok(vec![Fact::with_value(DataType::F32, vec![], Known::Float(vec![f as f64]))]);
+        return Ok(vec![Fact::with_value(
+            DataType::F32,
+            vec![],
+            Known::Float(vec![f as f64]),
+        )]);
     }
     if let Some(v) = ctx.attr_opt_int("value_int")? {
-        return Ok(vec![Fact::with_value(DataType::I64, vec![], Known::Int(vec![Expr::int(v)]))]);
+        return Ok(vec![Fact::with_value(
+            DataType::I64,
+            vec![],
+            Known::Int(vec![Expr::int(v)]),
+        )]);
     }
     if let Some(v) = ctx.attr_floats("value_floats")? {
         let n = v.len() as i64;
@@ -94,7 +134,10 @@ fn constant(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         return Ok(vec![Fact::new(DataType::String, vec![])]);
     }
     if let Some(crate::graph::AttrValue::Strings(v)) = ctx.node.attr("value_strings") {
-        return Ok(vec![Fact::new(DataType::String, vec![Expr::int(v.len() as i64)])]);
+        return Ok(vec![Fact::new(
+            DataType::String,
+            vec![Expr::int(v.len() as i64)],
+        )]);
     }
     if ctx.node.attr("sparse_value").is_some() {
         return Err(OpError::Unsupported("Constant with sparse_value".into()));
@@ -113,7 +156,8 @@ fn attr_float_opt(ctx: &InferCtx) -> Result<Option<AttrFloat>, OpError> {
 
 /// The contents of a 1-D shape-like input (e.g. Reshape's `shape`), as expressions.
 fn shape_operand(ctx: &InferCtx, i: usize, what: &str) -> Result<Vec<Expr>, OpError> {
-    ctx.known_ints(i).ok_or_else(|| OpError::Unknown(format!("contents of {what} (input {i})")))
+    ctx.known_ints(i)
+        .ok_or_else(|| OpError::Unknown(format!("contents of {what} (input {i})")))
 }
 
 fn constant_of_shape(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
@@ -125,12 +169,20 @@ fn constant_of_shape(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         }
         None => (DataType::F32, Some(Known::Float(vec![0.0]))),
     };
-    let n = dims.iter().map(|d| d.as_const()).collect::<Option<Vec<i64>>>().map(|v| v.iter().product::<i64>());
+    let n = dims
+        .iter()
+        .map(|d| d.as_const())
+        .collect::<Option<Vec<i64>>>()
+        .map(|v| v.iter().product::<i64>());
     let value = match (n, fill) {
-        (Some(n), Some(Known::Int(v))) if (0..=crate::infer::MAX_KNOWN_ELEMS as i64).contains(&n) && v.len() == 1 => {
+        (Some(n), Some(Known::Int(v)))
+            if (0..=crate::infer::MAX_KNOWN_ELEMS as i64).contains(&n) && v.len() == 1 =>
+        {
             Some(Known::Int(vec![v[0].clone(); n as usize]))
         }
-        (Some(n), Some(Known::Float(v))) if (0..=crate::infer::MAX_KNOWN_ELEMS as i64).contains(&n) && v.len() == 1 => {
+        (Some(n), Some(Known::Float(v)))
+            if (0..=crate::infer::MAX_KNOWN_ELEMS as i64).contains(&n) && v.len() == 1 =>
+        {
             Some(Known::Float(vec![v[0]; n as usize]))
         }
         _ => None,
@@ -153,7 +205,11 @@ fn range(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             (Some(s), Some(l), Some(d)) if d != 0.0 => {
                 let n = ((l - s) / d).ceil().max(0.0) as i64;
                 let vals: Vec<f64> = (0..n).map(|i| s + i as f64 * d).collect();
-                Ok(vec![Fact::with_value(t, vec![Expr::int(n)], Known::Float(vals))])
+                Ok(vec![Fact::with_value(
+                    t,
+                    vec![Expr::int(n)],
+                    Known::Float(vals),
+                )])
             }
             _ => {
                 let n = ctx.fresh_symbol("range_len", "Range length from float operands");
@@ -174,9 +230,10 @@ fn range(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     }
     // n = max(ceil((limit - start) / delta), 0)
     let n = Expr::max(&(&l - &s).ceil_div(&d), &Expr::zero());
-    let value = n.as_const().filter(|&c| c as usize <= crate::infer::MAX_KNOWN_ELEMS).map(|c| {
-        Known::Int((0..c).map(|i| &s + &Expr::int(i * dc)).collect())
-    });
+    let value = n
+        .as_const()
+        .filter(|&c| c as usize <= crate::infer::MAX_KNOWN_ELEMS)
+        .map(|c| Known::Int((0..c).map(|i| &s + &Expr::int(i * dc)).collect()));
     Ok(vec![known_fact(t, vec![n], value)])
 }
 
@@ -192,7 +249,10 @@ fn reshape(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         match d.as_const() {
             Some(0) if !allowzero => {
                 let Some(src) = in_shape.get(i) else {
-                    return invalid(format!("shape dim {i} is 0 (copy) but the input has rank {}", in_shape.len()));
+                    return invalid(format!(
+                        "shape dim {i} is 0 (copy) but the input has rank {}",
+                        in_shape.len()
+                    ));
                 };
                 out.push(src.clone());
             }
@@ -236,7 +296,11 @@ fn flatten(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     }
     let a = a as usize;
     let out = vec![Expr::product(s[..a].iter()), Expr::product(s[a..].iter())];
-    Ok(vec![known_fact(ctx.dtype(0)?, out, ctx.input(0)?.value.clone())])
+    Ok(vec![known_fact(
+        ctx.dtype(0)?,
+        out,
+        ctx.input(0)?.value.clone(),
+    )])
 }
 
 /// Axes from the `axes` input (opset >= 13) or attribute.
@@ -247,16 +311,23 @@ fn axes_operand(ctx: &InferCtx, input: usize) -> Result<Option<Vec<i64>>, OpErro
     if ctx.opt_input(input).is_none() {
         return Ok(None);
     }
-    let v = ctx.known_ints(input).ok_or_else(|| OpError::Unknown("contents of axes".into()))?;
+    let v = ctx
+        .known_ints(input)
+        .ok_or_else(|| OpError::Unknown("contents of axes".into()))?;
     let c = v.iter().map(|e| e.as_const()).collect::<Option<Vec<_>>>();
-    c.map(Some).ok_or_else(|| OpError::Unsupported("symbolic axes".into()))
+    c.map(Some)
+        .ok_or_else(|| OpError::Unsupported("symbolic axes".into()))
 }
 
 fn squeeze(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let s = ctx.shape(0)?;
     let axes = axes_operand(ctx, 1)?;
     let out: Vec<Expr> = match axes {
-        None => s.iter().filter(|d| d.as_const() != Some(1)).cloned().collect(),
+        None => s
+            .iter()
+            .filter(|d| d.as_const() != Some(1))
+            .cloned()
+            .collect(),
         Some(axes) => {
             let mut drop = vec![false; s.len()];
             for a in axes {
@@ -268,15 +339,24 @@ fn squeeze(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
                 }
                 drop[k] = true;
             }
-            s.iter().zip(drop).filter(|(_, d)| !d).map(|(e, _)| e.clone()).collect()
+            s.iter()
+                .zip(drop)
+                .filter(|(_, d)| !d)
+                .map(|(e, _)| e.clone())
+                .collect()
         }
     };
-    Ok(vec![known_fact(ctx.dtype(0)?, out, ctx.input(0)?.value.clone())])
+    Ok(vec![known_fact(
+        ctx.dtype(0)?,
+        out,
+        ctx.input(0)?.value.clone(),
+    )])
 }
 
 fn unsqueeze(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let s = ctx.shape(0)?;
-    let axes = axes_operand(ctx, 1)?.ok_or_else(|| OpError::Invalid("Unsqueeze needs axes".into()))?;
+    let axes =
+        axes_operand(ctx, 1)?.ok_or_else(|| OpError::Invalid("Unsqueeze needs axes".into()))?;
     let r = s.len() + axes.len();
     let mut ins = vec![false; r];
     for a in &axes {
@@ -287,8 +367,21 @@ fn unsqueeze(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         ins[k] = true;
     }
     let mut it = s.iter();
-    let out: Vec<Expr> = ins.iter().map(|&one| if one { Expr::one() } else { it.next().cloned().unwrap_or_else(Expr::one) }).collect();
-    Ok(vec![known_fact(ctx.dtype(0)?, out, ctx.input(0)?.value.clone())])
+    let out: Vec<Expr> = ins
+        .iter()
+        .map(|&one| {
+            if one {
+                Expr::one()
+            } else {
+                it.next().cloned().unwrap_or_else(Expr::one)
+            }
+        })
+        .collect();
+    Ok(vec![known_fact(
+        ctx.dtype(0)?,
+        out,
+        ctx.input(0)?.value.clone(),
+    )])
 }
 
 fn expand(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
@@ -302,7 +395,10 @@ fn expand(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 fn fold_broadcast(f: &Fact, out: &[Expr]) -> Option<Known> {
     let k = f.value.as_ref()?;
     let src = f.concrete_shape()?;
-    let dst: Vec<usize> = out.iter().map(|d| d.as_const().and_then(|c| usize::try_from(c).ok())).collect::<Option<_>>()?;
+    let dst: Vec<usize> = out
+        .iter()
+        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+        .collect::<Option<_>>()?;
     if dst.iter().product::<usize>() > crate::infer::MAX_KNOWN_ELEMS {
         return None;
     }
@@ -317,7 +413,11 @@ fn concat(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let t = ctx.dtype(0)?;
     let first = ctx.shape(0)?;
     let r = first.len();
-    let axis = normalize_axis(ctx.attr_opt_int("axis")?.ok_or_else(|| OpError::BadAttr("attribute 'axis' is required".into()))?, r)?;
+    let axis = normalize_axis(
+        ctx.attr_opt_int("axis")?
+            .ok_or_else(|| OpError::BadAttr("attribute 'axis' is required".into()))?,
+        r,
+    )?;
     let mut out = first.to_vec();
     let mut total = Expr::zero();
     let mut ints: Option<Vec<Expr>> = (r == 1).then(Vec::new);
@@ -326,7 +426,10 @@ fn concat(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         let Some(f) = ctx.opt_input(i) else { continue };
         let s = ctx.shape(i)?;
         if s.len() != r {
-            return invalid(format!("input {i} has rank {} but input 0 has rank {r}", s.len()));
+            return invalid(format!(
+                "input {i} has rank {} but input 0 has rank {r}",
+                s.len()
+            ));
         }
         for (k, d) in s.iter().enumerate() {
             if k == axis {
@@ -375,16 +478,28 @@ fn split(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     } else if ctx.opt_input(1).is_some() {
         shape_operand(ctx, 1, "split")?
     } else {
-        let parts = ctx.attr_opt_int("num_outputs")?.unwrap_or(n_out as i64).max(1);
+        let parts = ctx
+            .attr_opt_int("num_outputs")?
+            .unwrap_or(n_out as i64)
+            .max(1);
         let d = &s[axis];
         let chunk = d.ceil_div(&Expr::int(parts));
         // The last chunk takes the remainder (opset 18 semantics); equal chunks when divisible.
         (0..parts)
-            .map(|i| if i + 1 < parts { chunk.clone() } else { d - &(&chunk * &Expr::int(parts - 1)) })
+            .map(|i| {
+                if i + 1 < parts {
+                    chunk.clone()
+                } else {
+                    d - &(&chunk * &Expr::int(parts - 1))
+                }
+            })
             .collect()
     };
     if sizes.len() != n_out {
-        return invalid(format!("split gives {} parts but the node has {n_out} outputs", sizes.len()));
+        return invalid(format!(
+            "split gives {} parts but the node has {n_out} outputs",
+            sizes.len()
+        ));
     }
     Ok(sizes
         .into_iter()
@@ -435,8 +550,12 @@ fn slice(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let t = ctx.dtype(0)?;
     let s = ctx.shape(0)?;
     let (starts, ends, axes, steps) = if ctx.opset < 10 {
-        let st = ctx.attr_ints("starts")?.ok_or_else(|| OpError::BadAttr("attribute 'starts' is required".into()))?;
-        let en = ctx.attr_ints("ends")?.ok_or_else(|| OpError::BadAttr("attribute 'ends' is required".into()))?;
+        let st = ctx
+            .attr_ints("starts")?
+            .ok_or_else(|| OpError::BadAttr("attribute 'starts' is required".into()))?;
+        let en = ctx
+            .attr_ints("ends")?
+            .ok_or_else(|| OpError::BadAttr("attribute 'ends' is required".into()))?;
         let ax = ctx.attr_ints("axes")?;
         let e = |v: Vec<i64>| v.into_iter().map(Expr::int).collect::<Vec<_>>();
         (e(st), e(en), ax, None)
@@ -468,7 +587,11 @@ fn slice(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         (st, en, ax, sp)
     };
     if starts.len() != ends.len() {
-        return invalid(format!("starts has {} entries but ends has {}", starts.len(), ends.len()));
+        return invalid(format!(
+            "starts has {} entries but ends has {}",
+            starts.len(),
+            ends.len()
+        ));
     }
     let axes: Vec<i64> = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
@@ -502,7 +625,10 @@ fn slice(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 fn fold_slice(f: &Fact, out: &[Expr], plan: &[(usize, Expr, i64)]) -> Option<Known> {
     let k = f.value.as_ref()?;
     let src = f.concrete_shape()?;
-    let dst: Vec<usize> = out.iter().map(|d| d.as_const().and_then(|c| usize::try_from(c).ok())).collect::<Option<_>>()?;
+    let dst: Vec<usize> = out
+        .iter()
+        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+        .collect::<Option<_>>()?;
     let mut start = vec![0i64; src.len()];
     let mut step = vec![1i64; src.len()];
     for (ax, b, st) in plan {
@@ -514,7 +640,11 @@ fn fold_slice(f: &Fact, out: &[Expr], plan: &[(usize, Expr, i64)]) -> Option<Kno
 }
 
 /// Row-major source indices for each destination coordinate mapped through `map(axis, i)`.
-fn strided_index(src: &[usize], dst: &[usize], map: impl Fn(usize, usize) -> i64) -> Option<Vec<usize>> {
+fn strided_index(
+    src: &[usize],
+    dst: &[usize],
+    map: impl Fn(usize, usize) -> i64,
+) -> Option<Vec<usize>> {
     let n: usize = dst.iter().product();
     let mut strides = vec![1usize; src.len()];
     for k in (0..src.len().saturating_sub(1)).rev() {
@@ -568,7 +698,10 @@ fn fold_gather(ctx: &InferCtx, axis: usize, out: &[Expr]) -> Option<Known> {
     let src = d.concrete_shape()?;
     let idx = ctx.input(1).ok()?.value.as_ref()?.as_consts()?;
     let ishape = ctx.input(1).ok()?.concrete_shape()?;
-    let dst: Vec<usize> = out.iter().map(|d| d.as_const().and_then(|c| usize::try_from(c).ok())).collect::<Option<_>>()?;
+    let dst: Vec<usize> = out
+        .iter()
+        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+        .collect::<Option<_>>()?;
     let ir = ishape.len();
     let n_axis = src[axis] as i64;
     let mut ishape_strides = vec![1usize; ir];
@@ -617,7 +750,11 @@ fn gather_elements(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let data = ctx.shape(0)?;
     let ind = ctx.shape(1)?;
     if data.len() != ind.len() {
-        return invalid(format!("data has rank {} but indices has rank {}", data.len(), ind.len()));
+        return invalid(format!(
+            "data has rank {} but indices has rank {}",
+            data.len(),
+            ind.len()
+        ));
     }
     normalize_axis(ctx.attr_int("axis", 0)?, data.len())?;
     Ok(vec![Fact::new(t, ind.to_vec())])
@@ -632,11 +769,16 @@ fn gather_nd(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         return invalid("indices must have rank >= 1");
     };
     let Some(k) = last.as_const() else {
-        return Err(OpError::Unsupported("GatherND with a symbolic last indices dim".into()));
+        return Err(OpError::Unsupported(
+            "GatherND with a symbolic last indices dim".into(),
+        ));
     };
     let k = k as usize;
     if b + k > data.len() {
-        return invalid(format!("batch_dims {b} + index depth {k} exceeds data rank {}", data.len()));
+        return invalid(format!(
+            "batch_dims {b} + index depth {k} exceeds data rank {}",
+            data.len()
+        ));
     }
     let mut out = ind[..ind.len() - 1].to_vec();
     out.extend(data[b + k..].iter().cloned());
@@ -650,7 +792,9 @@ fn scatter(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 fn transpose(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let s = ctx.shape(0)?;
     let r = s.len();
-    let perm: Vec<i64> = ctx.attr_ints("perm")?.unwrap_or_else(|| (0..r as i64).rev().collect());
+    let perm: Vec<i64> = ctx
+        .attr_ints("perm")?
+        .unwrap_or_else(|| (0..r as i64).rev().collect());
     if perm.len() != r {
         return invalid(format!("perm has {} entries for rank {r}", perm.len()));
     }
@@ -677,7 +821,13 @@ fn transpose(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         let mut idx = Vec::with_capacity(n);
         let mut coord = vec![0usize; r];
         for _ in 0..n {
-            idx.push(coord.iter().enumerate().map(|(q, c)| c * strides[perm[q] as usize]).sum());
+            idx.push(
+                coord
+                    .iter()
+                    .enumerate()
+                    .map(|(q, c)| c * strides[perm[q] as usize])
+                    .sum(),
+            );
             for q in (0..r).rev() {
                 coord[q] += 1;
                 if coord[q] < dst[q] {
@@ -695,7 +845,11 @@ fn tile(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let s = ctx.shape(0)?;
     let reps = shape_operand(ctx, 1, "repeats")?;
     if reps.len() != s.len() {
-        return invalid(format!("repeats has {} entries for rank {}", reps.len(), s.len()));
+        return invalid(format!(
+            "repeats has {} entries for rank {}",
+            reps.len(),
+            s.len()
+        ));
     }
     let out = s.iter().zip(&reps).map(|(d, r)| d * r).collect();
     Ok(vec![Fact::new(ctx.dtype(0)?, out)])

@@ -34,17 +34,14 @@ impl TestGraph {
 
     /// A graph input of type `dt` and dims written as `"N, 32, 64"` (`""` for a scalar).
     pub fn input(&mut self, name: &str, dt: DataType, dims: &str) -> ValueId {
-        self.g.add_input(name, DeclType::tensor(dt, decl_dims(dims)))
+        self.g
+            .add_input(name, DeclType::tensor(dt, decl_dims(dims)))
     }
 
     /// An i64 initializer.
     pub fn ints(&mut self, name: &str, dims: &[u64], values: &[i64]) -> ValueId {
-        self.g.add_initializer(TensorData::from_i64(name, dims.to_vec(), values))
-    }
-
-    /// An f32 initializer.
-    pub fn floats(&mut self, name: &str, dims: &[u64], values: &[f32]) -> ValueId {
-        self.g.add_initializer(TensorData::from_f32(name, dims.to_vec(), values))
+        self.g
+            .add_initializer(TensorData::from_i64(name, dims.to_vec(), values))
     }
 
     /// Adds a node named `name`; `None` inputs are omitted optional inputs.
@@ -60,7 +57,13 @@ impl TestGraph {
     }
 
     /// Adds a node whose inputs are all present.
-    pub fn op(&mut self, op: &str, inputs: &[ValueId], outputs: &[&str], attrs: Vec<Attribute>) -> Vec<ValueId> {
+    pub fn op(
+        &mut self,
+        op: &str,
+        inputs: &[ValueId],
+        outputs: &[&str],
+        attrs: Vec<Attribute>,
+    ) -> Vec<ValueId> {
         let ins: Vec<Option<ValueId>> = inputs.iter().map(|v| Some(*v)).collect();
         let name = format!("{}_{}", op.to_lowercase(), self.g.nodes.len());
         self.node(&name, op, &ins, outputs, attrs)
@@ -73,17 +76,29 @@ impl TestGraph {
 
 /// The inferred shape of `v` as text, `"?"` when unknown.
 pub fn shape_of(f: &Facts, v: ValueId) -> String {
-    f.get(v).shape.as_deref().map(fmt_shape).unwrap_or_else(|| "?".into())
+    f.get(v)
+        .shape
+        .as_deref()
+        .map(fmt_shape)
+        .unwrap_or_else(|| "?".into())
 }
 
 /// The inferred type and shape of `v`, e.g. `"i64 [N, 1]"`.
 pub fn fact_of(f: &Facts, v: ValueId) -> String {
-    let t = f.get(v).dtype.map(|t| t.to_string()).unwrap_or_else(|| "?".into());
+    let t = f
+        .get(v)
+        .dtype
+        .map(|t| t.to_string())
+        .unwrap_or_else(|| "?".into());
     format!("{t} {}", shape_of(f, v))
 }
 
 pub fn attr(name: &str, value: AttrValue) -> Attribute {
-    Attribute { name: name.into(), value, doc: String::new() }
+    Attribute {
+        name: name.into(),
+        value,
+        doc: String::new(),
+    }
 }
 
 pub fn a_int(name: &str, v: i64) -> Attribute {
@@ -92,10 +107,6 @@ pub fn a_int(name: &str, v: i64) -> Attribute {
 
 pub fn a_ints(name: &str, v: &[i64]) -> Attribute {
     attr(name, AttrValue::Ints(v.to_vec()))
-}
-
-pub fn a_float(name: &str, v: f32) -> Attribute {
-    attr(name, AttrValue::Float(v))
 }
 
 pub fn a_str(name: &str, v: &str) -> Attribute {

@@ -1,0 +1,211 @@
+//! The CLI on bad input: one line on stderr naming the file, node or tensor and the rule broken, a
+//! non-zero exit, no panic, and no output file left behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use memplan_onnx::proto::{
+    attribute_proto::AttributeType, tensor_proto::DataLocation, tensor_shape_proto, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+};
+use memplan_onnx::{save_model_proto, ExternalData};
+
+fn memplan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memplan")).args(args).output().unwrap()
+}
+
+struct Tmp(PathBuf);
+impl Tmp {
+    fn new(tag: &str) -> Tmp {
+        let p = std::env::temp_dir().join(format!("memplan-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tensor_type(elem: i32, dims: &[&str]) -> TypeProto {
+    TypeProto {
+        denotation: None,
+        value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+            elem_type: Some(elem),
+            shape: Some(TensorShapeProto {
+                dim: dims
+                    .iter()
+                    .map(|d| tensor_shape_proto::Dimension {
+                        denotation: None,
+                        value: Some(match d.parse::<i64>() {
+                            Ok(v) => tensor_shape_proto::dimension::Value::DimValue(v),
+                            Err(_) => tensor_shape_proto::dimension::Value::DimParam(d.to_string()),
+                        }),
+                    })
+                    .collect(),
+            }),
+        })),
+    }
+}
+
+fn vi(name: &str, dims: &[&str]) -> ValueInfoProto {
+    ValueInfoProto { name: Some(name.into()), r#type: Some(tensor_type(1, dims)), ..Default::default() }
+}
+
+fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    NodeProto {
+        name: Some(name.into()),
+        op_type: Some(op.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>) -> ModelProto {
+    ModelProto {
+        ir_version: Some(10),
+        opset_import: vec![OperatorSetIdProto { domain: None, version: Some(18) }],
+        graph: Some(GraphProto { name: Some("g".into()), node: nodes, input: inputs, output: outputs, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+fn write(dir: &Tmp, name: &str, m: &ModelProto) -> PathBuf {
+    let p = dir.path(name);
+    save_model_proto(m, &p, ExternalData::Inline).unwrap();
+    p
+}
+
+/// Runs `args`, expects failure with exactly one stderr line containing every `needles` entry.
+fn fails_with(args: &[&str], needles: &[&str]) {
+    let out = memplan(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded; stderr: {err}");
+    assert_eq!(out.status.code(), Some(1), "{args:?}: exit code (a panic exits 101); stderr: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: '{n}' not in: {err}");
+    }
+}
+
+#[test]
+fn unreadable_and_non_protobuf_files() {
+    let d = Tmp::new("garbage");
+    fails_with(&["inspect", "/nonexistent/m.onnx"], &["/nonexistent/m.onnx", "cannot open"]);
+    let g = d.path("text.onnx");
+    std::fs::write(&g, b"definitely not protobuf\n").unwrap();
+    fails_with(&["inspect", g.to_str().unwrap()], &["text.onnx", "not an ONNX model"]);
+    let good = model(vec![node("r", "Relu", &["x"], &["y"])], vec![vi("x", &["N"])], vec![vi("y", &["N"])]);
+    let p = write(&d, "good.onnx", &good);
+    let bytes = std::fs::read(&p).unwrap();
+    let t = d.path("trunc.onnx");
+    std::fs::write(&t, &bytes[..bytes.len() - 7]).unwrap();
+    fails_with(&["inspect", t.to_str().unwrap()], &["trunc.onnx", "not an ONNX model"]);
+}
+
+#[test]
+fn structural_errors_name_the_node_or_value() {
+    let d = Tmp::new("struct");
+    let cyc = model(
+        vec![node("a", "Relu", &["b_out"], &["a_out"]), node("b", "Neg", &["a_out"], &["b_out"])],
+        vec![vi("x", &["N"])],
+        vec![vi("b_out", &["N"])],
+    );
+    let p = write(&d, "cycle.onnx", &cyc);
+    fails_with(&["inspect", p.to_str().unwrap()], &["cycle", "'a' (Relu)"]);
+
+    let dangling = model(vec![node("a", "Add", &["x", "nowhere"], &["y"])], vec![vi("x", &["N"])], vec![vi("y", &["N"])]);
+    let p = write(&d, "dangling.onnx", &dangling);
+    fails_with(&["inspect", p.to_str().unwrap()], &["node 'a' (Add)", "input 'nowhere' is not defined"]);
+
+    let twice = model(
+        vec![node("a", "Relu", &["x"], &["y"]), node("b", "Neg", &["x"], &["y"])],
+        vec![vi("x", &["N"])],
+        vec![vi("y", &["N"])],
+    );
+    let p = write(&d, "twice.onnx", &twice);
+    fails_with(&["inspect", p.to_str().unwrap()], &["node 'b' (Neg)", "output 'y' is already defined"]);
+}
+
+#[test]
+fn attribute_and_shape_errors_name_the_node() {
+    let d = Tmp::new("attrs");
+    let mut t = node("t", "Transpose", &["x"], &["y"]);
+    t.attribute.push(AttributeProto {
+        name: Some("perm".into()),
+        r#type: Some(AttributeType::Float as i32),
+        f: Some(1.0),
+        ..Default::default()
+    });
+    let m = model(vec![t], vec![vi("x", &["N", "3"])], vec![vi("y", &["3", "N"])]);
+    let p = write(&d, "attr.onnx", &m);
+    fails_with(&["inspect", p.to_str().unwrap()], &["'t' (Transpose)", "'perm'", "INTS", "FLOAT"]);
+
+    let mm = model(
+        vec![node("mm", "MatMul", &["a", "b"], &["y"])],
+        vec![vi("a", &["N", "3"]), vi("b", &["4", "N"])],
+        vec![vi("y", &["N", "N"])],
+    );
+    let p = write(&d, "contra.onnx", &mm);
+    fails_with(&["inspect", p.to_str().unwrap()], &["'mm' (MatMul)", "3", "4"]);
+}
+
+#[test]
+fn missing_external_data_names_the_tensor() {
+    let d = Tmp::new("ext");
+    let mut m = model(vec![node("a", "Add", &["x", "w"], &["y"])], vec![vi("x", &["4"])], vec![vi("y", &["4"])]);
+    m.graph.as_mut().unwrap().initializer.push(TensorProto {
+        name: Some("w".into()),
+        data_type: Some(1),
+        dims: vec![4],
+        data_location: Some(DataLocation::External as i32),
+        external_data: vec![StringStringEntryProto { key: Some("location".into()), value: Some("weights.bin".into()) }],
+        ..Default::default()
+    });
+    let p = write(&d, "ext.onnx", &m);
+    fails_with(&["inspect", p.to_str().unwrap()], &["tensor 'w'", "weights.bin"]);
+}
+
+#[test]
+fn unknown_ops_are_reported_and_the_rest_inspected() {
+    let d = Tmp::new("unknown");
+    let m = model(
+        vec![node("r", "Relu", &["x"], &["a"]), node("f", "FrobnicateV7", &["a"], &["y"])],
+        vec![vi("x", &["N"])],
+        vec![vi("y", &["N"])],
+    );
+    let p = write(&d, "unknown.onnx", &m);
+    let out = memplan(&["inspect", p.to_str().unwrap()]);
+    assert!(out.status.success());
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("FrobnicateV7") && s.contains("no rule for op FrobnicateV7"), "{s}");
+    assert!(s.contains("Relu"), "{s}");
+}
+
+#[test]
+fn convert_leaves_no_partial_file() {
+    let d = Tmp::new("convert");
+    let out = d.path("out.onnx");
+    let g = d.path("bad.onnx");
+    std::fs::write(&g, b"\x08\x01\x12garbage").unwrap();
+    fails_with(&["convert", g.to_str().unwrap(), "-o", out.to_str().unwrap()], &["bad.onnx"]);
+    assert!(!out.exists());
+    // A side-file name with a directory is refused before anything is written.
+    let m = model(vec![node("r", "Relu", &["x"], &["y"])], vec![vi("x", &["N"])], vec![vi("y", &["N"])]);
+    let src = write(&d, "m.onnx", &m);
+    fails_with(
+        &["convert", src.to_str().unwrap(), "-o", out.to_str().unwrap(), "--external-data", "sub/w.bin"],
+        &["plain file name"],
+    );
+    assert!(!out.exists());
+    let left: Vec<_> = std::fs::read_dir(&d.0).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 2, "temporary files left: {left:?}");
+    let _ = Path::new("");
+}
