@@ -502,3 +502,67 @@ fn unary(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 fn identity(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     Ok(vec![ctx.input(0)?.clone()])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{attr, fact_of, shape_of, TestGraph};
+    use crate::graph::AttrValue;
+    use crate::infer::Known;
+    use crate::DataType;
+
+    #[test]
+    fn numpy_broadcasting_of_symbolic_shapes() {
+        let mut t = TestGraph::new();
+        let a = t.input("a", DataType::F32, "N, 1, 32");
+        let b = t.input("b", DataType::F32, "M, 1");
+        let c = t.input("c", DataType::F32, "N, N, 32");
+        let ab = t.op("Add", &[a, b], &["ab"], vec![])[0];
+        let ac = t.op("Mul", &[a, c], &["ac"], vec![])[0];
+        let eq = t.op("Equal", &[a, c], &["eq"], vec![])[0];
+        let cond = t.input("cond", DataType::Bool, "1, N, 1");
+        let w = t.op("Where", &[cond, a, c], &["w"], vec![])[0];
+        let f = t.run(18).unwrap();
+        assert_eq!(shape_of(&f, ab), "[N, M, 32]");
+        assert_eq!(shape_of(&f, ac), "[N, N, 32]");
+        assert_eq!(fact_of(&f, eq), "bool [N, N, 32]");
+        assert_eq!(shape_of(&f, w), "[N, N, 32]");
+    }
+
+    #[test]
+    fn small_integer_tensors_fold() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", DataType::F32, "N, 8");
+        let s = t.op("Shape", &[x], &["s"], vec![])[0];
+        let two = t.ints("two", &[1], &[2]);
+        let m = t.op("Mul", &[s, two], &["m"], vec![])[0];
+        let d = t.op("Div", &[m, two], &["d"], vec![])[0];
+        let c = t.op("Cast", &[d], &["c"], vec![attr("to", AttrValue::Int(1))])[0];
+        let f = t.run(18).unwrap();
+        let n: crate::Expr = "N".parse().unwrap();
+        assert_eq!(
+            f.get(m).value,
+            Some(Known::Int(vec![&n * &crate::Expr::int(2), 16.into()]))
+        );
+        assert_eq!(f.get(d).value, Some(Known::Int(vec![n, 8.into()])));
+        assert_eq!(f.get(c).dtype, Some(DataType::F32));
+    }
+
+    #[test]
+    fn mismatched_types_and_shapes_name_the_node() {
+        let mut t = TestGraph::new();
+        let a = t.input("a", DataType::F32, "3, 4");
+        let b = t.input("b", DataType::F32, "5, 4");
+        t.op("Add", &[a, b], &["y"], vec![]);
+        let e = t.run(18).unwrap_err().to_string();
+        assert!(
+            e.contains("'add_0' (Add)") && e.contains("cannot broadcast"),
+            "{e}"
+        );
+        let mut t = TestGraph::new();
+        let a = t.input("a", DataType::F32, "3");
+        let b = t.input("b", DataType::I64, "3");
+        t.op("Mul", &[a, b], &["y"], vec![]);
+        let e = t.run(18).unwrap_err().to_string();
+        assert!(e.contains("'mul_0' (Mul)"), "{e}");
+    }
+}

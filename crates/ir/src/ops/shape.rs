@@ -860,3 +860,149 @@ fn nonzero(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let n = ctx.fresh_symbol("nonzero_count", "NonZero's count depends on the data");
     Ok(vec![Fact::new(DataType::I64, vec![Expr::int(r as i64), n])])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{attr, shape_of, TestGraph};
+    use crate::graph::AttrValue;
+    use crate::infer::Known;
+    use crate::DataType;
+
+    /// The legacy exporter's reshape idiom: `Shape -> Gather -> Unsqueeze -> Concat -> Reshape`
+    /// folds to symbolic dims, and the reshape's output is in the input symbols.
+    #[test]
+    fn shape_arithmetic_stays_symbolic() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", DataType::F32, "B, S, 256");
+        let s = t.op("Shape", &[x], &["s"], vec![])[0];
+        let i0 = t.ints("i0", &[], &[0]);
+        let i1 = t.ints("i1", &[], &[1]);
+        let b = t.op(
+            "Gather",
+            &[s, i0],
+            &["b"],
+            vec![attr("axis", AttrValue::Int(0))],
+        )[0];
+        let sq = t.op("Gather", &[s, i1], &["sq"], vec![])[0];
+        let ax = t.ints("ax", &[1], &[0]);
+        let b1 = t.op("Unsqueeze", &[b, ax], &["b1"], vec![])[0];
+        let s1 = t.op("Unsqueeze", &[sq, ax], &["s1"], vec![])[0];
+        let h = t.ints("h", &[2], &[4, 64]);
+        let shp = t.op(
+            "Concat",
+            &[b1, s1, h],
+            &["shp"],
+            vec![attr("axis", AttrValue::Int(0))],
+        )[0];
+        let y = t.op("Reshape", &[x, shp], &["y"], vec![])[0];
+        let f = t.run(18).unwrap();
+        assert_eq!(shape_of(&f, s), "[3]");
+        assert_eq!(
+            f.get(shp).value,
+            Some(Known::Int(vec![
+                "B".parse().unwrap(),
+                "S".parse().unwrap(),
+                4.into(),
+                64.into()
+            ]))
+        );
+        assert_eq!(shape_of(&f, y), "[B, S, 4, 64]");
+    }
+
+    #[test]
+    fn reshape_infers_minus_one_and_copies_zero() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", DataType::F32, "N, N, 32");
+        let shp = t.ints("shp", &[3], &[0, -1, 8]);
+        let y = t.op("Reshape", &[x, shp], &["y"], vec![])[0];
+        let f = t.run(18).unwrap();
+        assert_eq!(shape_of(&f, y), "[N, 4*N, 8]");
+    }
+
+    #[test]
+    fn expand_range_constant_of_shape_and_slice() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", DataType::F32, "N, 1, 3");
+        let shp = t.ints("shp", &[3], &[1, 7, 1]);
+        let e = t.op("Expand", &[x, shp], &["e"], vec![])[0];
+        let s = t.op("Shape", &[x], &["s"], vec![])[0];
+        let c = t.op("ConstantOfShape", &[s], &["c"], vec![])[0];
+        let zero = t.ints("zero", &[], &[0]);
+        let i0 = t.ints("i0", &[], &[0]);
+        let n = t.op("Gather", &[s, i0], &["n"], vec![])[0];
+        let one = t.ints("one", &[], &[1]);
+        let r = t.op("Range", &[zero, n, one], &["r"], vec![])[0];
+        let starts = t.ints("starts", &[1], &[1]);
+        let ends = t.ints("ends", &[1], &[i64::MAX]);
+        let axes = t.ints("axes", &[1], &[0]);
+        let sl = t.node(
+            "sl",
+            "Slice",
+            &[Some(x), Some(starts), Some(ends), Some(axes)],
+            &["sl"],
+            vec![],
+        )[0];
+        let f = t.run(18).unwrap();
+        assert_eq!(shape_of(&f, e), "[N, 7, 3]");
+        assert_eq!(shape_of(&f, c), "[N, 1, 3]");
+        assert_eq!(f.get(c).dtype, Some(DataType::F32));
+        assert_eq!(shape_of(&f, r), "[N]");
+        assert_eq!(shape_of(&f, sl), "[N - 1, 1, 3]");
+    }
+
+    #[test]
+    fn nonzero_introduces_a_named_symbol() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", DataType::F32, "N");
+        let nz = t.op("NonZero", &[x], &["nz"], vec![])[0];
+        let f = t.run(18).unwrap();
+        assert_eq!(shape_of(&f, nz), "[1, nonzero_count]");
+        assert_eq!(f.symbols.introduced.len(), 1);
+        assert!(
+            f.symbols.introduced[0].reason.contains("NonZero"),
+            "{:?}",
+            f.symbols.introduced
+        );
+    }
+
+    #[test]
+    fn transpose_concat_and_gather_shapes() {
+        let mut t = TestGraph::new();
+        let a = t.input("a", DataType::F32, "N, M, 4");
+        let b = t.input("b", DataType::F32, "N, M, 2");
+        let tr = t.op(
+            "Transpose",
+            &[a],
+            &["tr"],
+            vec![attr("perm", AttrValue::Ints(vec![2, 0, 1]))],
+        )[0];
+        let cat = t.op(
+            "Concat",
+            &[a, b],
+            &["cat"],
+            vec![attr("axis", AttrValue::Int(-1))],
+        )[0];
+        let idx = t.input("idx", DataType::I64, "K, 5");
+        let g = t.op(
+            "Gather",
+            &[a, idx],
+            &["g"],
+            vec![attr("axis", AttrValue::Int(1))],
+        )[0];
+        let f = t.run(18).unwrap();
+        assert_eq!(shape_of(&f, tr), "[4, N, M]");
+        assert_eq!(shape_of(&f, cat), "[N, M, 6]");
+        assert_eq!(shape_of(&f, g), "[N, K, 5, 4]");
+        let mut bad = TestGraph::new();
+        let a = bad.input("a", DataType::F32, "N, 3");
+        let b = bad.input("b", DataType::F32, "N, 4, 1");
+        bad.op(
+            "Concat",
+            &[a, b],
+            &["c"],
+            vec![attr("axis", AttrValue::Int(0))],
+        );
+        let e = bad.run(18).unwrap_err().to_string();
+        assert!(e.contains("'concat_0' (Concat)"), "{e}");
+    }
+}
