@@ -1,13 +1,20 @@
 //! The `memplan` command line: a thin clap layer, one subcommand per library entry point.
 
 mod commands;
+mod estimate;
+mod npz;
 mod plot;
+mod run;
 mod table;
 mod units;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// Counts the process heap so `run` can report its high-water mark.
+#[global_allocator]
+static ALLOC: memplan_exec::mem::CountingAlloc = memplan_exec::mem::CountingAlloc;
 
 /// Predict and cut the peak memory of ONNX tensor programs.
 #[derive(Parser, Debug)]
@@ -24,7 +31,9 @@ enum Cmd {
     /// Re-serialize a model through memplan's IR (inlining local functions).
     Convert(commands::ConvertArgs),
     /// Predict peak memory before running: at given dims, as a formula, against a budget.
-    Estimate(commands::EstimateArgs),
+    Estimate(estimate::EstimateArgs),
+    /// Run a model on CPU with memplan's executor: measured peak, time, outputs, comparison.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,7 +41,8 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Inspect(a) => commands::inspect(a),
         Cmd::Convert(a) => commands::convert(a),
-        Cmd::Estimate(a) => commands::estimate(a),
+        Cmd::Estimate(a) => estimate::estimate(a),
+        Cmd::Run(a) => run::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

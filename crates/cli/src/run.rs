@@ -1,0 +1,328 @@
+//! `memplan run`: executes a model on CPU with memplan's executor, measures its peak, writes and
+//! compares outputs.
+//!
+//! Random inputs (`--random`): floats are standard normal; booleans are fair coins; integers that a
+//! node uses as indices (`Gather`, `GatherElements`, `GatherND`, `ScatterND`, `ScatterElements`
+//! indices) are uniform in `[0, D)` where `D` is the smallest extent of the indexed axis at the given
+//! dims; other integers are uniform in `[0, --int-high)`. All of it is seeded (`--seed`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use clap::Args;
+use memplan_exec::{RunOptions, Tensor};
+use memplan_ir::graph::{Graph, ValueId, ValueKind};
+use memplan_ir::infer::Facts;
+use memplan_ir::DataType;
+
+use crate::npz::{self, Array};
+use crate::units::{human, parse_dims};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// A value for a symbolic dim, e.g. `--dim N=256` (repeatable); used to shape random inputs.
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
+    /// One input from a .npy file (repeatable).
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    pub inputs: Vec<String>,
+    /// All inputs from an .npz archive (keys = input names).
+    #[arg(long, value_name = "FILE.npz")]
+    pub inputs_npz: Option<PathBuf>,
+    /// Draw the inputs not given at random (see `memplan run --help` in the docs for ranges).
+    #[arg(long)]
+    pub random: bool,
+    /// Seed for --random.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Exclusive upper bound of random integers that are not indices.
+    #[arg(long, default_value_t = 2)]
+    pub int_high: i64,
+    /// Write every graph output to this .npz, keyed by output name.
+    #[arg(long, value_name = "OUT.npz")]
+    pub out: Option<PathBuf>,
+    /// Compare the outputs with the arrays of this .npz (keys = output names).
+    #[arg(long, value_name = "REF.npz")]
+    pub compare: Option<PathBuf>,
+    /// Require bit-identical outputs when comparing.
+    #[arg(long, conflicts_with_all = ["rtol", "atol"])]
+    pub exact: bool,
+    /// Relative tolerance when comparing.
+    #[arg(long, default_value_t = 1e-4)]
+    pub rtol: f64,
+    /// Absolute tolerance when comparing.
+    #[arg(long, default_value_t = 1e-5)]
+    pub atol: f64,
+    /// Run this many times (the first run's peak is reported, and the median time).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print JSON instead of the report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A small deterministic PRNG (splitmix64) for random inputs.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.unit().max(1e-300), self.unit());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+fn tensor_of(a: &Array) -> Result<Tensor> {
+    Tensor::from_bytes(a.dtype, &a.shape, a.data.clone(), None).map_err(|e| anyhow!("input '{}': {e}", a.name))
+}
+
+fn array_of(name: &str, t: &Tensor) -> Array {
+    Array { name: name.to_string(), dtype: t.dtype, shape: t.shape.clone(), data: Bytes::copy_from_slice(t.bytes()) }
+}
+
+/// The exclusive bound for random values of an integer input used as indices, if it is one.
+fn index_bound(graph: &Graph, facts: &Facts, v: ValueId, dims: &BTreeMap<String, i64>) -> Option<i64> {
+    let mut bound: Option<i64> = None;
+    for n in &graph.nodes {
+        let idx_slot = match n.op.as_str() {
+            "Gather" | "GatherElements" | "GatherND" | "ScatterND" | "ScatterElements" => 1,
+            _ => continue,
+        };
+        if n.inputs.get(idx_slot).copied().flatten() != Some(v) {
+            continue;
+        }
+        let data = n.inputs.first().copied().flatten()?;
+        let shape = facts.get(data).shape.as_ref()?;
+        let axis = match n.attr("axis") {
+            Some(memplan_ir::AttrValue::Int(a)) => *a,
+            _ => 0,
+        };
+        let axis = if axis < 0 { axis + shape.len() as i64 } else { axis } as usize;
+        let extent = shape.get(axis)?.eval_map(dims).ok()?;
+        bound = Some(bound.map_or(extent, |b| b.min(extent)));
+    }
+    bound
+}
+
+fn random_input(graph: &Graph, facts: &Facts, v: ValueId, dims: &BTreeMap<String, i64>, rng: &mut Rng, int_high: i64) -> Result<Tensor> {
+    let name = &graph.value(v).name;
+    let f = facts.get(v);
+    let dtype = f.dtype.ok_or_else(|| anyhow!("input '{name}': no declared element type"))?;
+    let shape: Vec<usize> = f
+        .shape
+        .as_ref()
+        .ok_or_else(|| anyhow!("input '{name}': no declared shape"))?
+        .iter()
+        .map(|d| {
+            d.eval_map(dims)
+                .map_err(|_| anyhow!("input '{name}': dim {d} needs a value: give --dim"))
+                .and_then(|x| usize::try_from(x).map_err(|_| anyhow!("input '{name}': dim {d} = {x} is negative")))
+        })
+        .collect::<Result<_>>()?;
+    let n: usize = shape.iter().product();
+    let high = index_bound(graph, facts, v, dims).unwrap_or(int_high).max(1);
+    let bytes: Vec<u8> = match dtype {
+        DataType::F32 => (0..n).flat_map(|_| (rng.normal() as f32).to_le_bytes()).collect(),
+        DataType::F64 => (0..n).flat_map(|_| rng.normal().to_le_bytes()).collect(),
+        DataType::F16 => (0..n).flat_map(|_| half::f16::from_f64(rng.normal()).to_le_bytes()).collect(),
+        DataType::BF16 => (0..n).flat_map(|_| half::bf16::from_f64(rng.normal()).to_le_bytes()).collect(),
+        DataType::Bool => (0..n).map(|_| (rng.next() & 1) as u8).collect(),
+        DataType::I64 => (0..n).flat_map(|_| ((rng.next() % high as u64) as i64).to_le_bytes()).collect(),
+        DataType::I32 => (0..n).flat_map(|_| ((rng.next() % high as u64) as i32).to_le_bytes()).collect(),
+        DataType::U8 => (0..n).map(|_| (rng.next() % high.min(256) as u64) as u8).collect(),
+        other => bail!("input '{name}': cannot draw random values of type {other}"),
+    };
+    Tensor::from_bytes(dtype, &shape, Bytes::from(bytes), None).map_err(|e| anyhow!("input '{name}': {e}"))
+}
+
+/// Symbol values the given inputs' shapes bind (by their declared dims); conflicts are left to the
+/// executor, which names them.
+fn bound_dims(graph: &Graph, given: &BTreeMap<String, Tensor>) -> BTreeMap<String, i64> {
+    let mut dims = BTreeMap::new();
+    for &v in &graph.inputs {
+        let val = graph.value(v);
+        let (Some(t), Some((_, Some(decl)))) = (given.get(&val.name), val.decl.as_ref().and_then(|d| d.as_tensor())) else {
+            continue;
+        };
+        for (d, &have) in decl.iter().zip(&t.shape) {
+            if let memplan_ir::DeclDim::Param(p) = &d.dim {
+                dims.entry(p.clone()).or_insert(have as i64);
+            }
+        }
+    }
+    dims
+}
+
+/// Compares one output with its reference; `None` when they agree.
+fn compare(name: &str, got: &Tensor, want: &Array, exact: bool, rtol: f64, atol: f64) -> Option<String> {
+    if got.dtype != want.dtype || got.shape != want.shape {
+        return Some(format!(
+            "output '{name}': {} {:?} vs reference {} {:?}",
+            got.dtype, got.shape, want.dtype, want.shape
+        ));
+    }
+    if exact || !got.dtype.is_float() {
+        if got.bytes() != &want.data[..] {
+            let w = (got.dtype.bits() / 8).max(1) as usize;
+            let first = got.bytes().chunks(w).zip(want.data.chunks(w)).position(|(a, b)| a != b).unwrap_or(0);
+            return Some(format!("output '{name}': not bit-identical (first difference at element {first})"));
+        }
+        return None;
+    }
+    let t = Tensor::from_bytes(want.dtype, &want.shape, want.data.clone(), None).ok()?;
+    let (a, b) = (got.to_f32_vec().ok()?, t.to_f32_vec().ok()?);
+    let mut worst: Option<(usize, f64)> = None;
+    for (i, (&x, &y)) in a.iter().zip(&b).enumerate() {
+        let (x, y) = (x as f64, y as f64);
+        let same_nan = x.is_nan() && y.is_nan();
+        let excess = (x - y).abs() - (atol + rtol * y.abs());
+        if !same_nan && (excess > 0.0 || x.is_nan() != y.is_nan()) && worst.is_none_or(|(_, e)| excess > e) {
+            worst = Some((i, excess));
+        }
+    }
+    worst.map(|(i, _)| format!("output '{name}': element {i} is {} vs reference {} (rtol {rtol}, atol {atol})", a[i], b[i]))
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    let (model, facts) = crate::commands::load(&a.model)?;
+    if let Some(s) = facts.skipped.first() {
+        bail!("cannot run: {} node(s) have no shape rule, first {}: {}", facts.skipped.len(), s.label, s.reason);
+    }
+    let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
+    if let Some(t) = a.threads {
+        if t == 0 {
+            bail!("--threads must be at least 1");
+        }
+        rayon::ThreadPoolBuilder::new().num_threads(t).build_global().context("starting the thread pool")?;
+    }
+    let g = &model.graph;
+    let mut given: BTreeMap<String, Tensor> = BTreeMap::new();
+    let is_input = |name: &str| g.inputs.iter().any(|&v| g.value(v).name == name);
+    if let Some(p) = &a.inputs_npz {
+        for arr in npz::read(p)? {
+            if !is_input(&arr.name) {
+                // An archive may hold inputs of a sibling export; say so instead of failing.
+                eprintln!("note: {}: '{}' is not an input of the model; ignored", p.display(), arr.name);
+                continue;
+            }
+            given.insert(arr.name.clone(), tensor_of(&arr).with_context(|| p.display().to_string())?);
+        }
+    }
+    for spec in &a.inputs {
+        let (name, file) = spec.split_once('=').ok_or_else(|| anyhow!("--input '{spec}': expected NAME=FILE.npy"))?;
+        let arrs = npz::read(std::path::Path::new(file))?;
+        let arr = match arrs.as_slice() {
+            [one] => one,
+            _ => bail!("--input {name}={file}: expected one array, the file has {}", arrs.len()),
+        };
+        given.insert(name.to_string(), tensor_of(arr)?);
+    }
+    // Dims from the given inputs' shapes, then --dim, feed the random inputs' shapes.
+    let mut all_dims = bound_dims(g, &given);
+    for (k, v) in &dims {
+        if let Some(&have) = all_dims.get(k) {
+            if have != *v {
+                bail!("--dim {k}={v} disagrees with the inputs, which have {k}={have}");
+            }
+        }
+        all_dims.insert(k.clone(), *v);
+    }
+    let mut rng = Rng(a.seed);
+    for &v in &g.inputs {
+        let val = g.value(v);
+        if given.contains_key(&val.name) || matches!(val.kind, ValueKind::Initializer(_)) {
+            continue;
+        }
+        if !a.random {
+            bail!("input '{}' is not given: pass --input {}=FILE.npy, --inputs-npz FILE.npz, or --random", val.name, val.name);
+        }
+        let t = random_input(g, &facts, v, &all_dims, &mut rng, a.int_high)?;
+        given.insert(val.name.clone(), t);
+    }
+    memplan_exec::mem::reset_heap_peak();
+    let heap_before = memplan_exec::mem::heap_current();
+    let opset = model.onnx_opset().unwrap_or(memplan_ir::ops::DEFAULT_OPSET);
+    let run_once = |inputs: BTreeMap<String, Tensor>| {
+        memplan_exec::interp::run_with_opset(g, &facts, inputs, &RunOptions::default(), opset)
+            .with_context(|| a.model.display().to_string())
+    };
+    let mut res = run_once(given.clone())?;
+    let process_peak = memplan_exec::mem::heap_peak().saturating_sub(heap_before);
+    if a.repeat > 1 {
+        let mut times = vec![res.seconds];
+        for _ in 1..a.repeat {
+            times.push(run_once(given.clone())?.seconds);
+        }
+        times.sort_by(f64::total_cmp);
+        res.seconds = times[times.len() / 2];
+    }
+
+    let mut mismatches = Vec::new();
+    if let Some(p) = &a.compare {
+        let refs = npz::read(p)?;
+        for (name, t) in &res.outputs {
+            match refs.iter().find(|r| &r.name == name) {
+                None => mismatches.push(format!("output '{name}' is not in {}", p.display())),
+                Some(r) => mismatches.extend(compare(name, t, r, a.exact, a.rtol, a.atol)),
+            }
+        }
+    }
+    if let Some(p) = &a.out {
+        let arrays: Vec<Array> = res.outputs.iter().map(|(n, t)| array_of(n, t)).collect();
+        npz::write_npz(p, &arrays)?;
+    }
+    if a.json {
+        let outputs: Vec<serde_json::Value> = res
+            .outputs
+            .iter()
+            .map(|(n, t)| serde_json::json!({"name": n, "dtype": t.dtype.onnx_name(), "shape": t.shape}))
+            .collect();
+        let j = serde_json::json!({
+            "model": a.model.display().to_string(),
+            "dims": res.dims,
+            "peak_bytes": res.peak_bytes,
+            "resident_bytes": res.resident_bytes,
+            "process_peak_bytes": process_peak,
+            "seconds": res.seconds,
+            "outputs": outputs,
+            "compared": a.compare.is_some(),
+            "mismatches": mismatches,
+        });
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        let d: Vec<String> = res.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("model         {}   dims: {}", a.model.display(), if d.is_empty() { "-".into() } else { d.join(" ") });
+        println!("peak          {}  ({} B; tensors: weights, inputs, activations, outputs, scratch)", human(res.peak_bytes), res.peak_bytes);
+        println!("process peak  {}  (heap high-water mark during the run)", human(process_peak));
+        let runs = if a.repeat > 1 { format!(" (median of {})", a.repeat) } else { String::new() };
+        println!("time          {:.4} s{runs}", res.seconds);
+        for (n, t) in &res.outputs {
+            println!("output        {n}  {} {:?}", t.dtype.onnx_name(), t.shape);
+        }
+        if let Some(p) = &a.compare {
+            if mismatches.is_empty() {
+                let how = if a.exact { "bit-identical".to_string() } else { format!("within rtol {} atol {}", a.rtol, a.atol) };
+                println!("compare       {}: all outputs {how}", p.display());
+            }
+        }
+    }
+    if !mismatches.is_empty() {
+        bail!("{} output(s) differ from the reference; first: {}", mismatches.len(), mismatches[0]);
+    }
+    Ok(())
+}
