@@ -9,7 +9,11 @@ pub struct Table {
 
 impl Table {
     pub fn new(header: &[&str], right: &[bool]) -> Table {
-        Table { header: header.iter().map(|s| s.to_string()).collect(), rows: Vec::new(), right: right.to_vec() }
+        Table {
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+            right: right.to_vec(),
+        }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 /// of 1000, IEC ones powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let num: f64 = num
-        .replace('_', "")
-        .parse()
-        .map_err(|_| format!("size '{s}': expected a number with an optional unit like 512MiB or 80GB"))?;
+    let num: f64 = num.replace('_', "").parse().map_err(|_| {
+        format!("size '{s}': expected a number with an optional unit like 512MiB or 80GB")
+    })?;
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" => 1e3,
@@ -22,7 +23,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "mib" | "mi" => 1024.0 * 1024.0,
         "gib" | "gi" => 1024.0 * 1024.0 * 1024.0,
         "tib" | "ti" => 1024.0f64.powi(4),
-        u => return Err(format!("size '{s}': unknown unit '{u}' (use B, KB, MB, GB, KiB, MiB, GiB, TiB)")),
+        u => {
+            return Err(format!(
+                "size '{s}': unknown unit '{u}' (use B, KB, MB, GB, KiB, MiB, GiB, TiB)"
+            ))
+        }
     };
     let v = num * mult;
     if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {

@@ -1,13 +1,17 @@
 //! The estimate report: peak at given dims, where it is, what is live there, the breakdown, the
 //! arena size, the symbolic formula and budget answers. Library entry point of `memplan estimate`.
+//!
+//! [`Analysis`] holds what does not depend on the dims (the timeline and the exact peak formula), so a
+//! sweep builds it once and evaluates it at many points.
 
 use std::collections::BTreeMap;
 
 use memplan_ir::graph::{Graph, NodeId};
 use memplan_ir::infer::{fmt_shape, Facts};
+use memplan_ir::Expr;
 
-use crate::formula::{MaxFit, PeakFormula};
-use crate::peak::{concrete_peak, Breakdown};
+use crate::formula::{Dominant, MaxFit, PeakFormula};
+use crate::peak::{concrete_peak_with_sizes, eval_sizes, Breakdown};
 use crate::place::place_best_fit;
 use crate::timeline::{Category, SimError, Timeline};
 
@@ -15,26 +19,40 @@ use crate::timeline::{Category, SimError, Timeline};
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct LiveTensor {
     pub name: String,
-    pub shape: String,
+    /// Concrete dims at the estimate's point; empty for scratch.
+    pub shape: Vec<i64>,
+    /// The symbolic shape, e.g. `[B, 4, S, S]`.
+    pub symbolic_shape: String,
     pub dtype: String,
     pub bytes: u64,
     pub category: String,
     /// The node that made it (`name (Op)`), or `null` for weights and inputs.
     pub producer: Option<String>,
+    /// The last node to read it; `null` when nothing reads it (or, for scratch, its own node).
     pub last_consumer: Option<String>,
 }
 
-/// The symbolic peak.
+/// The symbolic peak along one symbol.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct FormulaReport {
-    /// The dominant regime's live bytes as an expression of the symbols.
+    /// The symbol grown (the others fixed at the estimate's dims).
+    pub symbol: String,
+    /// `peak ≈ 772·N² + 25 KiB (for N ≥ 1)`: the dominant regime along `symbol`, readable.
+    pub text: String,
+    /// The dominant regime's live bytes, exact, in every symbol.
     pub dominant: String,
-    /// The dominant regime holds when every free symbol is at least this.
+    /// The same with the other symbols fixed: a function of `symbol` only.
+    pub along: String,
+    /// The dominant regime is the peak for every `symbol >= valid_from`.
     pub valid_from: i64,
-    pub free_symbols: Vec<String>,
+    /// True when `valid_from` was derived exactly, false when sampled (non-polynomial sizes).
+    pub exact: bool,
     /// Node where the dominant regime's peak sits.
     pub node: String,
-    /// Number of distinct regimes (per-step live sums not provably dominated) in the exact max.
+    pub step: usize,
+    /// Every symbol the peak depends on.
+    pub free_symbols: Vec<String>,
+    /// Distinct per-step sums in the exact `peak = max(...)`.
     pub regimes: usize,
 }
 
@@ -42,10 +60,13 @@ pub struct FormulaReport {
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct MaxFitting {
     pub symbol: String,
-    /// `null` when even 1 does not fit.
+    /// `null` when even 1 does not fit, or when every value up to 2^40 fits (`unbounded`).
     pub value: Option<i64>,
-    /// True when the peak does not grow with the symbol (fits up to 2^40).
+    /// True when the peak stays within the budget up to 2^40.
     pub unbounded: bool,
+    /// The peak at `value` (fits) and at `value + 1` (does not), as evaluated.
+    pub peak_at_value: Option<u64>,
+    pub peak_at_next: Option<u64>,
 }
 
 /// The whole estimate at one point.
@@ -53,9 +74,16 @@ pub struct MaxFitting {
 pub struct Estimate {
     pub dims: BTreeMap<String, i64>,
     pub peak_bytes: u64,
+    /// Best-fit placed arena of the non-resident buffers (activations, outputs, scratch).
     pub arena_bytes: u64,
-    /// Arena bytes over the liveness peak of the arena's buffers, minus 1.
+    /// Liveness peak of the arena's buffers: the lower bound any placement can reach.
+    pub arena_lower_bound: u64,
+    /// `arena_bytes / arena_lower_bound - 1`.
     pub fragmentation: f64,
+    /// Weights and graph inputs, held for the whole run (outside the arena).
+    pub resident_bytes: u64,
+    /// `resident_bytes + arena_bytes`: the memory a run with this placement holds at its peak.
+    pub placed_total_bytes: u64,
     pub peak_step: Option<usize>,
     pub peak_node: Option<String>,
     pub steps: usize,
@@ -68,7 +96,8 @@ pub struct Estimate {
     /// Live bytes per step (for plots).
     #[serde(skip)]
     pub per_step: Vec<u64>,
-    /// The largest non-resident buffers with their lifetimes (for plots), largest first.
+    /// The largest non-resident buffers live at the peak, largest first, then the largest others,
+    /// with their lifetimes (for plots).
     #[serde(skip)]
     pub bands: Vec<Band>,
 }
@@ -86,7 +115,8 @@ pub struct Band {
 /// How many bands an estimate keeps.
 pub const BANDS: usize = 6;
 
-fn node_label(g: &Graph, n: NodeId) -> String {
+/// `name (Op)`, or `#index (Op)` for an unnamed node.
+pub fn node_label(g: &Graph, n: NodeId) -> String {
     let node = g.node(n);
     if node.name.is_empty() {
         format!("#{} ({})", n.0, node.op)
@@ -99,10 +129,273 @@ fn node_label(g: &Graph, n: NodeId) -> String {
 #[derive(Clone, Debug, Default)]
 pub struct EstimateOptions {
     pub budget: Option<u64>,
-    /// Symbol to solve for when a budget is given; defaults to the only free symbol, or the first.
+    /// Symbol to grow for the formula and to solve for with a budget; defaults to the symbol the peak
+    /// grows fastest with.
     pub solve_for: Option<String>,
     /// Entries of the live set to report (largest first); 0 means all.
     pub live_limit: usize,
+    /// Skip the formula (sweeps evaluate it once, not per row).
+    pub no_formula: bool,
+}
+
+/// The dims-independent part of an estimate: lifetimes and the exact peak formula.
+#[derive(Clone, Debug)]
+pub struct Analysis<'g> {
+    pub graph: &'g Graph,
+    pub facts: &'g Facts,
+    pub timeline: Timeline,
+    pub formula: PeakFormula,
+}
+
+impl<'g> Analysis<'g> {
+    pub fn new(
+        graph: &'g Graph,
+        facts: &'g Facts,
+        schedule: &[NodeId],
+    ) -> Result<Analysis<'g>, SimError> {
+        let timeline = Timeline::build(graph, facts, schedule)?;
+        let formula = PeakFormula::new(&timeline);
+        Ok(Analysis {
+            graph,
+            facts,
+            timeline,
+            formula,
+        })
+    }
+
+    /// Symbols the peak depends on, sorted.
+    pub fn symbols(&self) -> Vec<String> {
+        self.formula.symbols()
+    }
+
+    /// The symbol to grow/solve for: `preferred` if given, else the one the peak grows fastest with.
+    pub fn primary_symbol(&self, preferred: Option<&str>) -> Option<String> {
+        if let Some(p) = preferred {
+            return Some(p.to_string());
+        }
+        self.formula.primary_symbol(&self.facts.symbols.declared)
+    }
+
+    /// The concrete peak at `dims` by simulation (independent of the formula); `None` when a size
+    /// overflows `i64`.
+    pub fn simulate_peak(&self, dims: &BTreeMap<String, i64>) -> Result<Option<u64>, SimError> {
+        match eval_sizes(&self.timeline, dims) {
+            Ok(sizes) => Ok(Some(
+                concrete_peak_with_sizes(&self.timeline, sizes).peak_bytes,
+            )),
+            Err(SimError::Eval(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The dominant regime along `sym`, the other symbols fixed by `dims`.
+    pub fn formula_report(
+        &self,
+        sym: &str,
+        dims: &BTreeMap<String, i64>,
+    ) -> Result<Option<FormulaReport>, SimError> {
+        let Some(d) = self.formula.dominant(sym, dims)? else {
+            return Ok(None);
+        };
+        Ok(Some(self.report_of(sym, &d)))
+    }
+
+    fn report_of(&self, sym: &str, d: &Dominant) -> FormulaReport {
+        let text = format!(
+            "peak ≈ {} (for {sym} ≥ {})",
+            pretty_bytes_expr(&d.along),
+            d.from
+        );
+        FormulaReport {
+            symbol: sym.to_string(),
+            text,
+            dominant: d.expr.to_string(),
+            along: d.along.to_string(),
+            valid_from: d.from,
+            exact: d.exact,
+            node: node_label(self.graph, self.timeline.schedule[d.step]),
+            step: d.step,
+            free_symbols: self.symbols(),
+            regimes: self.formula.candidates.len(),
+        }
+    }
+
+    /// The largest value of `sym` whose peak fits `budget` (other symbols fixed by `dims`).
+    pub fn max_fitting(
+        &self,
+        sym: &str,
+        dims: &BTreeMap<String, i64>,
+        budget: u64,
+    ) -> Result<MaxFitting, SimError> {
+        let confirm = |env: &BTreeMap<String, i64>| self.simulate_peak(env);
+        let r = self.formula.max_fitting(sym, dims, budget, &confirm)?;
+        let at = |x: i64| -> Result<Option<u64>, SimError> {
+            let mut env = dims.clone();
+            env.insert(sym.to_string(), x);
+            self.simulate_peak(&env)
+        };
+        Ok(match r {
+            MaxFit::Value(v) => MaxFitting {
+                symbol: sym.to_string(),
+                value: Some(v),
+                unbounded: false,
+                peak_at_value: at(v)?,
+                peak_at_next: at(v + 1)?,
+            },
+            MaxFit::None => MaxFitting {
+                symbol: sym.to_string(),
+                value: None,
+                unbounded: false,
+                peak_at_value: None,
+                peak_at_next: at(1)?,
+            },
+            MaxFit::Unbounded => MaxFitting {
+                symbol: sym.to_string(),
+                value: None,
+                unbounded: true,
+                peak_at_value: None,
+                peak_at_next: None,
+            },
+        })
+    }
+
+    /// The estimate at `dims`.
+    pub fn at(
+        &self,
+        dims: &BTreeMap<String, i64>,
+        opts: &EstimateOptions,
+    ) -> Result<Estimate, SimError> {
+        let (graph, facts, t) = (self.graph, self.facts, &self.timeline);
+        let sizes = eval_sizes(t, dims)?;
+        let cp = concrete_peak_with_sizes(t, sizes);
+        let placement = place_best_fit(t, &cp.sizes);
+        let arena_live = cp
+            .per_step
+            .iter()
+            .map(|&v| v.saturating_sub(cp.resident))
+            .max()
+            .unwrap_or(0);
+        let fragmentation = if arena_live == 0 {
+            0.0
+        } else {
+            placement.arena_bytes as f64 / arena_live as f64 - 1.0
+        };
+
+        let mut live: Vec<LiveTensor> = Vec::new();
+        for e in &cp.live {
+            let b = &t.buffers[e.buf.0 as usize];
+            let (name, shape, symbolic_shape, dtype) = match b.value {
+                Some(v) => {
+                    let f = facts.get(v);
+                    let shape = f
+                        .shape
+                        .as_deref()
+                        .map(|s| s.iter().map(|d| d.eval_map(dims).unwrap_or(-1)).collect())
+                        .unwrap_or_default();
+                    (
+                        graph.value(v).name.clone(),
+                        shape,
+                        f.shape
+                            .as_deref()
+                            .map(fmt_shape)
+                            .unwrap_or_else(|| "?".into()),
+                        f.dtype
+                            .map(|d| d.onnx_name().to_string())
+                            .unwrap_or_else(|| "?".into()),
+                    )
+                }
+                None => (
+                    "(scratch)".to_string(),
+                    Vec::new(),
+                    String::new(),
+                    String::new(),
+                ),
+            };
+            live.push(LiveTensor {
+                name,
+                shape,
+                symbolic_shape,
+                dtype,
+                bytes: e.bytes,
+                category: b.category.name().to_string(),
+                producer: b.producer.map(|n| node_label(graph, n)),
+                last_consumer: b.last_reader.map(|n| node_label(graph, n)),
+            });
+        }
+        if opts.live_limit > 0 {
+            live.truncate(opts.live_limit);
+        }
+
+        let primary = self.primary_symbol(opts.solve_for.as_deref());
+        let formula = match (&primary, opts.no_formula) {
+            (Some(sym), false) => self.formula_report(sym, dims)?,
+            _ => None,
+        };
+        let mut fits = None;
+        let mut max_fitting = None;
+        if let Some(budget) = opts.budget {
+            fits = Some(cp.peak_bytes <= budget);
+            if let (Some(sym), false) = (&primary, opts.no_formula) {
+                max_fitting = Some(self.max_fitting(sym, dims, budget)?);
+            }
+        }
+
+        // Bands: the largest non-resident buffers live at the peak, then the largest others.
+        let band_of = |i: usize| -> Option<Band> {
+            let b = &t.buffers[i];
+            let from = b.alloc?;
+            let name = match b.value {
+                Some(v) => graph.value(v).name.clone(),
+                None => format!(
+                    "scratch of {}",
+                    b.producer.map(|n| node_label(graph, n)).unwrap_or_default()
+                ),
+            };
+            Some(Band {
+                name,
+                bytes: cp.sizes[i],
+                from,
+                to: b.last.unwrap_or(t.steps().saturating_sub(1)),
+            })
+        };
+        let mut bands: Vec<Band> = cp
+            .live
+            .iter()
+            .filter_map(|l| band_of(l.buf.0 as usize))
+            .take(BANDS)
+            .collect();
+        if bands.len() < BANDS {
+            let at_peak: std::collections::BTreeSet<usize> =
+                cp.live.iter().map(|l| l.buf.0 as usize).collect();
+            let mut rest: Vec<Band> = (0..t.buffers.len())
+                .filter(|i| !at_peak.contains(i))
+                .filter_map(band_of)
+                .collect();
+            rest.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.from.cmp(&b.from)));
+            bands.extend(rest.into_iter().take(BANDS - bands.len()));
+        }
+
+        Ok(Estimate {
+            dims: dims.clone(),
+            peak_bytes: cp.peak_bytes,
+            arena_bytes: placement.arena_bytes,
+            arena_lower_bound: arena_live,
+            fragmentation,
+            resident_bytes: cp.resident,
+            placed_total_bytes: cp.resident + placement.arena_bytes,
+            peak_step: cp.peak_step,
+            peak_node: cp.peak_step.map(|s| node_label(graph, t.schedule[s])),
+            steps: t.steps(),
+            live_at_peak: live,
+            breakdown: cp.breakdown,
+            formula,
+            budget_bytes: opts.budget,
+            fits,
+            max_fitting,
+            per_step: cp.per_step,
+            bands,
+        })
+    }
 }
 
 /// Builds the estimate of `graph` over `schedule` at `dims`.
@@ -113,120 +406,7 @@ pub fn estimate(
     dims: &BTreeMap<String, i64>,
     opts: &EstimateOptions,
 ) -> Result<Estimate, SimError> {
-    let t = Timeline::build(graph, facts, schedule)?;
-    let cp = concrete_peak(&t, dims)?;
-    let placement = place_best_fit(&t, &cp.sizes);
-    let arena_live: u64 = {
-        let mut per = vec![0u64; t.steps()];
-        for (b, &sz) in t.buffers.iter().zip(&cp.sizes) {
-            if let Some(a) = b.alloc {
-                for x in per.iter_mut().take(b.last.map_or(t.steps(), |l| l + 1)).skip(a) {
-                    *x += sz;
-                }
-            }
-        }
-        per.into_iter().max().unwrap_or(0)
-    };
-    let fragmentation =
-        if arena_live == 0 { 0.0 } else { placement.arena_bytes as f64 / arena_live as f64 - 1.0 };
-
-    let mut live: Vec<LiveTensor> = Vec::new();
-    for e in &cp.live {
-        let b = &t.buffers[e.buf.0 as usize];
-        let (name, shape, dtype) = match b.value {
-            Some(v) => {
-                let f = facts.get(v);
-                (
-                    graph.value(v).name.clone(),
-                    f.shape.as_deref().map(fmt_shape).unwrap_or_else(|| "?".into()),
-                    f.dtype.map(|d| d.onnx_name().to_string()).unwrap_or_else(|| "?".into()),
-                )
-            }
-            None => ("(scratch)".to_string(), String::new(), String::new()),
-        };
-        live.push(LiveTensor {
-            name,
-            shape,
-            dtype,
-            bytes: e.bytes,
-            category: b.category.name().to_string(),
-            producer: b.producer.map(|n| node_label(graph, n)),
-            last_consumer: b.last_reader.map(|n| node_label(graph, n)),
-        });
-    }
-    if opts.live_limit > 0 {
-        live.truncate(opts.live_limit);
-    }
-
-    let pf = PeakFormula::new(&t);
-    let free: Vec<String> = pf.symbols();
-    let formula = if free.is_empty() {
-        None
-    } else {
-        // The dominant regime as every symbol grows together from the given point.
-        let fixed: BTreeMap<String, i64> = BTreeMap::new();
-        pf.dominant(&free, &fixed)?.map(|d| FormulaReport {
-            dominant: d.expr.to_string(),
-            valid_from: d.from,
-            free_symbols: free.clone(),
-            node: node_label(graph, t.schedule[d.step]),
-            regimes: pf.candidates.len(),
-        })
-    };
-
-    let mut fits = None;
-    let mut max_fitting = None;
-    if let Some(budget) = opts.budget {
-        fits = Some(cp.peak_bytes <= budget);
-        let sym = opts.solve_for.clone().or_else(|| free.first().cloned());
-        if let Some(sym) = sym {
-            let mut fixed = dims.clone();
-            fixed.remove(&sym);
-            let peak_at = |env: &BTreeMap<String, i64>| -> Result<u64, SimError> {
-                Ok(pf.eval(env)?.0.max(0) as u64)
-            };
-            let r = pf.max_fitting(&sym, &fixed, budget, &peak_at)?;
-            max_fitting = Some(match r {
-                MaxFit::Value(v) => MaxFitting { symbol: sym, value: Some(v), unbounded: false },
-                MaxFit::None => MaxFitting { symbol: sym, value: None, unbounded: false },
-                MaxFit::Unbounded => MaxFitting { symbol: sym, value: None, unbounded: true },
-            });
-        }
-    }
-
-    let mut bands: Vec<Band> = t
-        .buffers
-        .iter()
-        .zip(&cp.sizes)
-        .filter_map(|(b, &sz)| {
-            let from = b.alloc?;
-            let name = match b.value {
-                Some(v) => graph.value(v).name.clone(),
-                None => format!("scratch of {}", b.producer.map(|n| node_label(graph, n)).unwrap_or_default()),
-            };
-            Some(Band { name, bytes: sz, from, to: b.last.unwrap_or(t.steps().saturating_sub(1)) })
-        })
-        .collect();
-    bands.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.from.cmp(&b.from)));
-    bands.truncate(BANDS);
-
-    Ok(Estimate {
-        dims: dims.clone(),
-        peak_bytes: cp.peak_bytes,
-        arena_bytes: placement.arena_bytes,
-        fragmentation,
-        peak_step: cp.peak_step,
-        peak_node: cp.peak_step.map(|s| node_label(graph, t.schedule[s])),
-        steps: t.steps(),
-        live_at_peak: live,
-        breakdown: cp.breakdown,
-        formula,
-        budget_bytes: opts.budget,
-        fits,
-        max_fitting,
-        per_step: cp.per_step,
-        bands,
-    })
+    Analysis::new(graph, facts, schedule)?.at(dims, opts)
 }
 
 /// Category of a live tensor, for callers that group by it.
@@ -238,4 +418,95 @@ pub fn category_names() -> [&'static str; 5] {
         Category::Output.name(),
         Category::Scratch.name(),
     ]
+}
+
+/// `1.50 GiB` style rendering with binary units (exact bytes below 1 KiB).
+pub fn human_bytes(bytes: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes} B")
+    } else {
+        let s = format!("{v:.2}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        format!("{s} {}", U[i])
+    }
+}
+
+fn superscript(p: u32) -> String {
+    const D: [char; 10] = ['⁰', '¹', '²', '³', '⁴', '⁵', '⁶', '⁷', '⁸', '⁹'];
+    if p == 1 {
+        return String::new();
+    }
+    p.to_string()
+        .chars()
+        .map(|c| D[c.to_digit(10).unwrap_or(0) as usize])
+        .collect()
+}
+
+/// A byte-count expression for people: `772·N² + 2.5 KiB·N + 25 KiB`. Coefficients of 1 KiB or more
+/// and the constant term are shown in binary units (rounded); smaller coefficients exactly.
+pub fn pretty_bytes_expr(e: &Expr) -> String {
+    let terms = e.terms();
+    if terms.is_empty() {
+        return "0 B".into();
+    }
+    let mut out = String::new();
+    for (i, t) in terms.iter().enumerate() {
+        let neg = t.coeff < 0;
+        let mag = t.coeff.unsigned_abs();
+        if i == 0 {
+            if neg {
+                out.push('-');
+            }
+        } else {
+            out.push_str(if neg { " - " } else { " + " });
+        }
+        let factors: Vec<String> = t
+            .factors
+            .iter()
+            .map(|(a, p)| match a {
+                memplan_ir::dim::Atom::Sym(s) => format!("{s}{}", superscript(*p)),
+                other => format!("({}){}", other.to_expr(), superscript(*p)),
+            })
+            .collect();
+        if factors.is_empty() {
+            out.push_str(&human_bytes(mag));
+        } else {
+            let coeff = if mag >= 1024 {
+                human_bytes(mag)
+            } else {
+                mag.to_string()
+            };
+            if mag != 1 {
+                out.push_str(&coeff);
+                out.push('·');
+            }
+            out.push_str(&factors.join("·"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pretty_expressions() {
+        let n = Expr::sym("N");
+        let e = &(&n * &n) * 772 + 25 * 1024;
+        assert_eq!(pretty_bytes_expr(&e), "772·N² + 25 KiB");
+        let s = Expr::sym("S");
+        let e = &(&s * &s) * 4096 + &s * 3 + 1_500_000;
+        assert_eq!(pretty_bytes_expr(&e), "4 KiB·S² + 3·S + 1.43 MiB");
+        assert_eq!(pretty_bytes_expr(&Expr::int(0)), "0 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(1023), "1023 B");
+    }
 }

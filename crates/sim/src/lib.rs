@@ -8,6 +8,7 @@ pub mod estimate;
 pub mod formula;
 pub mod peak;
 pub mod place;
+pub mod synth;
 pub mod timeline;
 
 pub use peak::{Breakdown, ConcretePeak, LiveEntry};

@@ -134,8 +134,13 @@ pub fn concrete_peak(t: &Timeline, env: &BTreeMap<String, i64>) -> Result<Concre
 /// Evaluates the timeline with already evaluated buffer sizes.
 pub fn concrete_peak_with_sizes(t: &Timeline, sizes: Vec<u64>) -> ConcretePeak {
     let per_step = concrete_steps(t, &sizes);
-    let resident: u64 =
-        t.buffers.iter().zip(&sizes).filter(|(b, _)| b.alloc.is_none()).map(|(_, &s)| s).sum();
+    let resident: u64 = t
+        .buffers
+        .iter()
+        .zip(&sizes)
+        .filter(|(b, _)| b.alloc.is_none())
+        .map(|(_, &s)| s)
+        .sum();
     let mut peak_step = None;
     let mut peak_bytes = resident;
     for (s, &v) in per_step.iter().enumerate() {
@@ -152,10 +157,22 @@ pub fn concrete_peak_with_sizes(t: &Timeline, sizes: Vec<u64>) -> ConcretePeak {
             None => b.alloc.is_none(),
         };
         if is_live {
-            live.push(LiveEntry { buf: BufId(i as u32), bytes: sz, category: b.category });
+            live.push(LiveEntry {
+                buf: BufId(i as u32),
+                bytes: sz,
+                category: b.category,
+            });
             breakdown.add(b.category, sz);
         }
     }
     live.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.buf.cmp(&b.buf)));
-    ConcretePeak { peak_bytes, peak_step, per_step, live, breakdown, resident, sizes }
+    ConcretePeak {
+        peak_bytes,
+        peak_step,
+        per_step,
+        live,
+        breakdown,
+        resident,
+        sizes,
+    }
 }

@@ -100,18 +100,28 @@ impl Timeline {
         let mut pos = vec![usize::MAX; n];
         for (s, id) in schedule.iter().enumerate() {
             if id.index() >= n || pos[id.index()] != usize::MAX {
-                return Err(SimError::BadSchedule { got: schedule.len(), want: n });
+                return Err(SimError::BadSchedule {
+                    got: schedule.len(),
+                    want: n,
+                });
             }
             pos[id.index()] = s;
         }
         if schedule.len() != n {
-            return Err(SimError::BadSchedule { got: schedule.len(), want: n });
+            return Err(SimError::BadSchedule {
+                got: schedule.len(),
+                want: n,
+            });
         }
 
         let size_of = |v: ValueId| -> Result<Expr, SimError> {
             facts.get(v).bytes().ok_or_else(|| SimError::UnknownSize {
                 name: graph.value(v).name.clone(),
-                what: if facts.get(v).dtype.is_none() { "type" } else { "shape" },
+                what: if facts.get(v).dtype.is_none() {
+                    "type"
+                } else {
+                    "shape"
+                },
             })
         };
 
@@ -160,12 +170,24 @@ impl Timeline {
                     }
                 }
             }
-            let in_facts: Vec<Option<&memplan_ir::Fact>> =
-                node.inputs.iter().map(|i| i.map(|v| facts.get(v))).collect();
-            let out_facts: Vec<Option<&memplan_ir::Fact>> =
-                node.outputs.iter().map(|o| o.map(|v| facts.get(v))).collect();
+            let in_facts: Vec<Option<&memplan_ir::Fact>> = node
+                .inputs
+                .iter()
+                .map(|i| i.map(|v| facts.get(v)))
+                .collect();
+            let out_facts: Vec<Option<&memplan_ir::Fact>> = node
+                .outputs
+                .iter()
+                .map(|o| o.map(|v| facts.get(v)))
+                .collect();
             let view = ops::is_view(node, &in_facts, &out_facts)
-                && node.inputs.first().copied().flatten().and_then(|v| value_buf[v.index()]).is_some();
+                && node
+                    .inputs
+                    .first()
+                    .copied()
+                    .flatten()
+                    .and_then(|v| value_buf[v.index()])
+                    .is_some();
             node_is_view[nid.index()] = view;
             for (slot, o) in node.outputs.iter().enumerate() {
                 let Some(v) = *o else { continue };
@@ -178,7 +200,11 @@ impl Timeline {
                 buffers.push(Buffer {
                     value: Some(v),
                     size: size_of(v)?,
-                    category: if is_output[v.index()] { Category::Output } else { Category::Activation },
+                    category: if is_output[v.index()] {
+                        Category::Output
+                    } else {
+                        Category::Activation
+                    },
                     alloc: Some(s),
                     last: Some(s),
                     producer: Some(nid),
@@ -204,7 +230,9 @@ impl Timeline {
 
         // Extend each buffer to the last step that reads any value it holds.
         for v in graph.value_ids() {
-            let Some(b) = value_buf[v.index()] else { continue };
+            let Some(b) = value_buf[v.index()] else {
+                continue;
+            };
             let buf = &mut buffers[b.0 as usize];
             for &c in &consumers[v.index()] {
                 let s = pos[c.index()];
@@ -222,7 +250,12 @@ impl Timeline {
                 }
             }
         }
-        Ok(Timeline { schedule: schedule.to_vec(), buffers, value_buf, node_is_view })
+        Ok(Timeline {
+            schedule: schedule.to_vec(),
+            buffers,
+            value_buf,
+            node_is_view,
+        })
     }
 
     /// Number of steps.

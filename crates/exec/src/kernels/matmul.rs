@@ -399,66 +399,10 @@ pub fn matmul<T: GemmFloat>(
     check_len("MatMul B", b.len(), b_shape)?;
     check_len("MatMul output", out.len(), &plan.out_shape)?;
     let (rows, n, k) = (plan.rows(), plan.n, plan.k);
-    if rows < ROW_ALIGN
-        && n >= 256
-        && rows * n * k >= PAR_MIN_WORK
-        && rayon::current_num_threads() > 1
-    {
-        return matmul_cols_parallel(&plan, a, b, out);
-    }
+    // Row blocks only: a column split would need a buffer per task (uncounted, thread-dependent).
     par_rows(rows, n, k, out, |r, chunk| {
         matmul_rows_unchecked(&plan, a, b, r, chunk)
     })
-}
-
-/// Few rows and many columns (e.g. one token times a weight matrix): split the columns instead.
-/// Each task writes its column block to a small buffer which is then copied into place.
-fn matmul_cols_parallel<T: GemmFloat>(
-    plan: &MatMulPlan,
-    a: &[T],
-    b: &[T],
-    out: &mut [T],
-) -> KResult<()> {
-    let (rows, n, k) = (plan.rows(), plan.n, plan.k);
-    let tasks = rayon::current_num_threads() * 4;
-    let cpt = n.div_ceil(tasks).div_ceil(ROW_ALIGN) * ROW_ALIGN;
-    let blocks: Vec<(usize, Vec<T>)> = (0..n.div_ceil(cpt))
-        .into_par_iter()
-        .map(|t| {
-            let c0 = t * cpt;
-            let w = cpt.min(n - c0);
-            let mut buf = vec![T::ZERO; rows * w];
-            plan.for_each_segment(0..rows, |ao, bo, _i0, cnt, orow| {
-                gemm_block(
-                    cnt,
-                    k,
-                    w,
-                    MatRef {
-                        data: a,
-                        off: ao,
-                        rs: k,
-                        cs: 1,
-                    },
-                    MatRef {
-                        data: b,
-                        off: bo + c0,
-                        rs: n,
-                        cs: 1,
-                    },
-                    &mut buf[orow * w..],
-                    w,
-                )
-            })?;
-            Ok((c0, buf))
-        })
-        .collect::<KResult<_>>()?;
-    for (c0, buf) in blocks {
-        let w = buf.len() / rows.max(1);
-        for r in 0..rows {
-            out[r * n + c0..r * n + c0 + w].copy_from_slice(&buf[r * w..(r + 1) * w]);
-        }
-    }
-    Ok(())
 }
 
 fn matmul_rows_unchecked<T: GemmFloat>(

@@ -161,6 +161,14 @@ impl OpCtx<'_> {
         }
     }
 
+    pub fn opt_float(&self, name: &str) -> Result<Option<f32>, OpFail> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(AttrValue::Float(v)) => Ok(Some(*v)),
+            Some(o) => self.kind_err(name, "FLOAT", o),
+        }
+    }
+
     pub fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, OpFail> {
         match self.attr(name) {
             None => Ok(None),

@@ -15,12 +15,22 @@ const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
 }
 
 pub const DEFS: &[OpDef] = &[
-    def("MatMul", matmul, Mem::NEW),
+    def("MatMul", matmul, MATMUL_MEM),
     def("MatMulInteger", matmul, Mem::NEW),
-    def("Gemm", gemm, Mem::NEW),
-    def("Einsum", einsum, Mem::NEW),
+    def("Gemm", gemm, MATMUL_MEM),
+    def("Einsum", einsum, EINSUM_MEM),
     def("Det", det, Mem::NEW),
 ];
+
+/// A new output plus the executor's scratch (see [`matmul_scratch`], [`einsum_scratch`]).
+const MATMUL_MEM: Mem = Mem {
+    scratch: Some(matmul_scratch),
+    ..Mem::NEW
+};
+const EINSUM_MEM: Mem = Mem {
+    scratch: Some(einsum_scratch),
+    ..Mem::NEW
+};
 
 /// Unifies two dims that must be equal (or, with `allow_one`, one of them 1); `None` on a
 /// contradiction between constants.
@@ -319,6 +329,450 @@ fn det(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         return invalid(format!("Det needs square matrices, got {}", fmt_shape(s)));
     }
     Ok(vec![Fact::new(t, s[..r - 2].to_vec())])
+}
+
+// ---- Scratch: what `exec::ops::linalg` allocates through `mem::scratch`, mirrored exactly. ----
+
+fn numel_of(f: Option<&Fact>) -> Option<Expr> {
+    Some(Expr::product(f?.shape.as_ref()?.iter()))
+}
+
+fn is_half(d: Option<DataType>) -> bool {
+    matches!(d, Some(DataType::F16 | DataType::BF16))
+}
+
+/// MatMul/Gemm: none for f32/f64/integers; f16/bf16 widen every input and compute the result in f32:
+/// `4 * (sum of input elements + output elements)`.
+fn matmul_scratch(
+    _node: &crate::graph::Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Expr {
+    let first = inputs.first().copied().flatten();
+    if !is_half(first.and_then(|f| f.dtype)) {
+        return Expr::zero();
+    }
+    let mut elems = Vec::new();
+    for f in inputs.iter().chain(outputs.first()) {
+        if f.is_some() {
+            match numel_of(*f) {
+                Some(n) => elems.push(n),
+                None => return Expr::zero(),
+            }
+        }
+    }
+    Expr::sum(&elems) * 4
+}
+
+/// Labels of ellipsis dims start here (as in the executor).
+const ELL: u32 = 1000;
+
+/// The executor's equation labels: per input one label per dim (ellipsis dims right-aligned as
+/// `ELL + j`), and the output's.
+fn einsum_labels(eq: &str, ranks: &[usize]) -> Option<(Vec<Vec<u32>>, Vec<u32>)> {
+    let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
+    let (lhs, rhs) = match eq.split_once("->") {
+        Some((l, r)) => (l, Some(r)),
+        None => (eq.as_str(), None),
+    };
+    let terms: Vec<&str> = lhs.split(',').collect();
+    if terms.len() != ranks.len() {
+        return None;
+    }
+    let letters = |t: &str| -> Vec<u32> {
+        t.chars()
+            .filter(|c| c.is_ascii_alphabetic())
+            .map(|c| c as u32)
+            .collect()
+    };
+    let mut ell_rank = 0;
+    for (t, &r) in terms.iter().zip(ranks) {
+        if t.contains("...") {
+            ell_rank = ell_rank.max(r.saturating_sub(letters(t).len()));
+        }
+    }
+    let term = |t: &str, rank: Option<usize>| -> Option<Vec<u32>> {
+        let parts: Vec<&str> = t.split("...").collect();
+        let mut out = letters(parts[0]);
+        if parts.len() == 2 {
+            let after = letters(parts[1]);
+            let n_ell = match rank {
+                Some(r) => r.checked_sub(out.len() + after.len())?,
+                None => ell_rank,
+            };
+            out.extend((ell_rank - n_ell..ell_rank).map(|j| ELL + j as u32));
+            out.extend(after);
+        }
+        Some(out)
+    };
+    let inputs: Vec<Vec<u32>> = terms
+        .iter()
+        .zip(ranks)
+        .map(|(t, &r)| term(t, Some(r)))
+        .collect::<Option<_>>()?;
+    let output = match rhs {
+        Some(r) => term(r, None)?,
+        None => {
+            let mut out: Vec<u32> = (0..ell_rank as u32).map(|j| ELL + j).collect();
+            let mut ls: Vec<u32> = inputs
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|&l| l < ELL)
+                .collect();
+            ls.sort_unstable();
+            out.extend(
+                ls.iter()
+                    .copied()
+                    .filter(|l| ls.iter().filter(|m| *m == l).count() == 1),
+            );
+            out
+        }
+    };
+    Some((inputs, output))
+}
+
+/// A symbolic Einsum operand: one distinct label per dim, row-major unless a diagonal merged strides.
+#[derive(Clone)]
+struct SymOperand {
+    labels: Vec<u32>,
+    dims: Vec<Expr>,
+    strides: Vec<Expr>,
+}
+
+fn row_major(dims: &[Expr]) -> Vec<Expr> {
+    let mut st = vec![Expr::one(); dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        st[i] = &st[i + 1] * &dims[i + 1];
+    }
+    st
+}
+
+fn is_one(d: &Expr) -> bool {
+    d.as_const() == Some(1)
+}
+
+impl SymOperand {
+    fn new(shape: &[Expr], labels: &[u32]) -> SymOperand {
+        let st = row_major(shape);
+        let mut op = SymOperand {
+            labels: Vec::new(),
+            dims: Vec::new(),
+            strides: Vec::new(),
+        };
+        for (i, &l) in labels.iter().enumerate() {
+            match op.labels.iter().position(|&m| m == l) {
+                Some(j) => op.strides[j] = &op.strides[j] + &st[i],
+                None => {
+                    op.labels.push(l);
+                    op.dims.push(shape[i].clone());
+                    op.strides.push(st[i].clone());
+                }
+            }
+        }
+        op
+    }
+
+    fn contiguous(dims: Vec<Expr>, labels: Vec<u32>) -> SymOperand {
+        SymOperand {
+            strides: row_major(&dims),
+            labels,
+            dims,
+        }
+    }
+
+    fn dim(&self, l: u32) -> Option<&Expr> {
+        self.labels
+            .iter()
+            .position(|&m| m == l)
+            .map(|i| &self.dims[i])
+    }
+
+    fn stride(&self, l: u32) -> Expr {
+        match self.labels.iter().position(|&m| m == l) {
+            Some(i) if !is_one(&self.dims[i]) => self.strides[i].clone(),
+            _ => Expr::zero(),
+        }
+    }
+
+    fn numel(&self) -> Expr {
+        Expr::product(&self.dims)
+    }
+
+    fn is_contiguous(&self) -> bool {
+        self.strides == row_major(&self.dims)
+    }
+
+    /// Whether the labels of `group`, read in that order, form one strided run.
+    fn group_is_run(&self, group: &[u32]) -> bool {
+        let mut acc: Option<(Expr, Expr)> = None;
+        for &l in group.iter().rev() {
+            let d = self.dim(l).cloned().unwrap_or_else(Expr::one);
+            if is_one(&d) {
+                continue;
+            }
+            let s = self.stride(l);
+            acc = match acc {
+                None => Some((s, d)),
+                Some((inner, ext)) if s == &inner * &ext => Some((inner, &ext * &d)),
+                Some(_) => return false,
+            };
+        }
+        true
+    }
+}
+
+/// Einsum: the executor's pairwise lowering (see the module note of `exec::ops::linalg`): per step,
+/// summed-out copies of operands with labels nobody needs later (plus a contiguous copy of a strided
+/// one), a transposed copy of an operand whose `[m, k]`/`[k, n]` groups are not single runs, and the
+/// step's result unless it is the final output in `[batch, m, n]` order. All of it lives until the op
+/// returns, together with the output. Elements are of the input type (f32 for f16/bf16, which also
+/// widen every input and compute the result in f32). Symbolic dims are taken to be > 1.
+fn einsum_scratch(
+    node: &crate::graph::Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Expr {
+    einsum_scratch_bytes(node, inputs, outputs).unwrap_or_else(Expr::zero)
+}
+
+fn einsum_scratch_bytes(
+    node: &crate::graph::Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Expr> {
+    let eq = match node.attr("equation")? {
+        crate::graph::AttrValue::String(b) => String::from_utf8_lossy(b).into_owned(),
+        _ => return None,
+    };
+    let facts: Vec<&Fact> = inputs.iter().flatten().copied().collect();
+    let shapes: Vec<&[Expr]> = facts
+        .iter()
+        .map(|f| f.shape.as_deref())
+        .collect::<Option<_>>()?;
+    let dtype = facts.first()?.dtype;
+    let half = is_half(dtype);
+    let e: i64 = match dtype?.bits() {
+        _ if half => 4,
+        b if b % 8 == 0 => i64::from(b / 8),
+        _ => return None,
+    };
+    let ranks: Vec<usize> = shapes.iter().map(|s| s.len()).collect();
+    let (in_labels, out_labels) = einsum_labels(&eq, &ranks)?;
+    // f16/bf16 widen every input and compute the result in f32.
+    let half_extra = if half {
+        let mut wide: Vec<Expr> = facts
+            .iter()
+            .map(|f| numel_of(Some(f)))
+            .collect::<Option<_>>()?;
+        wide.push(numel_of(outputs.first().copied().flatten())?);
+        Expr::sum(&wide) * 4
+    } else {
+        Expr::zero()
+    };
+    let mut elems: Vec<Expr> = Vec::new();
+    let ops: Vec<SymOperand> = shapes
+        .iter()
+        .zip(&in_labels)
+        .map(|(s, l)| SymOperand::new(s, l))
+        .collect();
+    let sum_out = |op: SymOperand, keep: &[u32], elems: &mut Vec<Expr>| -> SymOperand {
+        if op.labels.iter().all(|l| keep.contains(l)) {
+            return op;
+        }
+        if !op.is_contiguous() {
+            elems.push(op.numel());
+        }
+        let (labels, dims): (Vec<u32>, Vec<Expr>) = op
+            .labels
+            .iter()
+            .zip(&op.dims)
+            .filter(|(l, _)| keep.contains(l))
+            .map(|(&l, d)| (l, d.clone()))
+            .unzip();
+        let r = SymOperand::contiguous(dims, labels);
+        elems.push(r.numel());
+        r
+    };
+    let mut it = ops.into_iter();
+    let mut acc = it.next()?;
+    let rest: Vec<SymOperand> = it.collect();
+    let n_rest = rest.len();
+    for (i, b) in rest.into_iter().enumerate() {
+        let mut needed = out_labels.clone();
+        for later in in_labels.iter().skip(i + 2) {
+            needed.extend(later);
+        }
+        let keep_a: Vec<u32> = needed.iter().chain(&b.labels).copied().collect();
+        let keep_b: Vec<u32> = needed.iter().chain(&acc.labels).copied().collect();
+        let a2 = sum_out(acc, &keep_a, &mut elems);
+        let b2 = sum_out(b, &keep_b, &mut elems);
+        let pos = |l: &u32| out_labels.iter().position(|m| m == l).unwrap_or(usize::MAX);
+        let mut batch: Vec<u32> = a2
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| b2.labels.contains(l) && needed.contains(l))
+            .collect();
+        let contracted: Vec<u32> = a2
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| b2.labels.contains(l) && !needed.contains(l))
+            .collect();
+        let mut m_l: Vec<u32> = a2
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| !b2.labels.contains(l))
+            .collect();
+        let mut n_l: Vec<u32> = b2
+            .labels
+            .iter()
+            .copied()
+            .filter(|l| !a2.labels.contains(l))
+            .collect();
+        batch.sort_by_key(pos);
+        m_l.sort_by_key(pos);
+        n_l.sort_by_key(pos);
+        if !(a2.group_is_run(&m_l) && a2.group_is_run(&contracted)) {
+            elems.push(a2.numel());
+        }
+        if !(b2.group_is_run(&contracted) && b2.group_is_run(&n_l)) {
+            elems.push(b2.numel());
+        }
+        let bdims: Vec<Expr> = batch
+            .iter()
+            .map(|&l| {
+                let x = a2.dim(l).cloned().unwrap_or_else(Expr::one);
+                let y = b2.dim(l).cloned().unwrap_or_else(Expr::one);
+                if x == y || is_one(&y) {
+                    x
+                } else {
+                    y
+                }
+            })
+            .collect();
+        let last = i + 1 == n_rest;
+        let direct = last && {
+            let bo: Vec<u32> = out_labels
+                .iter()
+                .copied()
+                .filter(|l| a2.labels.contains(l) && b2.labels.contains(l))
+                .collect();
+            let mo: Vec<u32> = out_labels
+                .iter()
+                .copied()
+                .filter(|l| a2.labels.contains(l) && !b2.labels.contains(l))
+                .collect();
+            let no: Vec<u32> = out_labels
+                .iter()
+                .copied()
+                .filter(|l| !a2.labels.contains(l) && b2.labels.contains(l))
+                .collect();
+            let order: Vec<u32> = bo.into_iter().chain(mo).chain(no).collect();
+            order == out_labels
+        };
+        if direct {
+            return Some(Expr::sum(&elems) * e + half_extra);
+        }
+        let labels: Vec<u32> = batch.iter().chain(&m_l).chain(&n_l).copied().collect();
+        let mut dims = bdims;
+        dims.extend(
+            m_l.iter()
+                .map(|&l| a2.dim(l).cloned().unwrap_or_else(Expr::one)),
+        );
+        dims.extend(
+            n_l.iter()
+                .map(|&l| b2.dim(l).cloned().unwrap_or_else(Expr::one)),
+        );
+        let r = SymOperand::contiguous(dims, labels);
+        elems.push(r.numel());
+        acc = r;
+    }
+    let _ = sum_out(acc, &out_labels, &mut elems);
+    Some(Expr::sum(&elems) * e + half_extra)
+}
+
+#[cfg(test)]
+mod scratch_tests {
+    use super::*;
+    use crate::graph::{AttrValue, Attribute, Node};
+
+    fn einsum(eq: &str, shapes: &[Vec<Expr>]) -> String {
+        let node = Node {
+            name: "e".into(),
+            op: "Einsum".into(),
+            domain: String::new(),
+            overload: String::new(),
+            inputs: vec![],
+            outputs: vec![],
+            attrs: vec![Attribute {
+                name: "equation".into(),
+                value: AttrValue::String(eq.as_bytes().to_vec()),
+                doc: String::new(),
+            }],
+            doc: String::new(),
+            metadata: vec![],
+        };
+        let facts: Vec<Fact> = shapes
+            .iter()
+            .map(|s| Fact::new(DataType::F32, s.clone()))
+            .collect();
+        let ins: Vec<Option<&Fact>> = facts.iter().map(Some).collect();
+        einsum_scratch(&node, &ins, &[]).to_string()
+    }
+
+    #[test]
+    fn einsum_scratch_follows_the_lowering() {
+        let n = Expr::sym("N");
+        let c = Expr::int(32);
+        let one = Expr::one();
+        let z = vec![one.clone(), n.clone(), n.clone(), c.clone()];
+        // q·kᵀ: both operands are read through strides, the result goes straight to the output.
+        assert_eq!(einsum("...qc, ...kc->...qk", &[z.clone(), z.clone()]), "0");
+        // p·v: also strided.
+        let p = vec![one.clone(), n.clone(), n.clone(), n.clone()];
+        assert_eq!(einsum("...qk, ...kc->...qc", &[p, z.clone()]), "0");
+        // Matrix product over the leading pair dims.
+        let zt = vec![one.clone(), c.clone(), n.clone(), n.clone()];
+        assert_eq!(einsum("...ij,...jk->...ik", &[zt.clone(), zt]), "0");
+        // Output not in [batch, m, n] order: the result is a scratch copy, then transposed.
+        assert_eq!(
+            einsum(
+                "ij,jk->ki",
+                &[vec![n.clone(), c.clone()], vec![c.clone(), n.clone()]]
+            ),
+            "4*N^2"
+        );
+        // A label summed out of one operand (copy of the reduced operand), and a diagonal.
+        assert_eq!(
+            einsum("ij,j->i", &[vec![n.clone(), c.clone()], vec![c.clone()]]),
+            "0"
+        );
+        assert_eq!(
+            einsum(
+                "ijk,j->i",
+                &[vec![n.clone(), c.clone(), n.clone()], vec![c.clone()]]
+            ),
+            "128*N"
+        );
+        // A diagonal alone is read through strides straight into the output.
+        assert_eq!(einsum("ii->i", &[vec![n.clone(), n.clone()]]), "0");
+        // Aᵀ·B reads A through strides; contracting [j, k] against B laid out [k, j] copies B.
+        assert_eq!(
+            einsum(
+                "ji,jk->ik",
+                &[vec![c.clone(), n.clone()], vec![c.clone(), n.clone()]]
+            ),
+            "0"
+        );
+        let (a, b) = (
+            vec![n.clone(), c.clone(), n.clone()],
+            vec![n.clone(), n.clone(), c.clone()],
+        );
+        assert_eq!(einsum("ijk,ikj->i", &[a, b]), "128*N^2");
+    }
 }
 
 #[cfg(test)]

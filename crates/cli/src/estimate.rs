@@ -1,0 +1,466 @@
+//! `memplan estimate`: peak memory before running, at given dims, as a formula, against a budget,
+//! over a sweep; as a report, JSON or an SVG plot.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+
+use memplan_ir::infer::Facts;
+use memplan_sim::estimate::{Analysis, Estimate, EstimateOptions};
+
+use crate::commands::load;
+use crate::table::Table;
+use crate::units::{human, parse_dims, parse_size};
+
+#[derive(Args, Debug)]
+pub struct EstimateArgs {
+    /// The ONNX model.
+    pub model: PathBuf,
+    /// A value for a symbolic dim, e.g. `--dim N=512` (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
+    /// Memory budget, e.g. 80GiB, 512MiB, 80GB or bytes.
+    #[arg(long)]
+    pub budget: Option<String>,
+    /// Symbol to grow for the formula and to solve for with --budget (default: the one the peak grows
+    /// fastest with).
+    #[arg(long, value_name = "NAME")]
+    pub solve: Option<String>,
+    /// Sweep one symbol: `N=64..8192` doubles, `N=64..512:64` steps by 64.
+    #[arg(long, value_name = "SYM=A..B[:STEP]")]
+    pub sweep: Option<String>,
+    /// Print JSON instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Write a memory-over-time plot (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// How many live tensors to list (0 = all).
+    #[arg(long, default_value_t = 12)]
+    pub top: usize,
+}
+
+/// A parsed `--sweep`.
+#[derive(Debug, PartialEq)]
+pub struct Sweep {
+    pub sym: String,
+    pub values: Vec<i64>,
+}
+
+/// Parses `SYM=A..B` (doubling from A) or `SYM=A..B:STEP`; at most 10,000 points.
+pub fn parse_sweep(s: &str) -> Result<Sweep> {
+    let err = || {
+        anyhow!(
+            "--sweep '{s}': expected SYM=A..B or SYM=A..B:STEP with 1 <= A <= B, e.g. N=64..8192"
+        )
+    };
+    let (sym, range) = s.split_once('=').ok_or_else(err)?;
+    let (range, step) = match range.split_once(':') {
+        Some((r, st)) => (
+            r,
+            Some(
+                st.trim()
+                    .replace('_', "")
+                    .parse::<i64>()
+                    .map_err(|_| err())?,
+            ),
+        ),
+        None => (range, None),
+    };
+    let (a, b) = range.split_once("..").ok_or_else(err)?;
+    let a: i64 = a.trim().replace('_', "").parse().map_err(|_| err())?;
+    let b: i64 = b.trim().replace('_', "").parse().map_err(|_| err())?;
+    if a < 1 || b < a || step.is_some_and(|s| s < 1) || sym.trim().is_empty() {
+        return Err(err());
+    }
+    let mut values = Vec::new();
+    let mut x = a;
+    while x <= b {
+        if values.len() == 10_000 {
+            bail!("--sweep '{s}' has more than 10,000 points; use a larger step");
+        }
+        values.push(x);
+        x = match step {
+            Some(st) => x.saturating_add(st),
+            None => x.saturating_mul(2),
+        };
+        if x == i64::MAX {
+            break;
+        }
+    }
+    Ok(Sweep {
+        sym: sym.trim().to_string(),
+        values,
+    })
+}
+
+fn model_symbols(facts: &Facts) -> Vec<String> {
+    let mut v = facts.symbols.declared.clone();
+    v.extend(facts.symbols.introduced.iter().map(|s| s.name.clone()));
+    v
+}
+
+/// Every symbol must be given (the swept one by the sweep), and every given name must be a symbol.
+fn check_dims(
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    sweep: Option<&str>,
+    solve: Option<&str>,
+) -> Result<()> {
+    let free = model_symbols(facts);
+    let known = |k: &str| free.iter().any(|s| s == k);
+    let list = || {
+        if free.is_empty() {
+            "none".to_string()
+        } else {
+            free.join(", ")
+        }
+    };
+    for k in dims.keys() {
+        if !known(k) {
+            bail!(
+                "--dim {k}: the model has no symbol '{k}' (its symbols: {})",
+                list()
+            );
+        }
+    }
+    for (flag, s) in [("--sweep", sweep), ("--solve", solve)] {
+        if let Some(s) = s {
+            if !known(s) {
+                bail!(
+                    "{flag} {s}: the model has no symbol '{s}' (its symbols: {})",
+                    list()
+                );
+            }
+        }
+    }
+    let missing: Vec<&String> = free
+        .iter()
+        .filter(|s| !dims.contains_key(*s) && Some(s.as_str()) != sweep)
+        .collect();
+    if !missing.is_empty() {
+        let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+        let flags: Vec<String> = names.iter().map(|s| format!("--dim {s}=...")).collect();
+        bail!(
+            "missing dims: {} (give {})",
+            names.join(", "),
+            flags.join(" ")
+        );
+    }
+    Ok(())
+}
+
+pub fn estimate(a: EstimateArgs) -> Result<()> {
+    let (model, facts) = load(&a.model)?;
+    let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
+    let budget = a
+        .budget
+        .as_deref()
+        .map(parse_size)
+        .transpose()
+        .map_err(|e| anyhow!(e))?;
+    let sweep = a.sweep.as_deref().map(parse_sweep).transpose()?;
+    if !facts.skipped.is_empty() {
+        let s = &facts.skipped[0];
+        bail!(
+            "cannot estimate: {} node(s) have no shape rule, first {}: {}",
+            facts.skipped.len(),
+            s.label,
+            s.reason
+        );
+    }
+    check_dims(
+        &facts,
+        &dims,
+        sweep.as_ref().map(|s| s.sym.as_str()),
+        a.solve.as_deref(),
+    )?;
+    let g = &model.graph;
+    let an = Analysis::new(g, &facts, &facts.order)?;
+
+    if let Some(sw) = sweep {
+        return print_sweep(&an, &a, &dims, budget, &sw);
+    }
+
+    let opts = EstimateOptions {
+        budget,
+        solve_for: a.solve.clone(),
+        live_limit: if a.json { 0 } else { a.top },
+        no_formula: false,
+    };
+    let e = an.at(&dims, &opts)?;
+    if let Some(p) = &a.plot {
+        crate::plot::write_svg(p, &a.model, &e, g)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&e)?);
+    } else {
+        print!("{}", render_estimate(&a.model, &e));
+    }
+    Ok(())
+}
+
+fn print_sweep(
+    an: &Analysis,
+    a: &EstimateArgs,
+    dims: &BTreeMap<String, i64>,
+    budget: Option<u64>,
+    sw: &Sweep,
+) -> Result<()> {
+    let mut rows: Vec<(i64, Estimate, Option<i64>)> = Vec::new();
+    for &v in &sw.values {
+        let mut d = dims.clone();
+        d.insert(sw.sym.clone(), v);
+        let opts = EstimateOptions {
+            budget,
+            solve_for: None,
+            live_limit: 1,
+            no_formula: true,
+        };
+        let e = an.at(&d, &opts)?;
+        let formula_peak = an.formula.eval(&d).ok().map(|(p, _)| p);
+        rows.push((v, e, formula_peak));
+    }
+    // The formula along the swept symbol, the others at their given dims (or the sweep's first point).
+    let mut base = dims.clone();
+    base.insert(sw.sym.clone(), sw.values[0]);
+    let formula = an.formula_report(&sw.sym, &base)?;
+    let max_fit = match budget {
+        Some(b) => Some(an.max_fitting(&sw.sym, &base, b)?),
+        None => None,
+    };
+    if a.json {
+        let arr: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(v, e, f)| {
+                serde_json::json!({
+                    "value": v, "peak_bytes": e.peak_bytes, "arena_bytes": e.arena_bytes,
+                    "peak_step": e.peak_step, "peak_node": e.peak_node, "formula_bytes": f, "fits": e.fits,
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "symbol": sw.sym, "dims": dims, "budget_bytes": budget, "rows": arr,
+            "formula": formula, "max_fitting": max_fit,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let mut header = vec![sw.sym.as_str(), "peak", "arena", "peak node"];
+    let mut right = vec![true, true, true, false];
+    if budget.is_some() {
+        header.push("fits");
+        right.push(false);
+    }
+    let mut t = Table::new(&header, &right);
+    for (v, e, _) in &rows {
+        let mut r = vec![
+            v.to_string(),
+            human(e.peak_bytes),
+            human(e.arena_bytes),
+            e.peak_node.clone().unwrap_or_default(),
+        ];
+        if let Some(f) = e.fits {
+            r.push(if f { "yes".into() } else { "no".into() });
+        }
+        t.row(r);
+    }
+    let fixed: Vec<String> = dims
+        .iter()
+        .filter(|(k, _)| **k != sw.sym)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!(
+        "model       {}   sweep {}{}",
+        a.model.display(),
+        sw.sym,
+        if fixed.is_empty() {
+            String::new()
+        } else {
+            format!("   dims: {}", fixed.join(" "))
+        }
+    );
+    print!("{}", t.render());
+    if let Some(f) = &formula {
+        println!("\nformula     {}\n            at {}", f.text, f.node);
+    }
+    if let (Some(b), Some(m)) = (budget, &max_fit) {
+        println!("\nbudget      {}", human(b));
+        println!("{}", max_fit_line(m));
+    }
+    Ok(())
+}
+
+fn max_fit_line(m: &memplan_sim::estimate::MaxFitting) -> String {
+    match (m.value, m.unbounded) {
+        (Some(v), _) => format!(
+            "largest {} that fits: {v}   (peak {} at {}={v}, {} at {}={})",
+            m.symbol,
+            m.peak_at_value.map(human).unwrap_or_default(),
+            m.symbol,
+            m.peak_at_next
+                .map(human)
+                .unwrap_or_else(|| "> 8 EiB".into()),
+            m.symbol,
+            v + 1
+        ),
+        (None, true) => format!(
+            "fits for every {} up to 2^40 (the peak barely grows with it)",
+            m.symbol
+        ),
+        (None, false) => format!(
+            "no {} fits: even {}=1 needs {}",
+            m.symbol,
+            m.symbol,
+            m.peak_at_next.map(human).unwrap_or_default()
+        ),
+    }
+}
+
+/// The terminal report of one estimate.
+pub fn render_estimate(path: &Path, e: &Estimate) -> String {
+    let mut out = String::new();
+    let dims: Vec<String> = e.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    out.push_str(&format!(
+        "model       {}   dims: {}\n",
+        path.display(),
+        if dims.is_empty() {
+            "-".into()
+        } else {
+            dims.join(" ")
+        }
+    ));
+    out.push_str(&format!(
+        "peak        {}  ({} B, liveness)\n",
+        human(e.peak_bytes),
+        e.peak_bytes
+    ));
+    if let Some(n) = &e.peak_node {
+        out.push_str(&format!(
+            "at          step {} of {}: {}\n",
+            e.peak_step.unwrap_or(0),
+            e.steps,
+            n
+        ));
+    }
+    out.push_str(&format!(
+        "arena       {}  best-fit placement of activations, outputs and scratch; lower bound {}, fragmentation {:.1}%\n",
+        human(e.arena_bytes),
+        human(e.arena_lower_bound),
+        e.fragmentation * 100.0
+    ));
+    out.push_str(&format!(
+        "placed      {}  (resident weights and inputs {} + arena)\n",
+        human(e.placed_total_bytes),
+        human(e.resident_bytes)
+    ));
+    let b = &e.breakdown;
+    out.push_str("\nbreakdown at the peak\n");
+    let mut t = Table::new(&["category", "bytes", "share"], &[false, true, true]);
+    let total = b.total().max(1) as f64;
+    for (k, v) in [
+        ("weights", b.weights),
+        ("inputs", b.inputs),
+        ("activations", b.activations),
+        ("outputs", b.outputs),
+        ("scratch", b.scratch),
+    ] {
+        t.row(vec![
+            k.to_string(),
+            human(v),
+            format!("{:.1}%", v as f64 / total * 100.0),
+        ]);
+    }
+    t.row(vec!["total".into(), human(b.total()), String::new()]);
+    out.push_str(&t.render());
+    out.push_str("\nlive at the peak (largest first)\n");
+    let mut t = Table::new(
+        &[
+            "tensor",
+            "shape",
+            "type",
+            "bytes",
+            "made by",
+            "last read by",
+        ],
+        &[false, false, false, true, false, false],
+    );
+    for l in &e.live_at_peak {
+        let shape = if l.shape.is_empty() && l.symbolic_shape.is_empty() {
+            String::new()
+        } else {
+            let dims: Vec<String> = l.shape.iter().map(|d| d.to_string()).collect();
+            format!("[{}]", dims.join(", "))
+        };
+        t.row(vec![
+            l.name.clone(),
+            shape,
+            l.dtype.clone(),
+            human(l.bytes),
+            l.producer
+                .clone()
+                .unwrap_or_else(|| format!("({})", l.category)),
+            l.last_consumer.clone().unwrap_or_default(),
+        ]);
+    }
+    out.push_str(&t.render());
+    if let Some(f) = &e.formula {
+        out.push_str(&format!("\nformula     {}\n", f.text));
+        out.push_str(&format!(
+            "            at {}; exact: {} bytes\n",
+            f.node, f.dominant
+        ));
+        if !f.exact {
+            out.push_str(
+                "            (regime bound sampled: sizes are not polynomial in the symbol)\n",
+            );
+        }
+    }
+    if let (Some(bud), Some(fits)) = (e.budget_bytes, e.fits) {
+        out.push_str(&format!(
+            "\nbudget      {}: {} (peak {})\n",
+            human(bud),
+            if fits { "fits" } else { "does NOT fit" },
+            human(e.peak_bytes)
+        ));
+        if let Some(m) = &e.max_fitting {
+            out.push_str(&max_fit_line(m));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps() {
+        assert_eq!(
+            parse_sweep("N=64..512").unwrap().values,
+            vec![64, 128, 256, 512]
+        );
+        assert_eq!(
+            parse_sweep("N=64..300:100").unwrap().values,
+            vec![64, 164, 264]
+        );
+        assert_eq!(
+            parse_sweep(" S = 1..1").unwrap(),
+            Sweep {
+                sym: "S".into(),
+                values: vec![1]
+            }
+        );
+        for bad in ["N", "N=0..4", "N=8..4", "N=1..4:0", "=1..4", "N=a..b"] {
+            assert!(parse_sweep(bad).is_err(), "{bad}");
+        }
+        assert!(parse_sweep("N=1..100000:1")
+            .unwrap_err()
+            .to_string()
+            .contains("10,000"));
+    }
+}

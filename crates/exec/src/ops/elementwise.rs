@@ -1,0 +1,983 @@
+//! Elementwise ops: unary math and activations, binary arithmetic with broadcasting, variadic
+//! Max/Min/Sum/Mean, comparisons, logic, bit ops, Where, Clip, PRelu, IsNaN/IsInf, Cast, CastLike.
+//!
+//! Every output element is one scalar function of the elements it broadcasts from (see
+//! `kernels::elementwise`), so any slice of the output is bit-identical to the whole. f16/bf16 values
+//! are widened to f32 per element, computed in f32 and rounded back; bool is stored as one byte and read
+//! as `byte != 0`.
+//!
+//! Scratch: none.
+
+use half::{bf16, f16};
+use memplan_ir::DataType;
+
+use super::{fail, opt, raw, raw_mut, req, unsupported, OpCtx, OpFail, OpFn};
+use crate::kernels::cast::{CastElem, CastValue};
+use crate::kernels::elementwise::{
+    assign_broadcast, binary, binary_op, broadcast_shapes, ternary, unary, Arith, BinaryOp, Shift,
+};
+use crate::tensor::{elem_size, Tensor};
+
+pub const OPS: &[(&str, OpFn)] = &[
+    ("Abs", un),
+    ("Neg", un),
+    ("Sign", un),
+    ("Relu", un),
+    ("Sqrt", un),
+    ("Exp", un),
+    ("Log", un),
+    ("Tanh", un),
+    ("Sigmoid", un),
+    ("Erf", un),
+    ("Reciprocal", un),
+    ("Floor", un),
+    ("Ceil", un),
+    ("Round", un),
+    ("Sin", un),
+    ("Cos", un),
+    ("Tan", un),
+    ("Asin", un),
+    ("Acos", un),
+    ("Atan", un),
+    ("Sinh", un),
+    ("Cosh", un),
+    ("Asinh", un),
+    ("Acosh", un),
+    ("Atanh", un),
+    ("Softsign", un),
+    ("Softplus", un),
+    ("Elu", un),
+    ("Selu", un),
+    ("Celu", un),
+    ("LeakyRelu", un),
+    ("ThresholdedRelu", un),
+    ("HardSigmoid", un),
+    ("HardSwish", un),
+    ("Gelu", un),
+    ("Mish", un),
+    ("Shrink", un),
+    ("Add", arith),
+    ("Sub", arith),
+    ("Mul", arith),
+    ("Div", arith),
+    ("Mod", arith),
+    ("Pow", pow),
+    ("Max", variadic),
+    ("Min", variadic),
+    ("Sum", variadic),
+    ("Mean", variadic),
+    ("Equal", compare),
+    ("Less", compare),
+    ("Greater", compare),
+    ("LessOrEqual", compare),
+    ("GreaterOrEqual", compare),
+    ("And", logic),
+    ("Or", logic),
+    ("Xor", logic),
+    ("Not", not),
+    ("BitShift", bitshift),
+    ("BitwiseAnd", bitwise),
+    ("BitwiseOr", bitwise),
+    ("BitwiseXor", bitwise),
+    ("BitwiseNot", bitwise_not),
+    ("Where", where_),
+    ("Clip", clip),
+    ("PRelu", prelu),
+    ("IsNaN", is_nan),
+    ("IsInf", is_inf),
+    ("Cast", cast),
+    ("CastLike", cast_like),
+];
+
+/// Float math for f32 and f64, one scalar libm call or IEEE operation per function.
+pub trait Fl:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
+    + 'static
+{
+    fn c(v: f64) -> Self;
+    fn abs(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn exp(self) -> Self;
+    fn ln(self) -> Self;
+    fn tanh(self) -> Self;
+    fn erf(self) -> Self;
+    fn floor(self) -> Self;
+    fn ceil(self) -> Self;
+    fn round_even(self) -> Self;
+    fn sin(self) -> Self;
+    fn cos(self) -> Self;
+    fn tan(self) -> Self;
+    fn asin(self) -> Self;
+    fn acos(self) -> Self;
+    fn atan(self) -> Self;
+    fn sinh(self) -> Self;
+    fn cosh(self) -> Self;
+    fn asinh(self) -> Self;
+    fn acosh(self) -> Self;
+    fn atanh(self) -> Self;
+    fn powf(self, e: Self) -> Self;
+    fn is_nan(self) -> bool;
+    fn is_infinite(self) -> bool;
+    fn is_sign_negative(self) -> bool;
+}
+
+macro_rules! impl_fl {
+    ($t:ty, $erf:path) => {
+        impl Fl for $t {
+            #[inline(always)]
+            fn c(v: f64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
+            #[inline(always)]
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+            #[inline(always)]
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            #[inline(always)]
+            fn ln(self) -> Self {
+                <$t>::ln(self)
+            }
+            #[inline(always)]
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            #[inline(always)]
+            fn erf(self) -> Self {
+                $erf(self)
+            }
+            #[inline(always)]
+            fn floor(self) -> Self {
+                <$t>::floor(self)
+            }
+            #[inline(always)]
+            fn ceil(self) -> Self {
+                <$t>::ceil(self)
+            }
+            #[inline(always)]
+            fn round_even(self) -> Self {
+                <$t>::round_ties_even(self)
+            }
+            #[inline(always)]
+            fn sin(self) -> Self {
+                <$t>::sin(self)
+            }
+            #[inline(always)]
+            fn cos(self) -> Self {
+                <$t>::cos(self)
+            }
+            #[inline(always)]
+            fn tan(self) -> Self {
+                <$t>::tan(self)
+            }
+            #[inline(always)]
+            fn asin(self) -> Self {
+                <$t>::asin(self)
+            }
+            #[inline(always)]
+            fn acos(self) -> Self {
+                <$t>::acos(self)
+            }
+            #[inline(always)]
+            fn atan(self) -> Self {
+                <$t>::atan(self)
+            }
+            #[inline(always)]
+            fn sinh(self) -> Self {
+                <$t>::sinh(self)
+            }
+            #[inline(always)]
+            fn cosh(self) -> Self {
+                <$t>::cosh(self)
+            }
+            #[inline(always)]
+            fn asinh(self) -> Self {
+                <$t>::asinh(self)
+            }
+            #[inline(always)]
+            fn acosh(self) -> Self {
+                <$t>::acosh(self)
+            }
+            #[inline(always)]
+            fn atanh(self) -> Self {
+                <$t>::atanh(self)
+            }
+            #[inline(always)]
+            fn powf(self, e: Self) -> Self {
+                <$t>::powf(self, e)
+            }
+            #[inline(always)]
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            #[inline(always)]
+            fn is_infinite(self) -> bool {
+                <$t>::is_infinite(self)
+            }
+            #[inline(always)]
+            fn is_sign_negative(self) -> bool {
+                <$t>::is_sign_negative(self)
+            }
+        }
+    };
+}
+impl_fl!(f32, libm::erff);
+impl_fl!(f64, libm::erf);
+
+#[inline(always)]
+fn maxf<T: Fl>(a: T, b: T) -> T {
+    if b > a {
+        b
+    } else {
+        a
+    }
+}
+
+#[inline(always)]
+fn minf<T: Fl>(a: T, b: T) -> T {
+    if b < a {
+        b
+    } else {
+        a
+    }
+}
+
+#[inline(always)]
+fn softplus<T: Fl>(v: T) -> T {
+    let one = T::c(1.0);
+    if v > T::c(0.0) {
+        v + ((-v).exp() + one).ln()
+    } else {
+        (v.exp() + one).ln()
+    }
+}
+
+/// A unary scalar function with its two float attributes (`p[0]`, `p[1]`; meaning per op).
+type UnFn<T> = fn(T, &[T; 2]) -> T;
+
+/// The scalar function of float unary op `op` (`gelu_tanh` selects Gelu's tanh approximation) and the
+/// defaults of its attributes `(name, default)`. One function pointer per op keeps one instantiation
+/// of the driver per type.
+fn unary_fn<T: Fl>(op: &str, gelu_tanh: bool) -> Option<(UnFn<T>, [(&'static str, f32); 2])> {
+    let c = T::c;
+    let none = [("", 0.0), ("", 0.0)];
+    let f: UnFn<T> = match op {
+        "Abs" => |v, _| v.abs(),
+        "Neg" => |v, _| -v,
+        "Sign" => |v, _| {
+            if v > T::c(0.0) {
+                T::c(1.0)
+            } else if v < T::c(0.0) {
+                T::c(-1.0)
+            } else {
+                v
+            }
+        },
+        "Relu" => |v, _| if v < T::c(0.0) { T::c(0.0) } else { v },
+        "Sqrt" => |v, _| v.sqrt(),
+        "Exp" => |v, _| v.exp(),
+        "Log" => |v, _| v.ln(),
+        "Tanh" => |v, _| v.tanh(),
+        "Sigmoid" => |v, _| T::c(1.0) / (T::c(1.0) + (-v).exp()),
+        "Erf" => |v, _| Fl::erf(v),
+        "Reciprocal" => |v, _| T::c(1.0) / v,
+        "Floor" => |v, _| v.floor(),
+        "Ceil" => |v, _| v.ceil(),
+        "Round" => |v, _| v.round_even(),
+        "Sin" => |v, _| v.sin(),
+        "Cos" => |v, _| v.cos(),
+        "Tan" => |v, _| v.tan(),
+        "Asin" => |v, _| v.asin(),
+        "Acos" => |v, _| v.acos(),
+        "Atan" => |v, _| v.atan(),
+        "Sinh" => |v, _| v.sinh(),
+        "Cosh" => |v, _| v.cosh(),
+        "Asinh" => |v, _| v.asinh(),
+        "Acosh" => |v, _| v.acosh(),
+        "Atanh" => |v, _| v.atanh(),
+        "Softsign" => |v, _| v / (T::c(1.0) + v.abs()),
+        "Softplus" => |v, _| softplus(v),
+        "Mish" => |v, _| v * softplus(v).tanh(),
+        "HardSwish" => |v, _| v * maxf(T::c(0.0), minf(T::c(1.0), v / T::c(6.0) + T::c(0.5))),
+        "Gelu" if gelu_tanh => |v, _| {
+            let k0 = (T::c(2.0) / T::c(std::f64::consts::PI)).sqrt();
+            T::c(0.5) * v * (T::c(1.0) + (k0 * (v + T::c(0.044715) * v * v * v)).tanh())
+        },
+        "Gelu" => |v, _| T::c(0.5) * v * (T::c(1.0) + Fl::erf(v * (T::c(1.0) / T::c(2.0).sqrt()))),
+        _ => {
+            let (f, attrs): (UnFn<T>, _) = match op {
+                "Elu" => (|v, p| if v < T::c(0.0) { p[0] * (v.exp() - T::c(1.0)) } else { v }, [("alpha", 1.0), ("", 0.0)]),
+                "Selu" => (
+                    |v, p| if v > T::c(0.0) { p[1] * v } else { p[1] * (p[0] * v.exp() - p[0]) },
+                    [("alpha", 1.673_263_2), ("gamma", 1.050_701)],
+                ),
+                "Celu" => (
+                    |v, p| maxf(T::c(0.0), v) + minf(T::c(0.0), p[0] * ((v / p[0]).exp() - T::c(1.0))),
+                    [("alpha", 1.0), ("", 0.0)],
+                ),
+                "LeakyRelu" => (|v, p| if v < T::c(0.0) { p[0] * v } else { v }, [("alpha", 0.01), ("", 0.0)]),
+                "ThresholdedRelu" => (|v, p| if v > p[0] { v } else { T::c(0.0) }, [("alpha", 1.0), ("", 0.0)]),
+                "HardSigmoid" => (
+                    |v, p| maxf(T::c(0.0), minf(T::c(1.0), p[0] * v + p[1])),
+                    [("alpha", 0.2), ("beta", 0.5)],
+                ),
+                "Shrink" => (
+                    |v, p| {
+                        if v < -p[1] {
+                            v + p[0]
+                        } else if v > p[1] {
+                            v - p[0]
+                        } else {
+                            T::c(0.0)
+                        }
+                    },
+                    [("bias", 0.0), ("lambd", 0.5)],
+                ),
+                _ => return None,
+            };
+            return Some((f, attrs));
+        }
+    };
+    let _ = c;
+    Some((f, none))
+}
+
+/// Runs float unary op `ctx.node.op` over `x` into `out`, loading/storing through `T` (f32 or f64).
+fn run_unary<S: crate::kernels::elementwise::Elem, T: Fl>(
+    ctx: &OpCtx,
+    x: &[S],
+    out: &mut [S],
+    load: fn(S) -> T,
+    store: fn(T) -> S,
+) -> Result<(), OpFail> {
+    let tanh = match ctx.string("approximate")?.as_deref() {
+        None | Some("none") => false,
+        Some("tanh") => true,
+        Some(a) => return fail(format!("Gelu approximate='{a}' is not 'none' or 'tanh'")),
+    };
+    let Some((f, attrs)) = unary_fn::<T>(&ctx.node.op, tanh) else {
+        return unsupported(format!("unary op {}", ctx.node.op));
+    };
+    let mut p = [T::c(0.0); 2];
+    for (slot, (name, default)) in p.iter_mut().zip(attrs) {
+        if !name.is_empty() {
+            *slot = T::c(ctx.float(name, default)? as f64);
+        }
+    }
+    unary(x, out, move |v| store(f(load(v), &p)))?;
+    Ok(())
+}
+
+fn un(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let mut out = ctx.alloc(x.dtype, &x.shape)?;
+    let op = ctx.node.op.as_str();
+    match x.dtype {
+        DataType::F32 => run_unary::<f32, f32>(ctx, x.data()?, out.data_mut()?, |v| v, |v| v)?,
+        DataType::F64 => run_unary::<f64, f64>(ctx, x.data()?, out.data_mut()?, |v| v, |v| v)?,
+        DataType::F16 => run_unary::<f16, f32>(ctx, x.data()?, out.data_mut()?, f16::to_f32, f16::from_f32)?,
+        DataType::BF16 => run_unary::<bf16, f32>(ctx, x.data()?, out.data_mut()?, bf16::to_f32, bf16::from_f32)?,
+        dt if matches!(op, "Abs" | "Neg" | "Sign" | "Relu") => {
+            dispatch!(dt, T => {
+                let f: fn(T) -> T = match op {
+                    "Abs" => <T as Arith>::abs,
+                    "Neg" => <T as Arith>::neg,
+                    "Sign" => <T as Arith>::sign,
+                    _ => |v: T| if v < <T as Arith>::ZERO { <T as Arith>::ZERO } else { v },
+                };
+                unary(x.data::<T>()?, out.data_mut::<T>()?, f)?
+            }, [I8 => i8, I16 => i16, I32 => i32, I64 => i64],
+            return unsupported(format!("{op} on {dt}")))
+        }
+        dt => return unsupported(format!("{op} on {dt}")),
+    }
+    Ok(vec![out])
+}
+
+/// The output of a broadcasting op with inputs `ins`.
+fn bcast_out(ctx: &OpCtx, dtype: DataType, ins: &[&Tensor]) -> Result<(Tensor, Vec<usize>), OpFail> {
+    let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
+    let oshape = broadcast_shapes(&shapes)?;
+    Ok((ctx.alloc(dtype, &oshape)?, oshape))
+}
+
+fn same_type(ctx: &OpCtx, ins: &[&Tensor]) -> Result<DataType, OpFail> {
+    let Some(first) = ins.first() else { return fail("needs at least one input") };
+    if let Some(t) = ins.iter().find(|t| t.dtype != first.dtype) {
+        return fail(format!("{} inputs mix {} and {}", ctx.node.op, first.dtype, t.dtype));
+    }
+    Ok(first.dtype)
+}
+
+/// `f32` arithmetic of a binary op, for f16/bf16 (computed in f32, rounded back).
+fn f32_binary(op: BinaryOp) -> fn(f32, f32) -> f32 {
+    match op {
+        BinaryOp::Add => |x, y| x + y,
+        BinaryOp::Sub => |x, y| x - y,
+        BinaryOp::Mul => |x, y| x * y,
+        BinaryOp::Div => |x, y| x / y,
+        BinaryOp::Pow => f32::powf,
+        BinaryOp::Mod { .. } => |x, y| x % y,
+        BinaryOp::Max => |x, y| if x.is_nan() || y > x || y.is_nan() { if x.is_nan() { x } else { y } } else { x },
+        BinaryOp::Min => |x, y| if x.is_nan() || y < x || y.is_nan() { if x.is_nan() { x } else { y } } else { x },
+    }
+}
+
+fn arith(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
+    let dt = same_type(ctx, &[a, b])?;
+    let op = match ctx.node.op.as_str() {
+        "Add" => BinaryOp::Add,
+        "Sub" => BinaryOp::Sub,
+        "Mul" => BinaryOp::Mul,
+        "Div" => BinaryOp::Div,
+        "Mod" => BinaryOp::Mod { fmod: ctx.int("fmod", 0)? != 0 },
+        o => return unsupported(format!("binary op {o}")),
+    };
+    let (mut out, os) = bcast_out(ctx, dt, &[a, b])?;
+    macro_rules! half_bin {
+        ($h:ty) => {{
+            if op == (BinaryOp::Mod { fmod: false }) {
+                return fail("Mod: fmod must be 1 for floating-point inputs");
+            }
+            let f = f32_binary(op);
+            binary(a.data::<$h>()?, &a.shape, b.data::<$h>()?, &b.shape, out.data_mut::<$h>()?, &os, |x, y| {
+                <$h>::from_f32(f(x.to_f32(), y.to_f32()))
+            })?
+        }};
+    }
+    match dt {
+        DataType::F16 => half_bin!(f16),
+        DataType::BF16 => half_bin!(bf16),
+        _ => dispatch!(dt, T => binary_op::<T>(op, a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?, &os)?,
+            [F32 => f32, F64 => f64, I32 => i32, I64 => i64],
+            return unsupported(format!("{op:?} on {dt}"))),
+    }
+    Ok(vec![out])
+}
+
+/// Pow: the exponent may have another numeric type than the base; the output has the base's type.
+fn pow(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
+    let (mut out, os) = bcast_out(ctx, a.dtype, &[a, b])?;
+    if a.dtype == b.dtype && !matches!(a.dtype, DataType::F16 | DataType::BF16) {
+        dispatch!(a.dtype, T => binary_op::<T>(BinaryOp::Pow, a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?, &os)?,
+            [F32 => f32, F64 => f64, I32 => i32, I64 => i64],
+            return unsupported(format!("Pow on {}", a.dtype)));
+        return Ok(vec![out]);
+    }
+    // Mixed types: the exponent is converted to the base's float type (as onnxruntime does).
+    macro_rules! exp_as {
+        ($B:ty, $conv:expr) => {
+            dispatch!(b.dtype, E => {
+                let conv = $conv;
+                binary(a.data::<$B>()?, &a.shape, b.data::<E>()?, &b.shape, out.data_mut::<$B>()?, &os, |x, y| conv(x, y as f64))?
+            }, [F32 => f32, F64 => f64, I32 => i32, I64 => i64],
+            return unsupported(format!("Pow with a {} exponent", b.dtype)))
+        };
+    }
+    macro_rules! exp_half {
+        ($B:ty, $H:ty) => {{
+            let bv = b.data::<$H>()?;
+            binary(a.data::<$B>()?, &a.shape, bv, &b.shape, out.data_mut::<$B>()?, &os, |x, y| {
+                <$B>::from_f32(x.to_f32().powf(y.to_f32()))
+            })?
+        }};
+    }
+    match (a.dtype, b.dtype) {
+        (DataType::F32, DataType::F16 | DataType::BF16) | (DataType::F64, DataType::F16 | DataType::BF16) => {
+            return unsupported(format!("Pow of {} by {}", a.dtype, b.dtype))
+        }
+        (DataType::F16, DataType::F16) => exp_half!(f16, f16),
+        (DataType::BF16, DataType::BF16) => exp_half!(bf16, bf16),
+        (DataType::F32, _) => exp_as!(f32, |x: f32, y: f64| x.powf(y as f32)),
+        (DataType::F64, _) => exp_as!(f64, |x: f64, y: f64| x.powf(y)),
+        (DataType::F16, _) => exp_as!(f16, |x: f16, y: f64| f16::from_f32(x.to_f32().powf(y as f32))),
+        (DataType::BF16, _) => exp_as!(bf16, |x: bf16, y: f64| bf16::from_f32(x.to_f32().powf(y as f32))),
+        (DataType::I64, _) | (DataType::I32, _) => {
+            // Integer base, other exponent type: exponent truncated to the base type.
+            dispatch!(a.dtype, B => dispatch!(b.dtype, E => {
+                binary(a.data::<B>()?, &a.shape, b.data::<E>()?, &b.shape, out.data_mut::<B>()?, &os, |x, y| Arith::pow(x, y as B))?
+            }, [F32 => f32, F64 => f64, I32 => i32, I64 => i64], return unsupported(format!("Pow with a {} exponent", b.dtype))),
+            [I32 => i32, I64 => i64], return unsupported(format!("Pow of {}", a.dtype)))
+        }
+        (d, e) => return unsupported(format!("Pow of {d} by {e}")),
+    }
+    Ok(vec![out])
+}
+
+fn variadic(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let ins: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
+    let dt = same_type(ctx, &ins)?;
+    let (mut out, os) = bcast_out(ctx, dt, &ins)?;
+    let op = ctx.node.op.as_str();
+    macro_rules! fold {
+        ($T:ty, $f:expr, $div:expr) => {{
+            let o = out.data_mut::<$T>()?;
+            let first = ins[0];
+            assign_broadcast(o, &os, first.data::<$T>()?, &first.shape, |_, v| v)?;
+            for t in &ins[1..] {
+                assign_broadcast(o, &os, t.data::<$T>()?, &t.shape, $f)?;
+            }
+            if op == "Mean" {
+                let n = ins.len();
+                unary_in_place(o, |v| $div(v, n));
+            }
+        }};
+    }
+    macro_rules! typed {
+        ($T:ty) => {
+            match op {
+                "Sum" | "Mean" => fold!($T, <$T as Arith>::add, |v: $T, n| <$T as Arith>::div(v, <$T as Arith>::from_usize(n))),
+                "Max" => fold!($T, <$T as Arith>::max_nan, |v: $T, _| v),
+                _ => fold!($T, <$T as Arith>::min_nan, |v: $T, _| v),
+            }
+        };
+    }
+    macro_rules! half {
+        ($H:ty) => {{
+            let f = f32_binary(match op {
+                "Sum" | "Mean" => BinaryOp::Add,
+                "Max" => BinaryOp::Max,
+                _ => BinaryOp::Min,
+            });
+            fold!($H, |x: $H, y: $H| <$H>::from_f32(f(x.to_f32(), y.to_f32())), |v: $H, n: usize| <$H>::from_f32(
+                v.to_f32() / n as f32
+            ))
+        }};
+    }
+    match dt {
+        DataType::F16 => half!(f16),
+        DataType::BF16 => half!(bf16),
+        _ => dispatch!(dt, T => typed!(T),
+            [F32 => f32, F64 => f64, I32 => i32, I64 => i64],
+            return unsupported(format!("{op} on {dt}"))),
+    }
+    Ok(vec![out])
+}
+
+fn unary_in_place<T: Copy>(o: &mut [T], f: impl Fn(T) -> T) {
+    for v in o.iter_mut() {
+        *v = f(*v);
+    }
+}
+
+fn compare(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
+    let dt = same_type(ctx, &[a, b])?;
+    let (mut out, os) = bcast_out(ctx, DataType::Bool, &[a, b])?;
+    let op = ctx.node.op.as_str();
+    macro_rules! cmp {
+        ($T:ty) => {{
+            let f: fn($T, $T) -> u8 = match op {
+                "Equal" => |p, q| (p == q) as u8,
+                "Less" => |p, q| (p < q) as u8,
+                "Greater" => |p, q| (p > q) as u8,
+                "LessOrEqual" => |p, q| (p <= q) as u8,
+                _ => |p, q| (p >= q) as u8,
+            };
+            binary(a.data::<$T>()?, &a.shape, b.data::<$T>()?, &b.shape, out.data_mut::<u8>()?, &os, f)?
+        }};
+    }
+    if dt == DataType::Bool {
+        let (x, y, o) = (a.data::<u8>()?, b.data::<u8>()?, out.data_mut::<u8>()?);
+        match op {
+            "Equal" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| ((p != 0) == (q != 0)) as u8)?,
+            _ => return unsupported(format!("{op} on bool")),
+        }
+        return Ok(vec![out]);
+    }
+    dispatch!(dt, T => cmp!(T),
+        [F32 => f32, F64 => f64, F16 => f16, BF16 => bf16, I32 => i32, I64 => i64, U8 => u8],
+        return unsupported(format!("{op} on {dt}")));
+    Ok(vec![out])
+}
+
+fn logic(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
+    if a.dtype != DataType::Bool || b.dtype != DataType::Bool {
+        return fail(format!("{} needs bool inputs, got {} and {}", ctx.node.op, a.dtype, b.dtype));
+    }
+    let (mut out, os) = bcast_out(ctx, DataType::Bool, &[a, b])?;
+    let (x, y, o) = (a.data::<u8>()?, b.data::<u8>()?, out.data_mut::<u8>()?);
+    match ctx.node.op.as_str() {
+        "And" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| (p != 0 && q != 0) as u8)?,
+        "Or" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| (p != 0 || q != 0) as u8)?,
+        _ => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| ((p != 0) != (q != 0)) as u8)?,
+    }
+    Ok(vec![out])
+}
+
+fn not(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    if x.dtype != DataType::Bool {
+        return fail(format!("Not needs a bool input, got {}", x.dtype));
+    }
+    let mut out = ctx.alloc(DataType::Bool, &x.shape)?;
+    unary(x.data::<u8>()?, out.data_mut::<u8>()?, |v| (v == 0) as u8)?;
+    Ok(vec![out])
+}
+
+fn bitshift(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
+    let dt = same_type(ctx, &[a, b])?;
+    let left = match ctx.string("direction")?.as_deref() {
+        Some("LEFT") => true,
+        Some("RIGHT") => false,
+        d => return fail(format!("BitShift direction {d:?} is not LEFT or RIGHT")),
+    };
+    let (mut out, os) = bcast_out(ctx, dt, &[a, b])?;
+    dispatch!(dt, T => {
+        let f = if left { <T as Shift>::shl } else { <T as Shift>::shr };
+        binary(a.data::<T>()?, &a.shape, b.data::<T>()?, &b.shape, out.data_mut::<T>()?, &os, f)?
+    }, [U8 => u8, U16 => u16, U32 => u32, U64 => u64], return unsupported(format!("BitShift on {dt}")));
+    Ok(vec![out])
+}
+
+fn bitwise(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
+    let dt = same_type(ctx, &[a, b])?;
+    if !dt.is_int() {
+        return unsupported(format!("{} on {dt}", ctx.node.op));
+    }
+    let (mut out, os) = bcast_out(ctx, dt, &[a, b])?;
+    let op = ctx.node.op.clone();
+    by_size!(elem_size(dt)?, T => {
+        let (x, y, o) = (raw::<T>(a)?, raw::<T>(b)?, raw_mut::<T>(&mut out)?);
+        match op.as_str() {
+            "BitwiseAnd" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| p & q)?,
+            "BitwiseOr" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| p | q)?,
+            _ => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| p ^ q)?,
+        }
+    });
+    Ok(vec![out])
+}
+
+fn bitwise_not(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    if !x.dtype.is_int() {
+        return unsupported(format!("BitwiseNot on {}", x.dtype));
+    }
+    let mut out = ctx.alloc(x.dtype, &x.shape)?;
+    by_size!(elem_size(x.dtype)?, T => unary(raw::<T>(x)?, raw_mut::<T>(&mut out)?, |v| !v)?);
+    Ok(vec![out])
+}
+
+fn where_(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (c, x, y) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
+    if c.dtype != DataType::Bool {
+        return fail(format!("Where condition must be bool, got {}", c.dtype));
+    }
+    let dt = same_type(ctx, &[x, y])?;
+    let (mut out, os) = bcast_out(ctx, dt, &[c, x, y])?;
+    by_size!(elem_size(dt)?, T => ternary(
+        (c.data::<u8>()?, &c.shape),
+        (raw::<T>(x)?, &x.shape),
+        (raw::<T>(y)?, &y.shape),
+        raw_mut::<T>(&mut out)?,
+        &os,
+        |k, p, q| if k != 0 { p } else { q },
+    )?);
+    Ok(vec![out])
+}
+
+fn clip(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let mut out = ctx.alloc(x.dtype, &x.shape)?;
+    let bound = |i: usize, name: &str| -> Result<Option<Tensor>, OpFail> {
+        if ctx.opset < 11 {
+            return Ok(ctx.opt_float(name)?.map(|v| Tensor::from_vec::<f32>(&[], &[v], None)).transpose()?);
+        }
+        match opt(inputs, i) {
+            Some(t) if t.numel() != 1 => fail(format!("Clip {name} must be a scalar")),
+            Some(t) if t.dtype != x.dtype => fail(format!("Clip {name} is {} but the input is {}", t.dtype, x.dtype)),
+            Some(t) => Ok(Some(t.clone())),
+            None => Ok(None),
+        }
+    };
+    let (lo, hi) = (bound(1, "min")?, bound(2, "max")?);
+    macro_rules! go {
+        ($T:ty, $load:expr, $store:expr) => {{
+            let get = |t: &Option<Tensor>| -> Result<Option<_>, OpFail> {
+                Ok(match t {
+                    Some(t) => Some($load(t.data::<$T>()?[0])),
+                    None => None,
+                })
+            };
+            let (l, h) = (get(&lo)?, get(&hi)?);
+            unary(x.data::<$T>()?, out.data_mut::<$T>()?, |v| {
+                let mut w = $load(v);
+                if let Some(l) = l {
+                    if w < l {
+                        w = l;
+                    }
+                }
+                if let Some(h) = h {
+                    if w > h {
+                        w = h;
+                    }
+                }
+                $store(w)
+            })?
+        }};
+    }
+    match x.dtype {
+        DataType::F16 => go!(f16, |v: f16| v.to_f32(), f16::from_f32),
+        DataType::BF16 => go!(bf16, |v: bf16| v.to_f32(), bf16::from_f32),
+        DataType::F32 if ctx.opset < 11 => go!(f32, |v: f32| v, |v| v),
+        dt => dispatch!(dt, T => go!(T, |v: T| v, |v| v),
+            [F32 => f32, F64 => f64, I32 => i32, I64 => i64, U8 => u8],
+            return unsupported(format!("Clip on {dt}"))),
+    }
+    Ok(vec![out])
+}
+
+fn prelu(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (x, s) = (req(inputs, 0)?, req(inputs, 1)?);
+    let dt = same_type(ctx, &[x, s])?;
+    let (mut out, os) = bcast_out(ctx, dt, &[x, s])?;
+    if os != x.shape {
+        return fail(format!("PRelu slope {:?} does not broadcast to X {:?}", s.shape, x.shape));
+    }
+    macro_rules! go {
+        ($T:ty, $f:expr) => {
+            binary(x.data::<$T>()?, &x.shape, s.data::<$T>()?, &s.shape, out.data_mut::<$T>()?, &os, $f)?
+        };
+    }
+    match dt {
+        DataType::F32 => go!(f32, |v, a| if v < 0.0 { a * v } else { v }),
+        DataType::F64 => go!(f64, |v, a| if v < 0.0 { a * v } else { v }),
+        DataType::F16 => go!(f16, |v: f16, a: f16| if v.to_f32() < 0.0 { f16::from_f32(a.to_f32() * v.to_f32()) } else { v }),
+        DataType::BF16 => go!(bf16, |v: bf16, a: bf16| if v.to_f32() < 0.0 { bf16::from_f32(a.to_f32() * v.to_f32()) } else { v }),
+        DataType::I32 => go!(i32, |v, a| if v < 0 { a.wrapping_mul(v) } else { v }),
+        DataType::I64 => go!(i64, |v, a| if v < 0 { a.wrapping_mul(v) } else { v }),
+        d => return unsupported(format!("PRelu on {d}")),
+    }
+    Ok(vec![out])
+}
+
+fn is_nan(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let mut out = ctx.alloc(DataType::Bool, &x.shape)?;
+    let o = out.data_mut::<u8>()?;
+    match x.dtype {
+        DataType::F32 => unary(x.data::<f32>()?, o, |v| v.is_nan() as u8)?,
+        DataType::F64 => unary(x.data::<f64>()?, o, |v| v.is_nan() as u8)?,
+        DataType::F16 => unary(x.data::<f16>()?, o, |v| v.is_nan() as u8)?,
+        DataType::BF16 => unary(x.data::<bf16>()?, o, |v| v.is_nan() as u8)?,
+        d => return unsupported(format!("IsNaN on {d}")),
+    }
+    Ok(vec![out])
+}
+
+fn is_inf(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let (pos, neg) = (ctx.int("detect_positive", 1)? != 0, ctx.int("detect_negative", 1)? != 0);
+    let mut out = ctx.alloc(DataType::Bool, &x.shape)?;
+    let o = out.data_mut::<u8>()?;
+    let f = move |v: f64| (v.is_infinite() && if v < 0.0 { neg } else { pos }) as u8;
+    match x.dtype {
+        DataType::F32 => unary(x.data::<f32>()?, o, |v| f(v as f64))?,
+        DataType::F64 => unary(x.data::<f64>()?, o, f)?,
+        DataType::F16 => unary(x.data::<f16>()?, o, |v| f(v.to_f64()))?,
+        DataType::BF16 => unary(x.data::<bf16>()?, o, |v| f(v.to_f64()))?,
+        d => return unsupported(format!("IsInf on {d}")),
+    }
+    Ok(vec![out])
+}
+
+/// Reads element `i` of a byte slice as a [`CastValue`].
+type Load = fn(&[u8]) -> CastValue;
+/// Writes a [`CastValue`] converted to the element type into the bytes of one element.
+type Store = fn(CastValue, &mut [u8]);
+
+fn load_of<S: CastElem + bytemuck::Pod>() -> Load {
+    |b| bytemuck::pod_read_unaligned::<S>(b).to_value()
+}
+
+fn store_of<D: CastElem + bytemuck::Pod>() -> Store {
+    |v, b| b.copy_from_slice(bytemuck::bytes_of(&D::from_value(v)))
+}
+
+/// The element reader and writer of a dtype for Cast (bool is one byte read as `!= 0`).
+fn cast_io(dt: DataType) -> Option<(Load, Store)> {
+    Some(match dt {
+        DataType::Bool => (|b| CastValue::Bool(b[0] != 0), |v, b| b[0] = bool::from_value(v) as u8),
+        _ => dispatch!(dt, T => (load_of::<T>(), store_of::<T>()),
+            [F32 => f32, F64 => f64, F16 => f16, BF16 => bf16, I8 => i8, I16 => i16, I32 => i32, I64 => i64,
+             U8 => u8, U16 => u16, U32 => u32, U64 => u64],
+            return None),
+    })
+}
+
+/// Casts `x` into a new tensor of type `to` (semantics in `kernels::cast`: each element goes through
+/// its exact [`CastValue`], so the result does not depend on how the tensor is split).
+pub fn cast_tensor(ctx: &OpCtx, x: &Tensor, to: DataType) -> Result<Tensor, OpFail> {
+    let mut out = ctx.alloc(to, &x.shape)?;
+    if x.dtype == to {
+        out.bytes_mut()?.copy_from_slice(x.bytes());
+        return Ok(out);
+    }
+    let (Some((load, _)), Some((_, store))) = (cast_io(x.dtype), cast_io(to)) else {
+        return unsupported(format!("Cast from {} to {to}", x.dtype));
+    };
+    let (ss, ds) = (elem_size(x.dtype)?, elem_size(to)?);
+    let run = |src: &[u8], dst: &mut [u8]| {
+        for (s, d) in src.chunks_exact(ss).zip(dst.chunks_exact_mut(ds)) {
+            store(load(s), d);
+        }
+    };
+    const TASK: usize = 1 << 14;
+    let (src, dst) = (x.bytes(), out.bytes_mut()?);
+    if x.numel() < 2 * TASK {
+        run(src, dst);
+    } else {
+        use rayon::prelude::*;
+        dst.par_chunks_mut(TASK * ds).zip(src.par_chunks(TASK * ss)).for_each(|(d, s)| run(s, d));
+    }
+    Ok(out)
+}
+
+fn cast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let Some(to) = ctx.opt_int("to")? else { return fail("Cast needs 'to'") };
+    let Some(to) = DataType::from_onnx(to as i32) else { return fail(format!("Cast to unknown type code {to}")) };
+    Ok(vec![cast_tensor(ctx, x, to)?])
+}
+
+fn cast_like(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (x, like) = (req(inputs, 0)?, req(inputs, 1)?);
+    Ok(vec![cast_tensor(ctx, x, like.dtype)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::testutil::*;
+    use memplan_ir::graph::AttrValue;
+    use proptest::prelude::*;
+
+    fn f32s(t: &Tensor) -> Vec<f32> {
+        t.data::<f32>().unwrap().to_vec()
+    }
+
+    #[test]
+    fn unary_hand_values() {
+        let x = t_f32(&[4], &[-1.0, 0.0, 0.5, 2.0]);
+        let r = |op: &str| f32s(&run_op(op, &[], &[Some(&x)], 1).unwrap()[0]);
+        assert_eq!(r("Relu"), [0.0, 0.0, 0.5, 2.0]);
+        assert_eq!(r("Neg"), [1.0, -0.0, -0.5, -2.0]);
+        assert_eq!(r("Sigmoid")[1], 0.5);
+        assert_eq!(r("Exp")[1], 1.0);
+        assert_eq!(r("Erf")[1], 0.0);
+        assert!((r("Erf")[2] - 0.520_499_9).abs() < 1e-6);
+        assert!((r("Tanh")[3] - 0.964_027_6).abs() < 1e-6);
+        assert_eq!(r("Softsign"), [-0.5, 0.0, 0.5 / 1.5, 2.0 / 3.0]);
+        let lr = run_op("LeakyRelu", &[("alpha", AttrValue::Float(0.5))], &[Some(&x)], 1).unwrap();
+        assert_eq!(f32s(&lr[0]), [-0.5, 0.0, 0.5, 2.0]);
+        let i = t_i64(&[3], &[-3, 0, 4]);
+        let o = run_op("Abs", &[], &[Some(&i)], 1).unwrap();
+        assert_eq!(o[0].data::<i64>().unwrap(), &[3, 0, 4]);
+        assert!(run_op("Exp", &[], &[Some(&i)], 1).is_err());
+        let h = t_of::<f16>(&[2], &[f16::from_f32(1.0), f16::from_f32(-2.0)]);
+        let o = run_op("Relu", &[], &[Some(&h)], 1).unwrap();
+        assert_eq!(o[0].data::<f16>().unwrap(), &[f16::from_f32(1.0), f16::from_f32(0.0)]);
+    }
+
+    #[test]
+    fn binary_broadcast_and_types() {
+        let a = t_f32(&[2, 1], &[1.0, 2.0]);
+        let b = t_f32(&[3], &[10.0, 20.0, 30.0]);
+        let o = run_op("Sub", &[], &[Some(&a), Some(&b)], 1).unwrap();
+        assert_eq!(o[0].shape, [2, 3]);
+        assert_eq!(f32s(&o[0]), [-9., -19., -29., -8., -18., -28.]);
+        let o = run_op("Pow", &[], &[Some(&b), Some(&t_i64(&[], &[2]))], 1).unwrap();
+        assert_eq!(f32s(&o[0]), [100., 400., 900.]);
+        let i = t_i64(&[2], &[7, -7]);
+        let o = run_op("Div", &[], &[Some(&i), Some(&t_i64(&[1], &[2]))], 1).unwrap();
+        assert_eq!(o[0].data::<i64>().unwrap(), &[3, -3]);
+        assert!(run_op("Div", &[], &[Some(&i), Some(&t_i64(&[1], &[0]))], 1).is_err());
+        assert!(run_op("Add", &[], &[Some(&a), Some(&i)], 1).is_err());
+        assert!(run_op("Add", &[], &[Some(&t_f32(&[2], &[1., 2.])), Some(&b)], 1).is_err());
+        let o = run_op("Max", &[], &[Some(&a), Some(&b), Some(&t_f32(&[], &[15.]))], 1).unwrap();
+        assert_eq!(f32s(&o[0]), [15., 20., 30., 15., 20., 30.]);
+        let o = run_op("Mean", &[], &[Some(&t_f32(&[2], &[1., 2.])), Some(&t_f32(&[2], &[3., 5.]))], 1).unwrap();
+        assert_eq!(f32s(&o[0]), [2., 3.5]);
+    }
+
+    #[test]
+    fn compare_logic_where_clip() {
+        let a = t_f32(&[3], &[1.0, f32::NAN, 3.0]);
+        let b = t_f32(&[], &[2.0]);
+        let o = run_op("GreaterOrEqual", &[], &[Some(&a), Some(&b)], 1).unwrap();
+        assert_eq!(o[0].dtype, DataType::Bool);
+        assert_eq!(o[0].data::<u8>().unwrap(), &[0, 0, 1]);
+        let o = run_op("IsNaN", &[], &[Some(&a)], 1).unwrap();
+        assert_eq!(o[0].data::<u8>().unwrap(), &[0, 1, 0]);
+        let t = t_bool(&[2], &[true, false]);
+        let f = t_bool(&[2], &[true, true]);
+        let o = run_op("Xor", &[], &[Some(&t), Some(&f)], 1).unwrap();
+        assert_eq!(o[0].data::<u8>().unwrap(), &[0, 1]);
+        let o = run_op("Where", &[], &[Some(&t), Some(&t_i64(&[2], &[1, 2])), Some(&t_i64(&[], &[-1]))], 1).unwrap();
+        assert_eq!(o[0].data::<i64>().unwrap(), &[1, -1]);
+        let o = run_op("Clip", &[], &[Some(&a), Some(&t_f32(&[], &[1.5])), None], 1).unwrap();
+        let v = f32s(&o[0]);
+        assert_eq!((v[0], v[2]), (1.5, 3.0));
+        assert!(v[1].is_nan());
+        let o = run_op("Not", &[], &[Some(&t)], 1).unwrap();
+        assert_eq!(o[0].data::<u8>().unwrap(), &[0, 1]);
+    }
+
+    #[test]
+    fn cast_rules() {
+        let x = t_f32(&[4], &[-1.7, 0.0, 2.5, f32::NAN]);
+        let to = |d: DataType| run_op("Cast", &[("to", AttrValue::Int(d.onnx_code() as i64))], &[Some(&x)], 1).unwrap();
+        assert_eq!(to(DataType::I64)[0].data::<i64>().unwrap(), &[-1, 0, 2, 0]);
+        assert_eq!(to(DataType::Bool)[0].data::<u8>().unwrap(), &[1, 0, 1, 1]);
+        assert_eq!(to(DataType::F16)[0].data::<f16>().unwrap()[2], f16::from_f32(2.5));
+        let b = t_bool(&[2], &[true, false]);
+        let o = run_op("CastLike", &[], &[Some(&b), Some(&x)], 1).unwrap();
+        assert_eq!(f32s(&o[0]), [1.0, 0.0]);
+    }
+
+    proptest! {
+        #[test]
+        fn elementwise_chunk_identity(
+            rows in 1usize..6, cols in 1usize..40, bcast in any::<bool>(), cuts in prop::collection::vec(any::<usize>(), 0..4),
+            op_pick in 0usize..8, seed in any::<u64>(),
+        ) {
+            let ops = ["Add", "Mul", "Div", "Pow", "Sub", "Max", "Less", "Where"];
+            let op = ops[op_pick];
+            let a = t_f32(&[rows, cols], &rand_f32(rows * cols, seed));
+            let bs = if bcast { vec![1, cols] } else { vec![rows, cols] };
+            let b = t_f32(&bs, &rand_f32(bs.iter().product(), seed + 1));
+            if op == "Where" {
+                let c = t_bool(&[rows, 1], &(0..rows).map(|i| i % 2 == 0).collect::<Vec<_>>());
+                for ax in 0..2 {
+                    check_chunks(op, &[], &[&c, &a, &b], &[Some(ax), Some(ax), Some(ax)], ax, &cuts).unwrap();
+                }
+            } else {
+                for ax in 0..2 {
+                    check_chunks(op, &[], &[&a, &b], &[Some(ax), Some(ax)], ax, &cuts).unwrap();
+                }
+            }
+            for u in ["Gelu", "Sigmoid", "Erf", "Tanh", "Softplus"] {
+                check_chunks(u, &[], &[&a], &[Some(1)], 1, &cuts).unwrap();
+            }
+        }
+    }
+}

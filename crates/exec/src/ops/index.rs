@@ -1,0 +1,5 @@
+//! Indexing ops.
+
+use super::OpFn;
+
+pub const OPS: &[(&str, OpFn)] = &[];

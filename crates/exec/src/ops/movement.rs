@@ -1,0 +1,347 @@
+//! Data-movement ops: Transpose, Slice, Split, Concat, Expand, Tile, Trilu, Range. They move element
+//! bits (dispatched on the element size), so every dtype the executor holds is supported.
+//!
+//! Scratch: none. Slice returns a view of its input when the plan marks it as one.
+
+use memplan_ir::DataType;
+
+use super::{axis, dims_of, fail, opt, raw, raw_mut, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn};
+use crate::kernels::elementwise::broadcast_shapes;
+use crate::kernels::movement::{self as mv, istrides};
+use crate::tensor::{elem_size, Tensor};
+
+pub const OPS: &[(&str, OpFn)] = &[
+    ("Transpose", transpose),
+    ("Slice", slice),
+    ("Split", split),
+    ("Concat", concat),
+    ("Expand", expand),
+    ("Tile", tile),
+    ("Trilu", trilu),
+    ("Range", range),
+];
+
+/// A new tensor of `shape` filled by `dst[i] = x[base + sum idx_k * strides_k]`.
+pub(crate) fn gather_strided(
+    ctx: &OpCtx,
+    x: &Tensor,
+    base: usize,
+    shape: &[usize],
+    strides: &[isize],
+) -> Result<Tensor, OpFail> {
+    let mut out = ctx.alloc(x.dtype, shape)?;
+    by_size!(elem_size(x.dtype)?, T => mv::strided_copy(raw::<T>(x)?, base, shape, strides, raw_mut::<T>(&mut out)?)?);
+    Ok(out)
+}
+
+fn transpose(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let perm: Vec<usize> = match ctx.ints("perm")? {
+        Some(p) => p.iter().map(|&a| axis(a, x.rank())).collect::<Result<_, _>>()?,
+        None => (0..x.rank()).rev().collect(),
+    };
+    if perm.len() != x.rank() {
+        return fail(format!("perm {perm:?} has {} entries for rank {}", perm.len(), x.rank()));
+    }
+    let oshape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
+    let mut out = ctx.alloc(x.dtype, &oshape)?;
+    by_size!(elem_size(x.dtype)?, T => mv::transpose(raw::<T>(x)?, &x.shape, &perm, raw_mut::<T>(&mut out)?)?);
+    Ok(vec![out])
+}
+
+/// One axis of a resolved slice: first index, element count, step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SliceAxis {
+    pub start: usize,
+    pub count: usize,
+    pub step: i64,
+}
+
+/// ONNX Slice's clamping of one axis of length `dim`.
+pub fn resolve_slice(dim: usize, start: i64, end: i64, step: i64) -> Result<SliceAxis, OpFail> {
+    if step == 0 {
+        return fail("Slice step must not be 0");
+    }
+    let d = dim as i128;
+    let norm = |v: i64| if v < 0 { v as i128 + d } else { v as i128 };
+    let (s, e) = (norm(start), norm(end));
+    let (s, e) = if step > 0 { (s.clamp(0, d), e.clamp(0, d)) } else { (s.clamp(0, d - 1), e.clamp(-1, d - 1)) };
+    let st = step as i128;
+    let count = if step > 0 {
+        if e > s {
+            (e - s + st - 1) / st
+        } else {
+            0
+        }
+    } else if s > e {
+        (s - e + (-st) - 1) / (-st)
+    } else {
+        0
+    };
+    Ok(SliceAxis { start: if count > 0 { s as usize } else { 0 }, count: count as usize, step })
+}
+
+fn slice(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let r = x.rank();
+    let (starts, ends, axes, steps) = if ctx.opset < 10 {
+        let Some(s) = ctx.ints("starts")? else { return fail("Slice-1 needs 'starts'") };
+        let Some(e) = ctx.ints("ends")? else { return fail("Slice-1 needs 'ends'") };
+        (s, e, ctx.ints("axes")?, None)
+    } else {
+        let s = req(inputs, 1)?.to_i64_vec()?;
+        let e = req(inputs, 2)?.to_i64_vec()?;
+        let a = opt(inputs, 3).map(|t| t.to_i64_vec()).transpose()?;
+        let st = opt(inputs, 4).map(|t| t.to_i64_vec()).transpose()?;
+        (s, e, a, st)
+    };
+    if ends.len() != starts.len() {
+        return fail(format!("Slice has {} starts but {} ends", starts.len(), ends.len()));
+    }
+    let axes: Vec<i64> = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if axes.len() != starts.len() || steps.len() != starts.len() {
+        return fail("Slice starts, ends, axes and steps must have equal lengths");
+    }
+    let mut plan: Vec<SliceAxis> = x.shape.iter().map(|&d| SliceAxis { start: 0, count: d, step: 1 }).collect();
+    let mut seen = vec![false; r];
+    for i in 0..starts.len() {
+        let a = axis(axes[i], r)?;
+        if std::mem::replace(&mut seen[a], true) {
+            return fail(format!("Slice axis {} is repeated", axes[i]));
+        }
+        plan[a] = resolve_slice(x.shape[a], starts[i], ends[i], steps[i])?;
+    }
+    let st = istrides(&x.shape);
+    let oshape: Vec<usize> = plan.iter().map(|p| p.count).collect();
+    let base: usize = plan.iter().zip(&st).map(|(p, &s)| p.start * s as usize).sum();
+    if ctx.view {
+        let first_cut = (0..r).find(|&k| oshape[k] != x.shape[k]);
+        let contiguous = match first_cut {
+            None => true,
+            Some(k) => (0..k).all(|j| oshape[j] == 1) && (k + 1..r).all(|j| oshape[j] == x.shape[j]),
+        };
+        if !contiguous || plan.iter().any(|p| p.step != 1 && p.count > 1) {
+            return fail(format!("the plan makes this Slice a view but {:?} of {:?} is not one contiguous run", oshape, x.shape));
+        }
+        return Ok(vec![x.view(if oshape.contains(&0) { 0 } else { base }, &oshape)?]);
+    }
+    let ost: Vec<isize> = plan.iter().zip(&st).map(|(p, &s)| p.step as isize * s).collect();
+    Ok(vec![gather_strided(ctx, x, base, &oshape, &ost)?])
+}
+
+fn split(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let a = axis(ctx.int("axis", 0)?, x.rank())?;
+    let d = x.shape[a];
+    let n_out = ctx.node.outputs.len();
+    let sizes: Vec<usize> = if let Some(s) = opt(inputs, 1) {
+        dims_of(s, "split")?
+    } else if let Some(s) = ctx.ints("split")? {
+        s.iter().map(|&v| usize::try_from(v).map_err(|_| OpFail::Invalid(format!("split size {v}")))).collect::<Result<_, _>>()?
+    } else {
+        let parts = ctx.opt_int("num_outputs")?.map_or(n_out as i64, |v| v);
+        if parts <= 0 {
+            return fail(format!("num_outputs is {parts}"));
+        }
+        let parts = parts as usize;
+        // Equal parts; with num_outputs the last one is smaller when `d` does not divide.
+        let each = if ctx.has("num_outputs") { d.div_ceil(parts) } else { d / parts };
+        if !ctx.has("num_outputs") && d % parts != 0 {
+            return fail(format!("axis of length {d} does not split into {parts} equal parts"));
+        }
+        (0..parts).map(|i| each.min(d.saturating_sub(i * each))).collect()
+    };
+    if sizes.iter().sum::<usize>() != d {
+        return fail(format!("split sizes {sizes:?} do not sum to the axis length {d}"));
+    }
+    if sizes.len() != n_out {
+        return fail(format!("{} split sizes for {n_out} outputs", sizes.len()));
+    }
+    let st = istrides(&x.shape);
+    let mut outs = Vec::with_capacity(sizes.len());
+    let mut at = 0;
+    for &s in &sizes {
+        let mut shape = x.shape.clone();
+        shape[a] = s;
+        let base = if s == 0 { 0 } else { at * st[a] as usize };
+        outs.push(gather_strided(ctx, x, base, &shape, &st)?);
+        at += s;
+    }
+    Ok(outs)
+}
+
+fn concat(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let ins: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
+    let Some(first) = ins.first() else { return fail("Concat needs at least one input") };
+    let Some(ax) = ctx.opt_int("axis")? else { return fail("Concat needs 'axis'") };
+    let a = axis(ax, first.rank())?;
+    if let Some(t) = ins.iter().find(|t| t.dtype != first.dtype) {
+        return fail(format!("Concat inputs mix {} and {}", first.dtype, t.dtype));
+    }
+    let mut oshape = first.shape.clone();
+    oshape[a] = ins.iter().map(|t| t.shape.get(a).copied().unwrap_or(0)).sum();
+    let mut out = ctx.alloc(first.dtype, &oshape)?;
+    by_size!(elem_size(first.dtype)?, T => {
+        let parts: Vec<(&[T], &[usize])> =
+            ins.iter().map(|t| Ok((raw::<T>(t)?, t.shape.as_slice()))).collect::<Result<_, OpFail>>()?;
+        mv::concat(&parts, a, raw_mut::<T>(&mut out)?)?
+    });
+    Ok(vec![out])
+}
+
+fn expand(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let target = dims_of(req(inputs, 1)?, "Expand shape")?;
+    let oshape = broadcast_shapes(&[&x.shape, &target])?;
+    let mut out = ctx.alloc(x.dtype, &oshape)?;
+    by_size!(elem_size(x.dtype)?, T => mv::expand(raw::<T>(x)?, &x.shape, &oshape, raw_mut::<T>(&mut out)?)?);
+    Ok(vec![out])
+}
+
+fn tile(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let reps = dims_of(req(inputs, 1)?, "Tile repeats")?;
+    if reps.len() != x.rank() {
+        return fail(format!("Tile repeats has {} entries for rank {}", reps.len(), x.rank()));
+    }
+    let oshape: Vec<usize> = x.shape.iter().zip(&reps).map(|(a, b)| a * b).collect();
+    let mut out = ctx.alloc(x.dtype, &oshape)?;
+    by_size!(elem_size(x.dtype)?, T => mv::tile(raw::<T>(x)?, &x.shape, &reps, raw_mut::<T>(&mut out)?)?);
+    Ok(vec![out])
+}
+
+fn trilu(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let k = match opt(inputs, 1) {
+        Some(t) => scalar_i64(t, "Trilu k")?,
+        None => 0,
+    };
+    let upper = ctx.int("upper", 1)? != 0;
+    let mut out = ctx.alloc(x.dtype, &x.shape)?;
+    by_size!(elem_size(x.dtype)?, T => mv::trilu(raw::<T>(x)?, &x.shape, upper, k, 0 as T, raw_mut::<T>(&mut out)?)?);
+    Ok(vec![out])
+}
+
+fn range(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (s, l, d) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
+    if s.dtype != l.dtype || s.dtype != d.dtype {
+        return fail("Range start, limit and delta must have one type");
+    }
+    if [s, l, d].iter().any(|t| t.numel() != 1) {
+        return fail("Range start, limit and delta must be scalars");
+    }
+    macro_rules! int_range {
+        ($t:ty) => {{
+            let (a, b, c) = (s.data::<$t>()?[0] as i128, l.data::<$t>()?[0] as i128, d.data::<$t>()?[0] as i128);
+            if c == 0 {
+                return fail("Range delta must not be 0");
+            }
+            let n = ((b - a) + c - c.signum()) / c;
+            let n = usize::try_from(n.max(0)).map_err(|_| OpFail::Invalid("Range is too long".into()))?;
+            let vals: Vec<$t> = (0..n as i128).map(|i| (a + i * c) as $t).collect();
+            Ok(vec![ctx.from_vec::<$t>(&[n], &vals)?])
+        }};
+    }
+    macro_rules! float_range {
+        ($t:ty) => {{
+            let (a, b, c) = (s.data::<$t>()?[0], l.data::<$t>()?[0], d.data::<$t>()?[0]);
+            if c == 0.0 {
+                return fail("Range delta must not be 0");
+            }
+            // onnxruntime: count = ceil((limit - start) / delta) in double; values accumulate delta.
+            let n = (((b - a) as f64) / c as f64).ceil();
+            if !n.is_finite() || n > 1e12 {
+                return fail(format!("Range length {n} is not a usable count"));
+            }
+            let n = n.max(0.0) as usize;
+            let mut out = ctx.alloc(<$t as crate::tensor::Element>::DTYPE, &[n])?;
+            let mut v = a;
+            for o in out.data_mut::<$t>()? {
+                *o = v;
+                v += c;
+            }
+            Ok(vec![out])
+        }};
+    }
+    match s.dtype {
+        DataType::I64 => int_range!(i64),
+        DataType::I32 => int_range!(i32),
+        DataType::I16 => int_range!(i16),
+        DataType::F32 => float_range!(f32),
+        DataType::F64 => float_range!(f64),
+        t => unsupported(format!("Range on {t}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::testutil::{run_op, t_f32, t_i64};
+    use memplan_ir::graph::AttrValue;
+
+    #[test]
+    fn slice_clamps_and_steps_backwards() {
+        assert_eq!(resolve_slice(5, 1, 100, 1).unwrap(), SliceAxis { start: 1, count: 4, step: 1 });
+        assert_eq!(resolve_slice(5, -1, i64::MIN, -1).unwrap(), SliceAxis { start: 4, count: 5, step: -1 });
+        assert_eq!(resolve_slice(5, i64::MAX, 0, -2).unwrap(), SliceAxis { start: 4, count: 2, step: -2 });
+        assert_eq!(resolve_slice(5, 3, 1, 1).unwrap().count, 0);
+        assert_eq!(resolve_slice(5, -100, 2, 1).unwrap(), SliceAxis { start: 0, count: 2, step: 1 });
+        assert!(resolve_slice(5, 0, 1, 0).is_err());
+        let x = t_f32(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let out = run_op(
+            "Slice",
+            &[],
+            &[Some(&x), Some(&t_i64(&[2], &[0, -1])), Some(&t_i64(&[2], &[2, -10])), None, Some(&t_i64(&[2], &[1, -2]))],
+            1,
+        )
+        .unwrap();
+        assert_eq!(out[0].shape, [2, 2]);
+        assert_eq!(out[0].data::<f32>().unwrap(), &[3., 1., 6., 4.]);
+    }
+
+    #[test]
+    fn split_forms() {
+        let x = t_f32(&[5], &[1., 2., 3., 4., 5.]);
+        let o = run_op("Split", &[], &[Some(&x), Some(&t_i64(&[2], &[2, 3]))], 2).unwrap();
+        assert_eq!(o[1].data::<f32>().unwrap(), &[3., 4., 5.]);
+        let o = run_op("Split", &[("num_outputs", AttrValue::Int(2))], &[Some(&x)], 2).unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[1., 2., 3.]);
+        assert_eq!(o[1].data::<f32>().unwrap(), &[4., 5.]);
+        assert!(run_op("Split", &[], &[Some(&x)], 2).is_err());
+        assert!(run_op("Split", &[], &[Some(&x), Some(&t_i64(&[2], &[2, 2]))], 2).is_err());
+    }
+
+    #[test]
+    fn concat_expand_tile_range_trilu() {
+        let a = t_f32(&[1, 2], &[1., 2.]);
+        let b = t_f32(&[2, 2], &[3., 4., 5., 6.]);
+        let o = run_op("Concat", &[("axis", AttrValue::Int(0))], &[Some(&a), Some(&b)], 1).unwrap();
+        assert_eq!(o[0].shape, [3, 2]);
+        assert_eq!(o[0].data::<f32>().unwrap(), &[1., 2., 3., 4., 5., 6.]);
+        let o = run_op("Expand", &[], &[Some(&a), Some(&t_i64(&[3], &[2, 1, 1]))], 1).unwrap();
+        assert_eq!(o[0].shape, [2, 1, 2]);
+        let o = run_op("Tile", &[], &[Some(&a), Some(&t_i64(&[2], &[2, 1]))], 1).unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[1., 2., 1., 2.]);
+        let r = |s: i64, l: i64, d: i64| {
+            run_op("Range", &[], &[Some(&t_i64(&[], &[s])), Some(&t_i64(&[], &[l])), Some(&t_i64(&[], &[d]))], 1)
+        };
+        assert_eq!(r(1, 10, 3).unwrap()[0].data::<i64>().unwrap(), &[1, 4, 7]);
+        assert_eq!(r(10, 4, -3).unwrap()[0].data::<i64>().unwrap(), &[10, 7]);
+        assert_eq!(r(10, 4, 3).unwrap()[0].numel(), 0);
+        assert!(r(1, 2, 0).is_err());
+        let f = run_op("Range", &[], &[Some(&t_f32(&[], &[0.])), Some(&t_f32(&[], &[1.])), Some(&t_f32(&[], &[0.25]))], 1)
+            .unwrap();
+        assert_eq!(f[0].data::<f32>().unwrap(), &[0., 0.25, 0.5, 0.75]);
+        let o = run_op("Trilu", &[("upper", AttrValue::Int(0))], &[Some(&b)], 1).unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[3., 0., 5., 6.]);
+    }
+
+    #[test]
+    fn transpose_default_reverses() {
+        let x = t_f32(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let o = run_op("Transpose", &[], &[Some(&x)], 1).unwrap();
+        assert_eq!(o[0].shape, [3, 2]);
+        assert_eq!(o[0].data::<f32>().unwrap(), &[1., 4., 2., 5., 3., 6.]);
+    }
+}

@@ -1,0 +1,5 @@
+//! Reductions.
+
+use super::OpFn;
+
+pub const OPS: &[(&str, OpFn)] = &[];
