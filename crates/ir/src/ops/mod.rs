@@ -9,6 +9,7 @@ use crate::dim::Expr;
 use crate::graph::Node;
 use crate::infer::{Fact, InferCtx, OpError};
 
+pub mod axes;
 pub mod elementwise;
 pub mod linalg;
 pub mod nn;
