@@ -3,6 +3,7 @@
 mod commands;
 mod estimate;
 mod npz;
+mod optimize;
 mod plot;
 mod run;
 mod table;
@@ -34,6 +35,8 @@ enum Cmd {
     Estimate(estimate::EstimateArgs),
     /// Run a model on CPU with memplan's executor: measured peak, time, outputs, comparison.
     Run(run::RunArgs),
+    /// Plan memory at given dims: a better order, in-place reuse, one arena; write the reordered model and the plan.
+    Optimize(optimize::OptimizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Cmd::Convert(a) => commands::convert(a),
         Cmd::Estimate(a) => estimate::estimate(a),
         Cmd::Run(a) => run::run(a),
+        Cmd::Optimize(a) => optimize::optimize(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,425 @@
+//! memplan-plan: memory planning over the simulator's lifetimes: a better order, in-place reuse and
+//! one static arena, as a checked [`Plan`].
+//!
+//! [`optimize`] runs the passes at concrete dims and keeps the best of each:
+//! 1. schedule ([`sched`]): graph order, two list schedulers, two DFS orders, and an exact search over
+//!    frontier sets on windows of the best of them;
+//! 2. in place ([`inplace`]): outputs written over inputs that die at their node, as the op table allows;
+//! 3. placement ([`place`]): greedy best fit in three orders, the smallest arena kept.
+//!
+//! Every candidate schedule goes through in-place and placement; the smallest arena wins. The plan it
+//! makes is verified by [`check::check`], which recomputes everything from the graph on its own.
+//! [`reorder`] rewrites a graph so its node list follows a plan's schedule.
+//!
+//! **Invariant**: every plan [`optimize`] returns has passed [`check::check`].
+
+pub mod check;
+pub mod chunk;
+pub mod gen;
+pub mod inplace;
+pub mod model;
+pub mod place;
+pub mod plan;
+pub mod sched;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use memplan_ir::graph::{Graph, NodeId, ValueKind};
+use memplan_ir::infer::Facts;
+use memplan_sim::timeline::{SimError, Timeline};
+
+pub use check::{check, PlanError};
+pub use model::Problem;
+pub use plan::{Buffer, BufferKind, InPlace, Plan, Step};
+
+/// Knobs of [`optimize`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Time for the exact search (all windows together).
+    pub exact_time: Duration,
+    /// Nodes per exact-search window (at most 64).
+    pub exact_window: usize,
+    /// Frontier states per window before the search gives up on it.
+    pub exact_max_states: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            exact_time: Duration::from_millis(300),
+            exact_window: 24,
+            exact_max_states: 50_000,
+        }
+    }
+}
+
+/// A pass and the peak after it (resident bytes included).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Pass {
+    pub name: String,
+    pub peak_bytes: u64,
+}
+
+/// One candidate schedule and where it ends up.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Candidate {
+    pub scheduler: String,
+    /// Simulated peak of the order (resident included).
+    pub peak_bytes: u64,
+    /// Live peak after in-place reuse (resident included).
+    pub inplace_peak_bytes: u64,
+    /// Smallest arena over the placements.
+    pub arena_bytes: u64,
+    pub placement: String,
+}
+
+/// What [`optimize`] did.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Report {
+    pub dims: BTreeMap<String, i64>,
+    pub nodes: usize,
+    /// Simulated peak in graph order: what `memplan estimate` reports.
+    pub peak_bytes_before: u64,
+    /// The planned arena plus the resident weights and inputs.
+    pub peak_bytes_after: u64,
+    pub passes: Vec<Pass>,
+    pub candidates: Vec<Candidate>,
+    /// The chosen candidate's placements: name and arena.
+    pub placements: Vec<Pass>,
+    pub scheduler: String,
+    pub placement: String,
+    pub arena_bytes: u64,
+    /// Liveness peak of the arena's buffers after in-place: no placement does better.
+    pub arena_lower_bound: u64,
+    pub resident_bytes: u64,
+    pub inplace: usize,
+    pub exact_windows_solved: usize,
+    pub exact_windows_improved: usize,
+    pub exact_windows_given_up: usize,
+}
+
+/// Why no plan could be made.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum OptimizeError {
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    /// The planner made a plan its checker rejects: a planner bug, never silently ignored.
+    #[error("internal error: the planner made an invalid plan: {0}")]
+    Check(#[from] PlanError),
+}
+
+/// A plan and its report.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub plan: Plan,
+    pub report: Report,
+}
+
+/// Evaluated result of one schedule through in-place and placement.
+struct Evaluated {
+    order: Vec<u32>,
+    decisions: Vec<inplace::Decision>,
+    blocks: Vec<place::Block>,
+    /// Block of each problem buffer; scratch blocks follow, one per node with scratch, in `scratch_of`.
+    block_of: Vec<usize>,
+    scratch_of: Vec<u32>,
+    offsets: Vec<u64>,
+    placements: Vec<Pass>,
+    placement: &'static str,
+    arena: u64,
+    lower: u64,
+    inplace_peak: u64,
+}
+
+fn evaluate(graph: &Graph, p: &Problem, order: Vec<u32>) -> Evaluated {
+    let (decisions, root) = inplace::decide(graph, p, &order);
+    let (first, last) = p.lifetimes(&order);
+    let mut blocks: Vec<place::Block> = Vec::new();
+    let mut block_of = vec![usize::MAX; p.buffers()];
+    for b in 0..p.buffers() {
+        let r = root[b] as usize;
+        if block_of[r] == usize::MAX {
+            block_of[r] = blocks.len();
+            blocks.push(place::Block {
+                first: first[r],
+                last: last[r],
+                size: p.size[r],
+            });
+        }
+        let k = block_of[r];
+        block_of[b] = k;
+        blocks[k].first = blocks[k].first.min(first[b]);
+        blocks[k].last = blocks[k].last.max(last[b]);
+    }
+    let mut scratch_of = Vec::new();
+    for (s, &v) in order.iter().enumerate() {
+        if p.scratch[v as usize] > 0 {
+            scratch_of.push(v);
+            blocks.push(place::Block {
+                first: s,
+                last: s,
+                size: p.scratch[v as usize],
+            });
+        }
+    }
+    let lower = place::lower_bound(&blocks);
+    let mut best: Option<(u64, Vec<u64>, &'static str)> = None;
+    let mut placements = Vec::new();
+    for placer in place::all() {
+        let off = placer.place(&blocks);
+        let a = place::arena(&blocks, &off);
+        placements.push(Pass {
+            name: placer.name().to_string(),
+            peak_bytes: a,
+        });
+        if best.as_ref().is_none_or(|(b, ..)| a < *b) {
+            best = Some((a, off, placer.name()));
+        }
+    }
+    let (arena, offsets, placement) = best.unwrap_or((0, Vec::new(), "none"));
+    Evaluated {
+        order,
+        decisions,
+        blocks,
+        block_of,
+        scratch_of,
+        offsets,
+        placements,
+        placement,
+        arena,
+        lower,
+        inplace_peak: lower,
+    }
+}
+
+/// Plans `graph` at `dims`: every symbol of the facts must be given.
+pub fn optimize(
+    graph: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    opts: &Options,
+) -> Result<Outcome, OptimizeError> {
+    let p = Problem::build(graph, facts, &facts.order, dims)?;
+    let sim_peak = |order: &[u32]| -> Result<u64, SimError> {
+        let ids: Vec<NodeId> = order.iter().map(|&v| NodeId(v)).collect();
+        let t = Timeline::build(graph, facts, &ids)?;
+        Ok(memplan_sim::peak::concrete_peak(&t, dims)?.peak_bytes)
+    };
+    let mut sinks: Vec<u32> = graph
+        .outputs
+        .iter()
+        .filter_map(|&v| graph.producer(v))
+        .map(|n| n.0)
+        .collect();
+    sinks.dedup();
+    let mut orders: Vec<(String, Vec<u32>)> = vec![
+        ("graph order".into(), p.graph_order_u32()),
+        (
+            "list (net growth)".into(),
+            sched::list(&p, sched::ListKey::NetGrowth),
+        ),
+        (
+            "list (step bytes)".into(),
+            sched::list(&p, sched::ListKey::StepBytes),
+        ),
+        ("dfs".into(), sched::dfs(&p, &sinks, false)),
+        ("dfs (inputs reversed)".into(), sched::dfs(&p, &sinks, true)),
+    ];
+    let best_heur = (0..orders.len())
+        .min_by_key(|&i| (p.peak(&orders[i].1), i))
+        .unwrap_or(0);
+    let lim = sched::ExactLimits {
+        window: opts.exact_window,
+        max_states: opts.exact_max_states,
+        deadline: Some(Instant::now() + opts.exact_time),
+    };
+    let (ex, stats) = sched::exact(&p, &orders[best_heur].1, &lim);
+    if stats.improved > 0 {
+        orders.push((format!("exact search over {}", orders[best_heur].0), ex));
+    }
+
+    let mut candidates = Vec::new();
+    let mut best: Option<(usize, Evaluated, u64)> = None;
+    for (i, (name, order)) in orders.into_iter().enumerate() {
+        debug_assert!(p.is_topological(&order), "{name}");
+        let peak = sim_peak(&order)?;
+        let ev = evaluate(graph, &p, order);
+        candidates.push(Candidate {
+            scheduler: name,
+            peak_bytes: peak,
+            inplace_peak_bytes: ev.inplace_peak + p.resident,
+            arena_bytes: ev.arena,
+            placement: ev.placement.to_string(),
+        });
+        let better = best
+            .as_ref()
+            .is_none_or(|(_, b, _)| (ev.arena, ev.inplace_peak) < (b.arena, b.inplace_peak));
+        if better {
+            best = Some((i, ev, peak));
+        }
+    }
+    let Some((bi, ev, sched_peak)) = best else {
+        unreachable!("graph order is always a candidate")
+    };
+    let plan = build_plan(graph, &p, &ev, dims);
+    check::check(graph, facts, &plan)?;
+    let before = candidates[0].peak_bytes;
+    let after = ev.arena + p.resident;
+    let report = Report {
+        dims: dims.clone(),
+        nodes: graph.nodes.len(),
+        peak_bytes_before: before,
+        peak_bytes_after: after,
+        passes: vec![
+            Pass {
+                name: "graph order".into(),
+                peak_bytes: before,
+            },
+            Pass {
+                name: format!("schedule: {}", candidates[bi].scheduler),
+                peak_bytes: sched_peak,
+            },
+            Pass {
+                name: format!("in place ({} reuses)", ev.decisions.len()),
+                peak_bytes: ev.inplace_peak + p.resident,
+            },
+            Pass {
+                name: format!("placement: {}", ev.placement),
+                peak_bytes: after,
+            },
+        ],
+        scheduler: candidates[bi].scheduler.clone(),
+        placement: ev.placement.to_string(),
+        candidates,
+        placements: ev.placements.clone(),
+        arena_bytes: ev.arena,
+        arena_lower_bound: ev.lower,
+        resident_bytes: p.resident,
+        inplace: ev.decisions.len(),
+        exact_windows_solved: stats.solved,
+        exact_windows_improved: stats.improved,
+        exact_windows_given_up: stats.gave_up,
+    };
+    Ok(Outcome { plan, report })
+}
+
+/// The plan for a fixed `schedule` (a topological order of all nodes): in-place reuse and the best
+/// placement, checked.
+pub fn plan_for_schedule(
+    graph: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    schedule: &[NodeId],
+) -> Result<Plan, OptimizeError> {
+    let p = Problem::build(graph, facts, schedule, dims)?;
+    let order: Vec<u32> = schedule.iter().map(|n| n.0).collect();
+    let ev = evaluate(graph, &p, order);
+    let plan = build_plan(graph, &p, &ev, dims);
+    check::check(graph, facts, &plan)?;
+    Ok(plan)
+}
+
+/// Assembles the [`Plan`] value of an evaluated candidate.
+fn build_plan(graph: &Graph, p: &Problem, ev: &Evaluated, dims: &BTreeMap<String, i64>) -> Plan {
+    let (first, last) = p.lifetimes(&ev.order);
+    let mut views: Vec<Vec<String>> = vec![Vec::new(); p.buffers()];
+    for (v, b) in p.value_buf.iter().enumerate() {
+        if let Some(b) = *b {
+            if p.owner[b as usize].index() != v {
+                views[b as usize].push(graph.values[v].name.clone());
+            }
+        }
+    }
+    let mut buffers: Vec<(usize, u32, Buffer)> = Vec::new();
+    for (b, vs) in views.into_iter().enumerate() {
+        let owner = p.owner[b];
+        let mut values = vec![graph.values[owner.index()].name.clone()];
+        values.extend(vs);
+        buffers.push((
+            first[b],
+            owner.0,
+            Buffer {
+                kind: if p.pinned[b] {
+                    BufferKind::Output
+                } else {
+                    BufferKind::Activation
+                },
+                values,
+                node: None,
+                offset: ev.offsets[ev.block_of[b]],
+                size: p.size[b],
+                first: first[b],
+                last: last[b],
+            },
+        ));
+    }
+    for (k, &v) in ev.scratch_of.iter().enumerate() {
+        let bi = ev.blocks.len() - ev.scratch_of.len() + k;
+        let b = ev.blocks[bi];
+        buffers.push((
+            b.first,
+            u32::MAX,
+            Buffer {
+                kind: BufferKind::Scratch,
+                values: Vec::new(),
+                node: Some(v),
+                offset: ev.offsets[bi],
+                size: b.size,
+                first: b.first,
+                last: b.last,
+            },
+        ));
+    }
+    buffers.sort_by_key(|(f, o, _)| (*f, *o));
+    let buffers: Vec<Buffer> = buffers.into_iter().map(|(_, _, b)| b).collect();
+    let arena_bytes = buffers.iter().map(|b| b.offset + b.size).max().unwrap_or(0);
+    Plan {
+        dims: dims.clone(),
+        schedule: ev
+            .order
+            .iter()
+            .map(|&v| {
+                let n = &graph.nodes[v as usize];
+                Step {
+                    node: v,
+                    name: n.name.clone(),
+                    op: n.op.clone(),
+                }
+            })
+            .collect(),
+        buffers,
+        inplace: ev
+            .decisions
+            .iter()
+            .map(|d| InPlace {
+                node: d.node,
+                input: graph.values[d.input.index()].name.clone(),
+                output: graph.values[d.output.index()].name.clone(),
+            })
+            .collect(),
+        align: place::ALIGN,
+        arena_bytes,
+        resident_bytes: p.resident,
+    }
+}
+
+/// `graph` with its node list in `schedule` order (value producers renumbered to match).
+pub fn reorder(graph: &Graph, schedule: &[NodeId]) -> Graph {
+    let mut g = graph.clone();
+    g.nodes = schedule
+        .iter()
+        .map(|&n| graph.nodes[n.index()].clone())
+        .collect();
+    for (i, node) in g.nodes.iter().enumerate() {
+        for (slot, o) in node.outputs.iter().enumerate() {
+            if let Some(o) = *o {
+                g.values[o.index()].kind = ValueKind::Node {
+                    node: NodeId::from_index(i),
+                    slot: slot as u32,
+                };
+            }
+        }
+    }
+    g
+}

@@ -1,0 +1,160 @@
+//! The [`Plan`]: a plain value the planner makes, the checker verifies and the executor consumes.
+//!
+//! A plan is made for concrete dims. Nodes are named by their index in the graph the plan is for
+//! (plus name and op, checked); values by their ONNX name, which is stable across save and import.
+//! Steps count from 0: step `s` runs `schedule[s]`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde::{Deserialize, Serialize};
+
+/// One step of the schedule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// Node index in the graph.
+    pub node: u32,
+    /// The node's name (may be empty) and op, to catch a plan applied to another graph.
+    pub name: String,
+    pub op: String,
+}
+
+/// What a planned buffer holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BufferKind {
+    /// A node output read by later nodes.
+    Activation,
+    /// Holds a graph output: lives to the end.
+    Output,
+    /// A node's scratch, live during its step only.
+    Scratch,
+}
+
+/// One buffer in the arena.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Buffer {
+    pub kind: BufferKind,
+    /// The value that owns the bytes first, then the views of it (in node order). Empty for scratch.
+    pub values: Vec<String>,
+    /// For scratch: the node (graph index) that uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+    pub offset: u64,
+    pub size: u64,
+    /// First and last step during which it is live.
+    pub first: usize,
+    pub last: usize,
+}
+
+/// Output 0 of `node` is written over the buffer of its input `input`, which dies there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InPlace {
+    pub node: u32,
+    pub input: String,
+    pub output: String,
+}
+
+/// A memory plan at concrete dims.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The dims the plan was made for.
+    pub dims: BTreeMap<String, i64>,
+    pub schedule: Vec<Step>,
+    /// Arena buffers, by first step, then by owner value order.
+    pub buffers: Vec<Buffer>,
+    pub inplace: Vec<InPlace>,
+    /// Every offset is a multiple of this.
+    pub align: u64,
+    /// The arena: the highest `offset + size`.
+    pub arena_bytes: u64,
+    /// Weights and graph inputs, held outside the arena.
+    pub resident_bytes: u64,
+}
+
+impl Plan {
+    /// The plan as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Reads a plan from JSON.
+    pub fn from_json(s: &str) -> Result<Plan, serde_json::Error> {
+        serde_json::from_str(s)
+    }
+
+    /// The same plan for the graph whose node `i` is `schedule[i]` of this plan's graph (the graph
+    /// `optimize` writes): node indices are renumbered, nothing else changes.
+    pub fn renumbered_in_schedule_order(&self) -> Plan {
+        let n = self.schedule.len();
+        let mut new_id = vec![u32::MAX; n];
+        for (s, st) in self.schedule.iter().enumerate() {
+            if let Some(x) = new_id.get_mut(st.node as usize) {
+                *x = s as u32;
+            }
+        }
+        let map = |v: u32| new_id.get(v as usize).copied().unwrap_or(v);
+        let mut p = self.clone();
+        for (s, st) in p.schedule.iter_mut().enumerate() {
+            st.node = s as u32;
+        }
+        for b in &mut p.buffers {
+            b.node = b.node.map(map);
+        }
+        for ip in &mut p.inplace {
+            ip.node = map(ip.node);
+        }
+        p
+    }
+
+    /// A text rendering for reports and snapshot tests.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let dims: Vec<String> = self.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(
+            s,
+            "plan at {}: {} steps, {} buffers, arena {} B, resident {} B, align {}",
+            if dims.is_empty() {
+                "no dims".to_string()
+            } else {
+                dims.join(" ")
+            },
+            self.schedule.len(),
+            self.buffers.len(),
+            self.arena_bytes,
+            self.resident_bytes,
+            self.align
+        );
+        let label = |node: u32| -> String {
+            match self.schedule.iter().find(|st| st.node == node) {
+                Some(st) if !st.name.is_empty() => format!("{} ({})", st.name, st.op),
+                Some(st) => format!("#{} ({})", st.node, st.op),
+                None => format!("#{node}"),
+            }
+        };
+        s.push_str("schedule\n");
+        for (i, st) in self.schedule.iter().enumerate() {
+            let _ = writeln!(s, "  {i:>4}  {}", label(st.node));
+        }
+        s.push_str("buffers (offset, size, steps, values)\n");
+        for b in &self.buffers {
+            let what = match b.kind {
+                BufferKind::Scratch => format!("scratch of {}", label(b.node.unwrap_or(u32::MAX))),
+                BufferKind::Output => format!("{} [output]", b.values.join(" = ")),
+                BufferKind::Activation => b.values.join(" = "),
+            };
+            let _ = writeln!(
+                s,
+                "  {:>10} {:>10}  {:>4}..{:<4}  {what}",
+                b.offset, b.size, b.first, b.last
+            );
+        }
+        if !self.inplace.is_empty() {
+            s.push_str("in place\n");
+            for ip in &self.inplace {
+                let _ = writeln!(s, "  {}: {} over {}", label(ip.node), ip.output, ip.input);
+            }
+        }
+        s
+    }
+}
