@@ -78,7 +78,11 @@ impl Buf {
         if let Some(s) = stats {
             s.add(len as u64);
         }
-        Ok(Buf { ptr, len, stats: stats.cloned() })
+        Ok(Buf {
+            ptr,
+            len,
+            stats: stats.cloned(),
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -115,9 +119,17 @@ impl Drop for Buf {
 }
 
 /// A scratch vector for kernels, charged to the run's stats while alive.
-pub fn scratch<T: bytemuck::Pod>(n: usize, stats: Option<&Arc<MemStats>>) -> Result<ScratchBuf<T>, AllocError> {
-    let bytes = n.checked_mul(std::mem::size_of::<T>()).ok_or(AllocError(usize::MAX))?;
-    Ok(ScratchBuf { buf: Buf::zeroed(bytes, stats)?, _t: std::marker::PhantomData })
+pub fn scratch<T: bytemuck::Pod>(
+    n: usize,
+    stats: Option<&Arc<MemStats>>,
+) -> Result<ScratchBuf<T>, AllocError> {
+    let bytes = n
+        .checked_mul(std::mem::size_of::<T>())
+        .ok_or(AllocError(usize::MAX))?;
+    Ok(ScratchBuf {
+        buf: Buf::zeroed(bytes, stats)?,
+        _t: std::marker::PhantomData,
+    })
 }
 
 /// Typed view of a scratch [`Buf`].
@@ -151,7 +163,8 @@ unsafe impl GlobalAlloc for CountingAlloc {
         // SAFETY: same contract as the caller's.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
-            let now = HEAP_CURRENT.fetch_add(layout.size() as u64, Ordering::Relaxed) + layout.size() as u64;
+            let now = HEAP_CURRENT.fetch_add(layout.size() as u64, Ordering::Relaxed)
+                + layout.size() as u64;
             HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
         }
         p
@@ -161,7 +174,8 @@ unsafe impl GlobalAlloc for CountingAlloc {
         // SAFETY: same contract as the caller's.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
-            let now = HEAP_CURRENT.fetch_add(layout.size() as u64, Ordering::Relaxed) + layout.size() as u64;
+            let now = HEAP_CURRENT.fetch_add(layout.size() as u64, Ordering::Relaxed)
+                + layout.size() as u64;
             HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
         }
         p

@@ -11,7 +11,11 @@ use crate::mem::{AllocError, Buf, MemStats};
 #[derive(Clone, Debug)]
 enum Data {
     /// `len` bytes at `offset` of a shared buffer.
-    Buf { buf: Arc<Buf>, offset: usize, len: usize },
+    Buf {
+        buf: Arc<Buf>,
+        offset: usize,
+        len: usize,
+    },
     /// Model bytes (little-endian, aligned for the element type).
     Bytes(Bytes),
 }
@@ -61,7 +65,11 @@ pub enum TensorError {
     #[error(transparent)]
     Alloc(#[from] AllocError),
     #[error("a view of {want} bytes at {offset} exceeds the tensor's {have} bytes")]
-    View { offset: usize, want: usize, have: usize },
+    View {
+        offset: usize,
+        want: usize,
+        have: usize,
+    },
 }
 
 /// Bytes per element for types the executor holds (bool is one byte).
@@ -74,11 +82,25 @@ pub fn elem_size(d: DataType) -> Result<usize, TensorError> {
 
 impl Tensor {
     /// A zeroed tensor charged to `stats`.
-    pub fn zeros(dtype: DataType, shape: &[usize], stats: Option<&Arc<MemStats>>) -> Result<Tensor, TensorError> {
+    pub fn zeros(
+        dtype: DataType,
+        shape: &[usize],
+        stats: Option<&Arc<MemStats>>,
+    ) -> Result<Tensor, TensorError> {
         let n: usize = shape.iter().product();
-        let len = n.checked_mul(elem_size(dtype)?).ok_or(AllocError(usize::MAX))?;
+        let len = n
+            .checked_mul(elem_size(dtype)?)
+            .ok_or(AllocError(usize::MAX))?;
         let buf = Buf::zeroed(len, stats)?;
-        Ok(Tensor { dtype, shape: shape.to_vec(), data: Data::Buf { buf: Arc::new(buf), offset: 0, len } })
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Data::Buf {
+                buf: Arc::new(buf),
+                offset: 0,
+                len,
+            },
+        })
     }
 
     /// A tensor over model bytes; copies into a (counted) buffer when the bytes are misaligned.
@@ -91,10 +113,18 @@ impl Tensor {
         let es = elem_size(dtype)?;
         let n: usize = shape.iter().product();
         if bytes.len() != n * es {
-            return Err(TensorError::View { offset: 0, want: n * es, have: bytes.len() });
+            return Err(TensorError::View {
+                offset: 0,
+                want: n * es,
+                have: bytes.len(),
+            });
         }
-        if (bytes.as_ptr() as usize) % es == 0 {
-            return Ok(Tensor { dtype, shape: shape.to_vec(), data: Data::Bytes(bytes) });
+        if (bytes.as_ptr() as usize).checked_rem(es) == Some(0) {
+            return Ok(Tensor {
+                dtype,
+                shape: shape.to_vec(),
+                data: Data::Bytes(bytes),
+            });
         }
         let mut t = Tensor::zeros(dtype, shape, stats)?;
         t.bytes_mut()?.copy_from_slice(&bytes);
@@ -102,11 +132,19 @@ impl Tensor {
     }
 
     /// A tensor holding a copy of `values`.
-    pub fn from_vec<T: Element>(shape: &[usize], values: &[T], stats: Option<&Arc<MemStats>>) -> Result<Tensor, TensorError> {
+    pub fn from_vec<T: Element>(
+        shape: &[usize],
+        values: &[T],
+        stats: Option<&Arc<MemStats>>,
+    ) -> Result<Tensor, TensorError> {
         let mut t = Tensor::zeros(T::DTYPE, shape, stats)?;
         let dst = t.data_mut::<T>()?;
         if dst.len() != values.len() {
-            return Err(TensorError::View { offset: 0, want: values.len(), have: dst.len() });
+            return Err(TensorError::View {
+                offset: 0,
+                want: values.len(),
+                have: dst.len(),
+            });
         }
         dst.copy_from_slice(values);
         Ok(t)
@@ -152,17 +190,25 @@ impl Tensor {
     }
 
     fn check<T: Element>(&self) -> Result<(), TensorError> {
-        let ok = self.dtype == T::DTYPE || (self.dtype == DataType::Bool && T::DTYPE == DataType::U8);
+        let ok =
+            self.dtype == T::DTYPE || (self.dtype == DataType::Bool && T::DTYPE == DataType::U8);
         if ok {
             Ok(())
         } else {
-            Err(TensorError::Type { have: self.dtype, want: T::DTYPE })
+            Err(TensorError::Type {
+                have: self.dtype,
+                want: T::DTYPE,
+            })
         }
     }
 
     /// The same bytes under another shape of equal element count (Reshape, Squeeze, ...).
     pub fn reshaped(&self, shape: &[usize]) -> Tensor {
-        Tensor { dtype: self.dtype, shape: shape.to_vec(), data: self.data.clone() }
+        Tensor {
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            data: self.data.clone(),
+        }
     }
 
     /// A zero-copy view of `shape` starting `offset_elems` elements in.
@@ -172,13 +218,25 @@ impl Tensor {
         let (off, want) = (offset_elems * es, n * es);
         let have = self.bytes().len();
         if off + want > have {
-            return Err(TensorError::View { offset: off, want, have });
+            return Err(TensorError::View {
+                offset: off,
+                want,
+                have,
+            });
         }
         let data = match &self.data {
-            Data::Buf { buf, offset, .. } => Data::Buf { buf: buf.clone(), offset: offset + off, len: want },
+            Data::Buf { buf, offset, .. } => Data::Buf {
+                buf: buf.clone(),
+                offset: offset + off,
+                len: want,
+            },
             Data::Bytes(b) => Data::Bytes(b.slice(off..off + want)),
         };
-        Ok(Tensor { dtype: self.dtype, shape: shape.to_vec(), data })
+        Ok(Tensor {
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            data,
+        })
     }
 
     /// Whether this tensor's bytes live in a counted buffer (not borrowed model bytes).
@@ -199,8 +257,16 @@ impl Tensor {
         Ok(match self.dtype {
             DataType::F32 => self.data::<f32>()?.to_vec(),
             DataType::F64 => self.data::<f64>()?.iter().map(|&x| x as f32).collect(),
-            DataType::F16 => self.data::<half::f16>()?.iter().map(|x| x.to_f32()).collect(),
-            DataType::BF16 => self.data::<half::bf16>()?.iter().map(|x| x.to_f32()).collect(),
+            DataType::F16 => self
+                .data::<half::f16>()?
+                .iter()
+                .map(|x| x.to_f32())
+                .collect(),
+            DataType::BF16 => self
+                .data::<half::bf16>()?
+                .iter()
+                .map(|x| x.to_f32())
+                .collect(),
             DataType::I64 => self.data::<i64>()?.iter().map(|&x| x as f32).collect(),
             DataType::I32 => self.data::<i32>()?.iter().map(|&x| x as f32).collect(),
             DataType::Bool | DataType::U8 => self.data::<u8>()?.iter().map(|&x| x as f32).collect(),
@@ -220,7 +286,12 @@ impl Tensor {
             DataType::U16 => self.data::<u16>()?.iter().map(|&x| x as i64).collect(),
             DataType::U32 => self.data::<u32>()?.iter().map(|&x| x as i64).collect(),
             DataType::U64 => self.data::<u64>()?.iter().map(|&x| x as i64).collect(),
-            d => return Err(TensorError::Type { have: d, want: DataType::I64 }),
+            d => {
+                return Err(TensorError::Type {
+                    have: d,
+                    want: DataType::I64,
+                })
+            }
         })
     }
 }

@@ -167,7 +167,10 @@ mod tests {
     #[test]
     fn float_to_int_truncates_and_saturates() {
         let x = [-1.7f32, 1.7, -0.5, f32::NAN, 3e9, -3e9, f32::INFINITY];
-        assert_eq!(c::<f32, i32>(&x), [-1, 1, 0, 0, i32::MAX, i32::MIN, i32::MAX]);
+        assert_eq!(
+            c::<f32, i32>(&x),
+            [-1, 1, 0, 0, i32::MAX, i32::MIN, i32::MAX]
+        );
         assert_eq!(c::<f32, u8>(&x), [0, 1, 0, 0, 255, 0, 255]);
         assert_eq!(c::<f64, i64>(&[-2.99, 2.99]), [-2, 2]);
         let h = [f16::from_f32(-3.5), f16::from_f32(100.25)];
@@ -178,16 +181,25 @@ mod tests {
     fn int_to_int_wraps_and_int_to_float_rounds_once() {
         assert_eq!(c::<i32, u8>(&[-1, 256, 300]), [255, 0, 44]);
         assert_eq!(c::<u64, i64>(&[u64::MAX]), [-1]);
-        assert_eq!(c::<i64, f32>(&[(1 << 24) + 1, (1 << 24) + 3]), [16777216.0, 16777220.0]);
+        assert_eq!(
+            c::<i64, f32>(&[(1 << 24) + 1, (1 << 24) + 3]),
+            [16777216.0, 16777220.0]
+        );
         // One rounding from i64 to f32: via f64 would double-round this value up to 2^53+2^30.
         let v = (1i64 << 53) + (1 << 29) + 1;
-        assert_eq!(c::<i64, f32>(&[v])[0], (1u64 << 53) as f32 + (1u64 << 30) as f32);
+        assert_eq!(
+            c::<i64, f32>(&[v])[0],
+            (1u64 << 53) as f32 + (1u64 << 30) as f32
+        );
         assert_eq!(c::<u64, f64>(&[u64::MAX])[0], 18446744073709551616.0);
     }
 
     #[test]
     fn bool_casts() {
-        assert_eq!(c::<f32, bool>(&[0.0, -0.0, 0.1, f32::NAN]), [false, false, true, true]);
+        assert_eq!(
+            c::<f32, bool>(&[0.0, -0.0, 0.1, f32::NAN]),
+            [false, false, true, true]
+        );
         assert_eq!(c::<i8, bool>(&[0, -1]), [false, true]);
         assert_eq!(c::<bool, f32>(&[true, false]), [1.0, 0.0]);
         assert_eq!(c::<bool, i64>(&[true, false]), [1, 0]);
@@ -196,7 +208,13 @@ mod tests {
 
     #[test]
     fn half_conversions() {
-        let x = [1.0f32, 65504.0, 65520.0, 1.0 + 1.0 / 2048.0, 1.0 + 3.0 / 2048.0];
+        let x = [
+            1.0f32,
+            65504.0,
+            65520.0,
+            1.0 + 1.0 / 2048.0,
+            1.0 + 3.0 / 2048.0,
+        ];
         let h: Vec<f16> = c(&x);
         let back: Vec<f32> = c(&h);
         // 65520 rounds to infinity; ties go to even.
@@ -212,7 +230,10 @@ mod tests {
         f16_to_f32(&h2, &mut w2).unwrap();
         assert_eq!(w2, [0.5]);
         assert_eq!(c::<f64, f16>(&[0.1])[0], f16::from_f32(0.1));
-        assert_eq!(c::<f16, bf16>(&[f16::from_f32(3.0)])[0], bf16::from_f32(3.0));
+        assert_eq!(
+            c::<f16, bf16>(&[f16::from_f32(3.0)])[0],
+            bf16::from_f32(3.0)
+        );
     }
 
     #[test]

@@ -278,7 +278,22 @@ fn im2col<T: GemmFloat>(xg: &[T], in_sp: &[usize], out_sp: &[usize], win: &Windo
     }
 }
 
+/// Elements of the im2col buffer [`conv_with_col`] needs: `C/group * prod(kernel) * prod(out spatial)`,
+/// or 0 for a 1x1, stride-1, unpadded kernel (which reads X directly).
+pub fn conv_col_len(x_shape: &[usize], w_shape: &[usize], attrs: &ConvAttrs) -> KResult<usize> {
+    let (win, group, out_shape) = conv_geometry(x_shape, w_shape, attrs)?;
+    let direct = win.kernel.iter().all(|&k| k == 1)
+        && win.strides.iter().all(|&s| s == 1)
+        && win.pad_begin.iter().chain(&win.pad_end).all(|&q| q == 0);
+    if direct {
+        return Ok(0);
+    }
+    let kn: usize = win.kernel.iter().product();
+    Ok(x_shape[1] / group * kn * out_shape[2..].iter().product::<usize>())
+}
+
 /// ONNX Conv (explicit pads; see [`resolve_pads`] for auto_pad). `out` holds `conv_out_shape` elements.
+/// Allocates its im2col buffer on the heap; the executor uses [`conv_with_col`].
 pub fn conv<T: GemmFloat>(
     x: &[T],
     x_shape: &[usize],
@@ -287,6 +302,22 @@ pub fn conv<T: GemmFloat>(
     bias: Option<&[T]>,
     attrs: &ConvAttrs,
     out: &mut [T],
+) -> KResult<()> {
+    let mut col = vec![T::ZERO; conv_col_len(x_shape, w_shape, attrs)?];
+    conv_with_col(x, x_shape, w, w_shape, bias, attrs, out, &mut col)
+}
+
+/// [`conv`] with a caller-provided im2col buffer of [`conv_col_len`] elements. (batch, group) pairs
+/// needing im2col run one after another through that one buffer; each pair's rows may be split.
+pub fn conv_with_col<T: GemmFloat>(
+    x: &[T],
+    x_shape: &[usize],
+    w: &[T],
+    w_shape: &[usize],
+    bias: Option<&[T]>,
+    attrs: &ConvAttrs,
+    out: &mut [T],
+    col_buf: &mut [T],
 ) -> KResult<()> {
     let (win, group, out_shape) = conv_geometry(x_shape, w_shape, attrs)?;
     check_len("Conv X", x.len(), x_shape)?;
@@ -316,7 +347,14 @@ pub fn conv<T: GemmFloat>(
         return Ok(());
     }
     // One (batch, group) pair: its output block is `[mg, p]`, contiguous in `out`.
-    let run_pair = |ng: usize, yb: &mut [T], inner_par: bool| -> KResult<()> {
+    if !direct && col_buf.len() != kdim * p {
+        return Err(shape_err(format!(
+            "Conv im2col buffer has {} elements, needs {}",
+            col_buf.len(),
+            kdim * p
+        )));
+    }
+    let run_pair = |ng: usize, yb: &mut [T], inner_par: bool, col_buf: &mut [T]| -> KResult<()> {
         let (bi, g) = (ng / group, ng % group);
         let xg = &x[(bi * c + g * cg) * plane..(bi * c + (g + 1) * cg) * plane];
         let wg = MatRef {
@@ -325,13 +363,11 @@ pub fn conv<T: GemmFloat>(
             rs: kdim,
             cs: 1,
         };
-        let mut col_buf = Vec::new();
         let col: &[T] = if direct {
             xg
         } else {
-            col_buf.resize(kdim * p, T::ZERO);
-            im2col(xg, in_sp, out_sp, &win, &mut col_buf);
-            &col_buf
+            im2col(xg, in_sp, out_sp, &win, col_buf);
+            col_buf
         };
         let rows = |r: std::ops::Range<usize>, yc: &mut [T]| -> KResult<()> {
             let wr = MatRef {
@@ -371,14 +407,14 @@ pub fn conv<T: GemmFloat>(
     let pairs = n * group;
     let block = mg * p;
     let threads = rayon::current_num_threads();
-    if pairs >= 2 * threads && threads > 1 && block * kdim >= 1 << 14 {
+    if direct && pairs >= 2 * threads && threads > 1 && block * kdim >= 1 << 14 {
         out.par_chunks_mut(block)
             .enumerate()
-            .try_for_each(|(ng, yb)| run_pair(ng, yb, false))
+            .try_for_each(|(ng, yb)| run_pair(ng, yb, false, &mut []))
     } else {
         out.chunks_mut(block)
             .enumerate()
-            .try_for_each(|(ng, yb)| run_pair(ng, yb, true))
+            .try_for_each(|(ng, yb)| run_pair(ng, yb, true, col_buf))
     }
 }
 

@@ -38,18 +38,6 @@ pub(crate) fn index_err(index: i64, axis: usize, len: usize) -> KernelError {
     ))
 }
 
-/// Resolves a possibly negative axis against a rank.
-pub(crate) fn norm_axis(axis: i64, rank: usize) -> KResult<usize> {
-    let r = rank as i64;
-    let a = if axis < 0 { axis + r } else { axis };
-    if a < 0 || a >= r {
-        return Err(KernelError::Attribute(format!(
-            "axis {axis} is out of range for rank {rank}"
-        )));
-    }
-    Ok(a as usize)
-}
-
 /// Row-major element strides of a shape.
 pub(crate) fn strides_of(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];
@@ -118,8 +106,8 @@ impl<const K: usize> Layout<K> {
             if d == 1 {
                 continue;
             }
-            let merge = !dims.is_empty()
-                && (0..K).all(|k| strides[k].last() == Some(&(full[k][i] * d)));
+            let merge =
+                !dims.is_empty() && (0..K).all(|k| strides[k].last() == Some(&(full[k][i] * d)));
             if merge {
                 if let Some(last) = dims.last_mut() {
                     *last *= d;
@@ -157,7 +145,12 @@ impl<const K: usize> Layout<K> {
 
     /// Calls `row(i, offsets)` for rows `first..first + count` (`i` counts from 0), with each input's
     /// element offset of the row start. Index arithmetic is one division per call, then an odometer.
-    pub(crate) fn for_rows(&self, first: usize, count: usize, mut row: impl FnMut(usize, [usize; K])) {
+    pub(crate) fn for_rows(
+        &self,
+        first: usize,
+        count: usize,
+        mut row: impl FnMut(usize, [usize; K]),
+    ) {
         let outer = &self.dims[..self.dims.len() - 1];
         let mut idx = vec![0usize; outer.len()];
         let mut rem = first;
@@ -300,7 +293,8 @@ pub fn binary<A: Elem, B: Elem, O: Elem>(
                     }
                 }
                 _ => {
-                    for ((o, &x), &y) in o.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner])
+                    for ((o, &x), &y) in
+                        o.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner])
                     {
                         *o = f(x, y);
                     }
@@ -582,7 +576,9 @@ pub enum BinaryOp {
     Div,
     Pow,
     /// `fmod = false`: sign of the divisor (integers only, as ONNX requires); `true`: sign of the dividend.
-    Mod { fmod: bool },
+    Mod {
+        fmod: bool,
+    },
     /// Two-input Max with numpy NaN propagation (variadic Max folds this).
     Max,
     /// Two-input Min with numpy NaN propagation.
@@ -759,12 +755,21 @@ pub enum UnaryOp {
     /// `1 / (1 + exp(-x))`.
     Sigmoid,
     Erf,
-    LeakyRelu { alpha: f32 },
-    Elu { alpha: f32 },
+    LeakyRelu {
+        alpha: f32,
+    },
+    Elu {
+        alpha: f32,
+    },
     /// `tanh = false`: `0.5 x (1 + erf(x / sqrt 2))`; `true`: the tanh approximation.
-    Gelu { tanh: bool },
+    Gelu {
+        tanh: bool,
+    },
     /// `max(0, min(1, alpha x + beta))`.
-    HardSigmoid { alpha: f32, beta: f32 },
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
     /// `x * HardSigmoid(x; 1/6, 1/2)`.
     HardSwish,
     /// `x > 0 ? x + ln(1 + exp(-x)) : ln(1 + exp(x))` (overflow-safe form).
@@ -781,7 +786,10 @@ pub enum UnaryOp {
 impl UnaryOp {
     /// Whether the op is defined on integers ([`unary_arith_op`]).
     pub fn integer_ok(self) -> bool {
-        matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu)
+        matches!(
+            self,
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu
+        )
     }
 }
 
@@ -836,10 +844,14 @@ pub fn unary_op<T: Float>(op: UnaryOp, x: &[T], out: &mut [T]) -> KResult<()> {
         }
         UnaryOp::Gelu { tanh: false } => {
             let inv_sqrt2 = T::ONE.div(T::from_f32(2.0).sqrt());
-            unary(x, out, |v| half.mul(v).mul(T::ONE.add(v.mul(inv_sqrt2).erf())))
+            unary(x, out, |v| {
+                half.mul(v).mul(T::ONE.add(v.mul(inv_sqrt2).erf()))
+            })
         }
         UnaryOp::Gelu { tanh: true } => {
-            let c = T::from_f32(2.0).div(T::from_f32(std::f32::consts::PI)).sqrt();
+            let c = T::from_f32(2.0)
+                .div(T::from_f32(std::f32::consts::PI))
+                .sqrt();
             let k = T::from_f32(0.044715);
             unary(x, out, |v| {
                 let inner = c.mul(v.add(k.mul(v).mul(v).mul(v)));
@@ -1024,10 +1036,14 @@ pub(crate) mod testutil {
 
     /// Deterministic pseudo-random values in `[-4, 4)` with a few specials mixed in.
     pub(crate) fn data_f32(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0;
                 match (s >> 20) % 61 {
                     0 => f32::NAN,
@@ -1044,7 +1060,9 @@ pub(crate) mod testutil {
         let mut s = seed ^ 0x9e37_79b9_7f4a_7c15;
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 lo + ((s >> 33) % (hi - lo) as u64) as i64
             })
             .collect()
@@ -1128,12 +1146,18 @@ mod tests {
             return (x.to_vec(), xshape.to_vec());
         }
         let ia = axis - pad;
-        (take_axis(x, xshape, ia, lo, hi), with_dim(xshape, ia, hi - lo))
+        (
+            take_axis(x, xshape, ia, lo, hi),
+            with_dim(xshape, ia, hi - lo),
+        )
     }
 
     #[test]
     fn broadcast_shapes_follows_numpy() {
-        assert_eq!(broadcast_shapes(&[&[2, 1, 3], &[4, 1]]).unwrap(), vec![2, 4, 3]);
+        assert_eq!(
+            broadcast_shapes(&[&[2, 1, 3], &[4, 1]]).unwrap(),
+            vec![2, 4, 3]
+        );
         assert_eq!(broadcast_shapes(&[&[], &[5]]).unwrap(), vec![5]);
         assert_eq!(broadcast_shapes(&[&[0, 1], &[1, 7]]).unwrap(), vec![0, 7]);
         assert_eq!(broadcast_shapes(&[]).unwrap(), Vec::<usize>::new());
@@ -1144,11 +1168,35 @@ mod tests {
     #[test]
     fn binary_checks_shapes_and_lengths() {
         let mut out = [0f32; 6];
-        let r = binary(&[1f32; 6], &[2, 3], &[1f32; 2], &[2], &mut out, &[2, 3], |x, y| x + y);
+        let r = binary(
+            &[1f32; 6],
+            &[2, 3],
+            &[1f32; 2],
+            &[2],
+            &mut out,
+            &[2, 3],
+            |x, y| x + y,
+        );
         assert!(r.is_err());
-        let r = binary(&[1f32; 5], &[2, 3], &[1f32; 3], &[3], &mut out, &[2, 3], |x, y| x + y);
+        let r = binary(
+            &[1f32; 5],
+            &[2, 3],
+            &[1f32; 3],
+            &[3],
+            &mut out,
+            &[2, 3],
+            |x, y| x + y,
+        );
         assert!(r.is_err());
-        let r = binary(&[1f32; 6], &[2, 3], &[1f32; 3], &[3], &mut out, &[6], |x, y| x + y);
+        let r = binary(
+            &[1f32; 6],
+            &[2, 3],
+            &[1f32; 3],
+            &[3],
+            &mut out,
+            &[6],
+            |x, y| x + y,
+        );
         assert!(r.is_err());
     }
 
@@ -1189,9 +1237,25 @@ mod tests {
         let mut out = [0i32; 5];
         binary_op(BinaryOp::Div, &a, &[5], &b, &[5], &mut out, &[5]).unwrap();
         assert_eq!(out, [-3, 3, 3, -3, i32::MIN]);
-        let e = binary_op(BinaryOp::Div, &a, &[5], &[1, 0, 1, 1, 1], &[5], &mut out, &[5]);
+        let e = binary_op(
+            BinaryOp::Div,
+            &a,
+            &[5],
+            &[1, 0, 1, 1, 1],
+            &[5],
+            &mut out,
+            &[5],
+        );
         assert!(matches!(e, Err(KernelError::Unsupported(m)) if m.contains("division by zero")));
-        let e = binary_op(BinaryOp::Mod { fmod: true }, &a, &[5], &[0], &[1], &mut out, &[5]);
+        let e = binary_op(
+            BinaryOp::Mod { fmod: true },
+            &a,
+            &[5],
+            &[0],
+            &[1],
+            &mut out,
+            &[5],
+        );
         assert!(e.is_err());
     }
 
@@ -1201,19 +1265,54 @@ mod tests {
         let x = [-4i64, 7, 5, 4, -7, 8];
         let y = [2i64, -3, 8, -2, 3, 5];
         let mut out = [0i64; 6];
-        binary_op(BinaryOp::Mod { fmod: false }, &x, &[6], &y, &[6], &mut out, &[6]).unwrap();
+        binary_op(
+            BinaryOp::Mod { fmod: false },
+            &x,
+            &[6],
+            &y,
+            &[6],
+            &mut out,
+            &[6],
+        )
+        .unwrap();
         assert_eq!(out, [0, -2, 5, 0, 2, 3]);
-        binary_op(BinaryOp::Mod { fmod: true }, &x, &[6], &y, &[6], &mut out, &[6]).unwrap();
+        binary_op(
+            BinaryOp::Mod { fmod: true },
+            &x,
+            &[6],
+            &y,
+            &[6],
+            &mut out,
+            &[6],
+        )
+        .unwrap();
         assert_eq!(out, [0, 1, 5, 0, -1, 3]);
         let xf = [-4.3f32, 7.2, 5.0, 4.3, -7.2, 8.0];
         let yf = [2.1f32, -3.4, 8.0, -2.1, 3.4, 5.0];
         let mut of = [0f32; 6];
-        binary_op(BinaryOp::Mod { fmod: true }, &xf, &[6], &yf, &[6], &mut of, &[6]).unwrap();
+        binary_op(
+            BinaryOp::Mod { fmod: true },
+            &xf,
+            &[6],
+            &yf,
+            &[6],
+            &mut of,
+            &[6],
+        )
+        .unwrap();
         let want = [-0.1f32, 0.4, 5.0, 0.1, -0.4, 3.0];
         for (g, w) in of.iter().zip(want) {
             assert!((g - w).abs() < 1e-5, "{of:?}");
         }
-        let e = binary_op(BinaryOp::Mod { fmod: false }, &xf, &[6], &yf, &[6], &mut of, &[6]);
+        let e = binary_op(
+            BinaryOp::Mod { fmod: false },
+            &xf,
+            &[6],
+            &yf,
+            &[6],
+            &mut of,
+            &[6],
+        );
         assert!(matches!(e, Err(KernelError::Attribute(_))));
     }
 
@@ -1221,10 +1320,28 @@ mod tests {
     fn pow_float_and_int() {
         let mut out = [0i64; 5];
         let b = [10i64, 0, -1, -3, 3];
-        binary_op(BinaryOp::Pow, &[2i64, 5, 2, -1, -3], &[5], &b, &[5], &mut out, &[5]).unwrap();
+        binary_op(
+            BinaryOp::Pow,
+            &[2i64, 5, 2, -1, -3],
+            &[5],
+            &b,
+            &[5],
+            &mut out,
+            &[5],
+        )
+        .unwrap();
         assert_eq!(out, [1024, 1, 0, -1, -27]);
         let mut of = [0f32; 3];
-        binary_op(BinaryOp::Pow, &[2f32, 4., -8.], &[3], &[3f32], &[1], &mut of, &[3]).unwrap();
+        binary_op(
+            BinaryOp::Pow,
+            &[2f32, 4., -8.],
+            &[3],
+            &[3f32],
+            &[1],
+            &mut of,
+            &[3],
+        )
+        .unwrap();
         assert_eq!(of, [8., 64., -512.]);
     }
 
@@ -1234,8 +1351,13 @@ mod tests {
         let b = [2f32, 0., f32::NAN];
         let c = [0.5f32];
         let mut out = [0f32; 3];
-        variadic_op(VariadicOp::Max, &[(&a, &[3]), (&b, &[3]), (&c, &[1])], &mut out, &[3])
-            .unwrap();
+        variadic_op(
+            VariadicOp::Max,
+            &[(&a, &[3]), (&b, &[3]), (&c, &[1])],
+            &mut out,
+            &[3],
+        )
+        .unwrap();
         assert_eq!(out[0], 2.);
         assert!(out[1].is_nan() && out[2].is_nan());
         variadic_op(VariadicOp::Min, &[(&a, &[3]), (&c, &[1])], &mut out, &[3]).unwrap();
@@ -1245,12 +1367,22 @@ mod tests {
         let s = [[1f32, 2.], [3., 4.]];
         let t = [10f32];
         let mut o = [0f32; 4];
-        variadic_op(VariadicOp::Sum, &[(&s[0], &[2]), (&s[1], &[2]), (&t, &[1])], &mut o[..2], &[2])
-            .unwrap();
+        variadic_op(
+            VariadicOp::Sum,
+            &[(&s[0], &[2]), (&s[1], &[2]), (&t, &[1])],
+            &mut o[..2],
+            &[2],
+        )
+        .unwrap();
         assert_eq!(o[..2], [14., 16.]);
         let m = [[1f32, 2.], [3., 4.]];
-        variadic_op(VariadicOp::Mean, &[(&m[0], &[1, 2]), (&m[1], &[2, 1])], &mut o, &[2, 2])
-            .unwrap();
+        variadic_op(
+            VariadicOp::Mean,
+            &[(&m[0], &[1, 2]), (&m[1], &[2, 1])],
+            &mut o,
+            &[2, 2],
+        )
+        .unwrap();
         assert_eq!(o, [2., 2.5, 2.5, 3.]);
         assert!(variadic::<f32>(&[], &mut o, &[4], |x, _| x).is_err());
     }
@@ -1259,7 +1391,16 @@ mod tests {
     fn comparisons_logic_and_shifts() {
         let mut out = [false; 4];
         let a = [1f32, 2., f32::NAN, 4.];
-        compare(CmpOp::GreaterOrEqual, &a, &[4], &[2f32], &[1], &mut out, &[4]).unwrap();
+        compare(
+            CmpOp::GreaterOrEqual,
+            &a,
+            &[4],
+            &[2f32],
+            &[1],
+            &mut out,
+            &[4],
+        )
+        .unwrap();
         assert_eq!(out, [false, true, false, true]);
         compare(CmpOp::Equal, &a, &[4], &a, &[4], &mut out, &[4]).unwrap();
         assert_eq!(out, [true, true, false, true]);
@@ -1271,9 +1412,27 @@ mod tests {
         not(&out, &mut n).unwrap();
         assert_eq!(n, [true, false, false, true]);
         let mut s = [0u8; 4];
-        bitshift(true, &[16u8, 4, 1, 1], &[4], &[1u8, 2, 7, 8], &[4], &mut s, &[4]).unwrap();
+        bitshift(
+            true,
+            &[16u8, 4, 1, 1],
+            &[4],
+            &[1u8, 2, 7, 8],
+            &[4],
+            &mut s,
+            &[4],
+        )
+        .unwrap();
         assert_eq!(s, [32, 16, 128, 0]);
-        bitshift(false, &[16u8, 4, 1, 255], &[4], &[1u8, 2, 7, 200], &[4], &mut s, &[4]).unwrap();
+        bitshift(
+            false,
+            &[16u8, 4, 1, 255],
+            &[4],
+            &[1u8, 2, 7, 200],
+            &[4],
+            &mut s,
+            &[4],
+        )
+        .unwrap();
         assert_eq!(s, [8, 1, 0, 0]);
     }
 
@@ -1343,8 +1502,13 @@ mod tests {
         assert_eq!(b, [false, false, true, false]);
     }
 
-    const OPS: [BinaryOp; 5] =
-        [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow, BinaryOp::Max];
+    const OPS: [BinaryOp; 5] = [
+        BinaryOp::Add,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Max,
+    ];
 
     proptest! {
         #[test]

@@ -1,1 +1,318 @@
-//! Kernels: index.
+//! Index kernels: Gather, GatherElements, GatherND, ScatterND, ScatterElements, NonZero.
+//!
+//! Indices are validated (negative ones wrap once, anything else outside the axis is an error) before
+//! anything is written. Gathers only move bits. Scatters apply updates sequentially in the order the
+//! updates are stored, so duplicate indices with a reduction give one deterministic result.
+
+use super::elementwise::{index_err, strides_of};
+use super::matmul::{check_len, shape_err, KResult};
+use rayon::prelude::*;
+
+/// Resolves index `i` for an axis of length `len` (negative counts from the end).
+#[inline]
+pub fn resolve(i: i64, axis: usize, len: usize) -> KResult<usize> {
+    let j = if i < 0 { i + len as i64 } else { i };
+    if j < 0 || j >= len as i64 {
+        return Err(index_err(i, axis, len));
+    }
+    Ok(j as usize)
+}
+
+/// ONNX Gather along `axis`: output shape `shape[..axis] + ishape + shape[axis+1..]`.
+pub fn gather<T: Copy + Send + Sync>(
+    x: &[T],
+    shape: &[usize],
+    axis: usize,
+    idx: &[i64],
+    dst: &mut [T],
+) -> KResult<()> {
+    check_len("Gather data", x.len(), shape)?;
+    if axis >= shape.len() {
+        return Err(shape_err(format!(
+            "Gather axis {axis} out of range for rank {}",
+            shape.len()
+        )));
+    }
+    let d = shape[axis];
+    let resolved: Vec<usize> = idx
+        .iter()
+        .map(|&i| resolve(i, axis, d))
+        .collect::<KResult<_>>()?;
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    if dst.len() != outer * idx.len() * inner {
+        return Err(shape_err("Gather output length mismatch"));
+    }
+    if inner == 0 || dst.is_empty() {
+        return Ok(());
+    }
+    let per_outer = idx.len() * inner;
+    let fill = |o: usize, row: &mut [T]| {
+        for (j, &r) in resolved.iter().enumerate() {
+            let src = (o * d + r) * inner;
+            row[j * inner..(j + 1) * inner].copy_from_slice(&x[src..src + inner]);
+        }
+    };
+    if dst.len() >= 1 << 16 && outer > 1 {
+        dst.par_chunks_mut(per_outer)
+            .enumerate()
+            .for_each(|(o, r)| fill(o, r));
+    } else {
+        dst.chunks_mut(per_outer)
+            .enumerate()
+            .for_each(|(o, r)| fill(o, r));
+    }
+    Ok(())
+}
+
+/// ONNX GatherElements: `out[p] = x[p with p[axis] replaced by idx[p]]`; output has idx's shape.
+pub fn gather_elements<T: Copy>(
+    x: &[T],
+    shape: &[usize],
+    axis: usize,
+    idx: &[i64],
+    ishape: &[usize],
+    dst: &mut [T],
+) -> KResult<()> {
+    check_len("GatherElements data", x.len(), shape)?;
+    check_len("GatherElements indices", idx.len(), ishape)?;
+    check_len("GatherElements output", dst.len(), ishape)?;
+    if ishape.len() != shape.len() || axis >= shape.len() {
+        return Err(shape_err(format!(
+            "GatherElements indices {ishape:?} vs data {shape:?}"
+        )));
+    }
+    if ishape
+        .iter()
+        .zip(shape)
+        .enumerate()
+        .any(|(i, (a, b))| i != axis && a > b)
+    {
+        return Err(shape_err(format!(
+            "GatherElements indices {ishape:?} exceed data {shape:?}"
+        )));
+    }
+    let xs = strides_of(shape);
+    let mut p = vec![0usize; ishape.len()];
+    for (o, &i) in dst.iter_mut().zip(idx) {
+        let mut off = 0;
+        for k in 0..p.len() {
+            let c = if k == axis {
+                resolve(i, axis, shape[axis])?
+            } else {
+                p[k]
+            };
+            off += c * xs[k];
+        }
+        *o = x[off];
+        for k in (0..p.len()).rev() {
+            p[k] += 1;
+            if p[k] < ishape[k] {
+                break;
+            }
+            p[k] = 0;
+        }
+    }
+    Ok(())
+}
+
+/// Element offsets (into the data) and block length of each ONNX GatherND/ScatterND index tuple.
+/// `ishape` ends with the tuple length `q`; the first `batch_dims` dims are shared batch dims.
+pub fn nd_offsets(
+    shape: &[usize],
+    idx: &[i64],
+    ishape: &[usize],
+    batch_dims: usize,
+) -> KResult<(Vec<usize>, usize)> {
+    let Some(&q) = ishape.last() else {
+        return Err(shape_err("GatherND/ScatterND indices need rank >= 1"));
+    };
+    if batch_dims + q > shape.len() || batch_dims >= ishape.len() {
+        return Err(shape_err(format!(
+            "index tuples of {q} with {batch_dims} batch dims do not fit data {shape:?}"
+        )));
+    }
+    if shape[..batch_dims] != ishape[..batch_dims] {
+        return Err(shape_err(format!(
+            "batch dims of indices {ishape:?} and data {shape:?} differ"
+        )));
+    }
+    let xs = strides_of(shape);
+    let block: usize = shape[batch_dims + q..].iter().product();
+    let tuples = idx.len().checked_div(q).unwrap_or(0);
+    let per_batch: usize = ishape[batch_dims..ishape.len() - 1].iter().product();
+    let mut offs = Vec::with_capacity(tuples);
+    for t in 0..tuples {
+        let b = t.checked_div(per_batch).unwrap_or(0);
+        let mut off = 0;
+        let mut rem = b;
+        for k in (0..batch_dims).rev() {
+            off += (rem % shape[k]) * xs[k];
+            rem /= shape[k];
+        }
+        for j in 0..q {
+            let ax = batch_dims + j;
+            off += resolve(idx[t * q + j], ax, shape[ax])? * xs[ax];
+        }
+        offs.push(off);
+    }
+    if q == 0 {
+        let n: usize = ishape[..ishape.len() - 1].iter().product();
+        let per_batch_elems: usize = shape[batch_dims..].iter().product();
+        offs = (0..n)
+            .map(|t| (t / per_batch.max(1)) * per_batch_elems)
+            .collect();
+    }
+    Ok((offs, block))
+}
+
+/// Copies `block` elements at each offset into consecutive blocks of `dst`.
+pub fn gather_blocks<T: Copy>(x: &[T], offs: &[usize], block: usize, dst: &mut [T]) -> KResult<()> {
+    if dst.len() != offs.len() * block {
+        return Err(shape_err("GatherND output length mismatch"));
+    }
+    for (o, d) in offs.iter().zip(dst.chunks_mut(block.max(1))) {
+        d.copy_from_slice(&x[*o..*o + block]);
+    }
+    Ok(())
+}
+
+/// ScatterND/ScatterElements reductions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScatterReduce {
+    None,
+    Add,
+    Mul,
+    Max,
+    Min,
+}
+
+/// Writes `upd` blocks at each offset of `dst` (a copy of the data), combining with `f`.
+pub fn scatter_blocks<T: Copy>(
+    dst: &mut [T],
+    offs: &[usize],
+    block: usize,
+    upd: &[T],
+    f: impl Fn(T, T) -> T,
+) -> KResult<()> {
+    if upd.len() != offs.len() * block {
+        return Err(shape_err(format!(
+            "ScatterND updates have {} elements, expected {}",
+            upd.len(),
+            offs.len() * block
+        )));
+    }
+    for (o, u) in offs.iter().zip(upd.chunks(block.max(1))) {
+        for (d, &v) in dst[*o..*o + block].iter_mut().zip(u) {
+            *d = f(*d, v);
+        }
+    }
+    Ok(())
+}
+
+/// Offsets into data of each ScatterElements update (`ishape` = updates' shape).
+pub fn elements_offsets(
+    shape: &[usize],
+    axis: usize,
+    idx: &[i64],
+    ishape: &[usize],
+) -> KResult<Vec<usize>> {
+    check_len("ScatterElements indices", idx.len(), ishape)?;
+    if ishape.len() != shape.len() || axis >= shape.len() {
+        return Err(shape_err(format!(
+            "ScatterElements indices {ishape:?} vs data {shape:?}"
+        )));
+    }
+    if ishape
+        .iter()
+        .zip(shape)
+        .enumerate()
+        .any(|(i, (a, b))| i != axis && a > b)
+    {
+        return Err(shape_err(format!(
+            "ScatterElements indices {ishape:?} exceed data {shape:?}"
+        )));
+    }
+    let xs = strides_of(shape);
+    let mut p = vec![0usize; ishape.len()];
+    let mut offs = Vec::with_capacity(idx.len());
+    for &i in idx {
+        let mut off = 0;
+        for k in 0..p.len() {
+            let c = if k == axis {
+                resolve(i, axis, shape[axis])?
+            } else {
+                p[k]
+            };
+            off += c * xs[k];
+        }
+        offs.push(off);
+        for k in (0..p.len()).rev() {
+            p[k] += 1;
+            if p[k] < ishape[k] {
+                break;
+            }
+            p[k] = 0;
+        }
+    }
+    Ok(offs)
+}
+
+/// ONNX NonZero: `[rank, nnz]` coordinates of the non-zero elements in row-major order.
+pub fn nonzero<T: Copy + PartialEq + Default>(
+    x: &[T],
+    shape: &[usize],
+) -> KResult<(usize, Vec<i64>)> {
+    check_len("NonZero input", x.len(), shape)?;
+    let zero = T::default();
+    let nnz = x.iter().filter(|&&v| v != zero).count();
+    let r = shape.len().max(1);
+    let mut out = vec![0i64; r * nnz];
+    let mut j = 0;
+    let st = strides_of(shape);
+    for (i, &v) in x.iter().enumerate() {
+        if v != zero {
+            for k in 0..shape.len() {
+                out[k * nnz + j] = ((i / st[k]) % shape[k]) as i64;
+            }
+            j += 1;
+        }
+    }
+    Ok((nnz, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gather_negative_and_out_of_range() {
+        let x: Vec<u32> = (0..6).collect();
+        let mut y = vec![0u32; 4];
+        gather(&x, &[3, 2], 0, &[-1, 0], &mut y).unwrap();
+        assert_eq!(y, [4, 5, 0, 1]);
+        assert!(gather(&x, &[3, 2], 0, &[3, 0], &mut y).is_err());
+        let mut z = vec![0u32; 3];
+        gather(&x, &[3, 2], 1, &[1], &mut z).unwrap();
+        assert_eq!(z, [1, 3, 5]);
+    }
+
+    #[test]
+    fn gather_elements_nd_scatter_nonzero() {
+        let x: Vec<u32> = vec![1, 2, 3, 4];
+        let mut y = vec![0u32; 4];
+        gather_elements(&x, &[2, 2], 1, &[0, 0, 1, 0], &[2, 2], &mut y).unwrap();
+        assert_eq!(y, [1, 1, 4, 3]);
+        let (offs, block) = nd_offsets(&[2, 2], &[0, 1, 1, 0], &[2, 2], 0).unwrap();
+        assert_eq!((offs.clone(), block), (vec![1, 2], 1));
+        let (offs2, block2) = nd_offsets(&[2, 2], &[1, 0], &[2, 1], 0).unwrap();
+        assert_eq!((offs2, block2), (vec![2, 0], 2));
+        let (offs3, _) = nd_offsets(&[2, 2], &[1, 0], &[2, 1], 1).unwrap();
+        assert_eq!(offs3, vec![1, 2]);
+        let mut d = x.clone();
+        scatter_blocks(&mut d, &offs, 1, &[10, 20], |a, b| a + b).unwrap();
+        assert_eq!(d, [1, 12, 23, 4]);
+        let (n, c) = nonzero(&[0i64, 5, 0, 7], &[2, 2]).unwrap();
+        assert_eq!((n, c), (2, vec![0, 1, 1, 1]));
+    }
+}

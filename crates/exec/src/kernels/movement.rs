@@ -80,7 +80,12 @@ pub fn strided_copy<T: Copy + Send + Sync>(
             idx[d] = rem % outer[d];
             rem /= outer[d];
         }
-        let mut off = base as isize + idx.iter().zip(ost).map(|(&i, &s)| i as isize * s).sum::<isize>();
+        let mut off = base as isize
+            + idx
+                .iter()
+                .zip(ost)
+                .map(|(&i, &s)| i as isize * s)
+                .sum::<isize>();
         for row in chunk.chunks_mut(inner) {
             if is == 1 {
                 let o = off as usize;
@@ -120,11 +125,23 @@ pub fn istrides(shape: &[usize]) -> Vec<isize> {
 }
 
 /// ONNX Transpose: `dst` has shape `shape[perm[i]]`.
-pub fn transpose<T: Copy + Send + Sync>(src: &[T], shape: &[usize], perm: &[usize], dst: &mut [T]) -> KResult<()> {
+pub fn transpose<T: Copy + Send + Sync>(
+    src: &[T],
+    shape: &[usize],
+    perm: &[usize],
+    dst: &mut [T],
+) -> KResult<()> {
     check_len("Transpose input", src.len(), shape)?;
     let mut seen = vec![false; shape.len()];
-    if perm.len() != shape.len() || perm.iter().any(|&p| p >= shape.len() || std::mem::replace(&mut seen[p], true)) {
-        return Err(shape_err(format!("perm {perm:?} is not a permutation of rank {}", shape.len())));
+    if perm.len() != shape.len()
+        || perm
+            .iter()
+            .any(|&p| p >= shape.len() || std::mem::replace(&mut seen[p], true))
+    {
+        return Err(shape_err(format!(
+            "perm {perm:?} is not a permutation of rank {}",
+            shape.len()
+        )));
     }
     let st = istrides(shape);
     let oshape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
@@ -133,10 +150,17 @@ pub fn transpose<T: Copy + Send + Sync>(src: &[T], shape: &[usize], perm: &[usiz
 }
 
 /// Broadcasts `src` of `shape` to `oshape` (numpy rules, `oshape` already the broadcast).
-pub fn expand<T: Copy + Send + Sync>(src: &[T], shape: &[usize], oshape: &[usize], dst: &mut [T]) -> KResult<()> {
+pub fn expand<T: Copy + Send + Sync>(
+    src: &[T],
+    shape: &[usize],
+    oshape: &[usize],
+    dst: &mut [T],
+) -> KResult<()> {
     check_len("Expand input", src.len(), shape)?;
     if shape.len() > oshape.len() {
-        return Err(shape_err(format!("{shape:?} does not broadcast to {oshape:?}")));
+        return Err(shape_err(format!(
+            "{shape:?} does not broadcast to {oshape:?}"
+        )));
     }
     let pad = oshape.len() - shape.len();
     let st = istrides(shape);
@@ -145,17 +169,27 @@ pub fn expand<T: Copy + Send + Sync>(src: &[T], shape: &[usize], oshape: &[usize
         if d == oshape[pad + i] {
             ost[pad + i] = if d == 1 { 0 } else { st[i] };
         } else if d != 1 {
-            return Err(shape_err(format!("{shape:?} does not broadcast to {oshape:?}")));
+            return Err(shape_err(format!(
+                "{shape:?} does not broadcast to {oshape:?}"
+            )));
         }
     }
     strided_copy(src, 0, oshape, &ost, dst)
 }
 
 /// ONNX Tile: `dst` has shape `shape[i] * repeats[i]`.
-pub fn tile<T: Copy + Send + Sync>(src: &[T], shape: &[usize], repeats: &[usize], dst: &mut [T]) -> KResult<()> {
+pub fn tile<T: Copy + Send + Sync>(
+    src: &[T],
+    shape: &[usize],
+    repeats: &[usize],
+    dst: &mut [T],
+) -> KResult<()> {
     check_len("Tile input", src.len(), shape)?;
     if repeats.len() != shape.len() {
-        return Err(shape_err(format!("Tile repeats {repeats:?} do not match rank {}", shape.len())));
+        return Err(shape_err(format!(
+            "Tile repeats {repeats:?} do not match rank {}",
+            shape.len()
+        )));
     }
     // Output index r * d + j along an axis reads j: the interleaved shape [r0, d0, r1, d1, ..] with
     // stride 0 on each repeat axis is exactly the tiled tensor in row-major order.
@@ -170,19 +204,28 @@ pub fn tile<T: Copy + Send + Sync>(src: &[T], shape: &[usize], repeats: &[usize]
 }
 
 /// ONNX Concat along `axis` of inputs that agree on every other dim; `dst` holds the result.
-pub fn concat<T: Copy + Send + Sync>(inputs: &[(&[T], &[usize])], axis: usize, dst: &mut [T]) -> KResult<()> {
+pub fn concat<T: Copy + Send + Sync>(
+    inputs: &[(&[T], &[usize])],
+    axis: usize,
+    dst: &mut [T],
+) -> KResult<()> {
     let Some((_, first)) = inputs.first() else {
         return Err(shape_err("Concat needs at least one input"));
     };
     if axis >= first.len() {
-        return Err(shape_err(format!("Concat axis {axis} out of range for rank {}", first.len())));
+        return Err(shape_err(format!(
+            "Concat axis {axis} out of range for rank {}",
+            first.len()
+        )));
     }
     let mut total = 0usize;
     for (data, s) in inputs {
         check_len("Concat input", data.len(), s)?;
         let same = s.len() == first.len() && (0..s.len()).all(|i| i == axis || s[i] == first[i]);
         if !same {
-            return Err(shape_err(format!("Concat inputs {first:?} and {s:?} differ off axis {axis}")));
+            return Err(shape_err(format!(
+                "Concat inputs {first:?} and {s:?} differ off axis {axis}"
+            )));
         }
         total += s[axis];
     }
@@ -204,9 +247,13 @@ pub fn concat<T: Copy + Send + Sync>(inputs: &[(&[T], &[usize])], axis: usize, d
         }
     };
     if dst.len() < PAR_MIN || rayon::current_num_threads() <= 1 {
-        dst.chunks_mut(row).enumerate().for_each(|(o, r)| fill(o, r));
+        dst.chunks_mut(row)
+            .enumerate()
+            .for_each(|(o, r)| fill(o, r));
     } else {
-        dst.par_chunks_mut(row).enumerate().for_each(|(o, r)| fill(o, r));
+        dst.par_chunks_mut(row)
+            .enumerate()
+            .for_each(|(o, r)| fill(o, r));
     }
     Ok(())
 }
@@ -272,9 +319,19 @@ mod tests {
         tile(&[1u16, 2, 3, 4], &[2, 2], &[1, 2], &mut t).unwrap();
         assert_eq!(t, [1, 2, 1, 2, 3, 4, 3, 4]);
         let mut c = vec![0u32; 6];
-        concat(&[(&[1u32, 2], &[2, 1]), (&[3u32, 4, 5, 6], &[2, 2])], 1, &mut c).unwrap();
+        concat(
+            &[(&[1u32, 2], &[2, 1]), (&[3u32, 4, 5, 6], &[2, 2])],
+            1,
+            &mut c,
+        )
+        .unwrap();
         assert_eq!(c, [1, 3, 4, 2, 5, 6]);
-        assert!(concat(&[(&[1u32, 2], &[2, 1]), (&[3u32, 4, 5], &[3, 1])], 1, &mut c).is_err());
+        assert!(concat(
+            &[(&[1u32, 2], &[2, 1]), (&[3u32, 4, 5], &[3, 1])],
+            1,
+            &mut c
+        )
+        .is_err());
         let x: Vec<u32> = (1..=9).collect();
         let mut u = vec![0u32; 9];
         trilu(&x, &[3, 3], true, 0, 0, &mut u).unwrap();

@@ -234,22 +234,15 @@ pub fn layer_norm<T: Float>(
             row(xi, oi);
         });
     } else {
-        let mut st = vec![(T::ZERO, T::ZERO); rows];
-        for ((xi, oi), s) in x
-            .chunks_exact(n)
-            .zip(out.chunks_exact_mut(n))
-            .zip(st.iter_mut())
-        {
-            *s = row(xi, oi);
-        }
-        if let Some(m) = stats.mean {
-            for (d, s) in m.iter_mut().zip(&st) {
-                *d = s.0;
+        // Sequential, writing each row's statistics straight into the stats outputs (no buffer).
+        let (mut mean, mut inv) = (stats.mean, stats.inv_std);
+        for (r, (xi, oi)) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)).enumerate() {
+            let (m, v) = row(xi, oi);
+            if let Some(s) = mean.as_deref_mut() {
+                s[r] = m;
             }
-        }
-        if let Some(v) = stats.inv_std {
-            for (d, s) in v.iter_mut().zip(&st) {
-                *d = s.1;
+            if let Some(s) = inv.as_deref_mut() {
+                s[r] = v;
             }
         }
     }

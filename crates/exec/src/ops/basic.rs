@@ -34,7 +34,11 @@ fn identity(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFa
 }
 
 /// Reshape's target dims from its `shape` operand (0 copies, -1 infers).
-pub fn reshape_dims(input: &[usize], target: &[i64], allowzero: bool) -> Result<Vec<usize>, OpFail> {
+pub fn reshape_dims(
+    input: &[usize],
+    target: &[i64],
+    allowzero: bool,
+) -> Result<Vec<usize>, OpFail> {
     let total: usize = input.iter().product();
     let mut out = Vec::with_capacity(target.len());
     let mut infer = None;
@@ -42,7 +46,12 @@ pub fn reshape_dims(input: &[usize], target: &[i64], allowzero: bool) -> Result<
         match d {
             0 if !allowzero => match input.get(i) {
                 Some(&v) => out.push(v),
-                None => return fail(format!("shape dim {i} is 0 (copy) but the input has rank {}", input.len())),
+                None => {
+                    return fail(format!(
+                        "shape dim {i} is 0 (copy) but the input has rank {}",
+                        input.len()
+                    ))
+                }
             },
             -1 => {
                 if infer.replace(i).is_some() {
@@ -56,12 +65,14 @@ pub fn reshape_dims(input: &[usize], target: &[i64], allowzero: bool) -> Result<
     }
     let rest: usize = out.iter().product();
     if let Some(i) = infer {
-        if rest == 0 || total % rest != 0 {
+        if total.checked_rem(rest) != Some(0) {
             return fail(format!("cannot reshape {input:?} to {target:?}"));
         }
         out[i] = total / rest;
     } else if rest != total {
-        return fail(format!("cannot reshape {input:?} ({total} elements) to {out:?} ({rest} elements)"));
+        return fail(format!(
+            "cannot reshape {input:?} ({total} elements) to {out:?} ({rest} elements)"
+        ));
     }
     Ok(out)
 }
@@ -111,7 +122,12 @@ fn squeeze(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
                 }
                 drop[k] = true;
             }
-            x.shape.iter().zip(drop).filter(|(_, d)| !d).map(|(&s, _)| s).collect()
+            x.shape
+                .iter()
+                .zip(drop)
+                .filter(|(_, d)| !d)
+                .map(|(&s, _)| s)
+                .collect()
         }
     };
     Ok(vec![view_or_copy(ctx, x, &dims)?])
@@ -119,7 +135,9 @@ fn squeeze(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
 
 fn unsqueeze(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
-    let Some(axes) = axes_of(ctx, inputs)? else { return fail("Unsqueeze needs axes") };
+    let Some(axes) = axes_of(ctx, inputs)? else {
+        return fail("Unsqueeze needs axes");
+    };
     let r = x.rank() + axes.len();
     let mut ins = vec![false; r];
     for a in axes {
@@ -130,7 +148,16 @@ fn unsqueeze(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
         ins[k] = true;
     }
     let mut it = x.shape.iter();
-    let dims: Vec<usize> = ins.iter().map(|&one| if one { 1 } else { it.next().copied().unwrap_or(1) }).collect();
+    let dims: Vec<usize> = ins
+        .iter()
+        .map(|&one| {
+            if one {
+                1
+            } else {
+                it.next().copied().unwrap_or(1)
+            }
+        })
+        .collect();
     Ok(vec![view_or_copy(ctx, x, &dims)?])
 }
 
@@ -140,7 +167,11 @@ fn shape(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     let clamp = |v: i64| -> usize { (if v < 0 { v + r } else { v }).clamp(0, r) as usize };
     let s = clamp(ctx.int("start", 0)?);
     let e = clamp(ctx.int("end", r)?);
-    let dims: Vec<i64> = if s < e { x.shape[s..e].iter().map(|&d| d as i64).collect() } else { Vec::new() };
+    let dims: Vec<i64> = if s < e {
+        x.shape[s..e].iter().map(|&d| d as i64).collect()
+    } else {
+        Vec::new()
+    };
     Ok(vec![ctx.from_vec(&[dims.len()], &dims)?])
 }
 
@@ -158,7 +189,13 @@ pub fn from_tensor_data(ctx: &OpCtx, t: &memplan_ir::TensorData) -> Result<Tenso
     let mut out = ctx.alloc(t.dtype, &dims)?;
     let dst = out.bytes_mut()?;
     if dst.len() != raw.len() {
-        return fail(format!("tensor '{}' has {} bytes for {} {:?}", t.name, raw.len(), t.dtype, t.dims));
+        return fail(format!(
+            "tensor '{}' has {} bytes for {} {:?}",
+            t.name,
+            raw.len(),
+            t.dtype,
+            t.dims
+        ));
     }
     dst.copy_from_slice(raw);
     Ok(out)
@@ -180,7 +217,9 @@ fn constant(ctx: &OpCtx, _inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
     if let Some(v) = ctx.ints("value_ints")? {
         return Ok(vec![ctx.from_vec::<i64>(&[v.len()], &v)?]);
     }
-    Err(OpFail::Unsupported("Constant without a numeric value".into()))
+    Err(OpFail::Unsupported(
+        "Constant without a numeric value".into(),
+    ))
 }
 
 fn constant_of_shape(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {

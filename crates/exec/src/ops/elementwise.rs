@@ -320,17 +320,40 @@ fn unary_fn<T: Fl>(op: &str, gelu_tanh: bool) -> Option<(UnFn<T>, [(&'static str
         "Gelu" => |v, _| T::c(0.5) * v * (T::c(1.0) + Fl::erf(v * (T::c(1.0) / T::c(2.0).sqrt()))),
         _ => {
             let (f, attrs): (UnFn<T>, _) = match op {
-                "Elu" => (|v, p| if v < T::c(0.0) { p[0] * (v.exp() - T::c(1.0)) } else { v }, [("alpha", 1.0), ("", 0.0)]),
+                "Elu" => (
+                    |v, p| {
+                        if v < T::c(0.0) {
+                            p[0] * (v.exp() - T::c(1.0))
+                        } else {
+                            v
+                        }
+                    },
+                    [("alpha", 1.0), ("", 0.0)],
+                ),
                 "Selu" => (
-                    |v, p| if v > T::c(0.0) { p[1] * v } else { p[1] * (p[0] * v.exp() - p[0]) },
+                    |v, p| {
+                        if v > T::c(0.0) {
+                            p[1] * v
+                        } else {
+                            p[1] * (p[0] * v.exp() - p[0])
+                        }
+                    },
                     [("alpha", 1.673_263_2), ("gamma", 1.050_701)],
                 ),
                 "Celu" => (
-                    |v, p| maxf(T::c(0.0), v) + minf(T::c(0.0), p[0] * ((v / p[0]).exp() - T::c(1.0))),
+                    |v, p| {
+                        maxf(T::c(0.0), v) + minf(T::c(0.0), p[0] * ((v / p[0]).exp() - T::c(1.0)))
+                    },
                     [("alpha", 1.0), ("", 0.0)],
                 ),
-                "LeakyRelu" => (|v, p| if v < T::c(0.0) { p[0] * v } else { v }, [("alpha", 0.01), ("", 0.0)]),
-                "ThresholdedRelu" => (|v, p| if v > p[0] { v } else { T::c(0.0) }, [("alpha", 1.0), ("", 0.0)]),
+                "LeakyRelu" => (
+                    |v, p| if v < T::c(0.0) { p[0] * v } else { v },
+                    [("alpha", 0.01), ("", 0.0)],
+                ),
+                "ThresholdedRelu" => (
+                    |v, p| if v > p[0] { v } else { T::c(0.0) },
+                    [("alpha", 1.0), ("", 0.0)],
+                ),
                 "HardSigmoid" => (
                     |v, p| maxf(T::c(0.0), minf(T::c(1.0), p[0] * v + p[1])),
                     [("alpha", 0.2), ("beta", 0.5)],
@@ -389,8 +412,16 @@ fn un(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     match x.dtype {
         DataType::F32 => run_unary::<f32, f32>(ctx, x.data()?, out.data_mut()?, |v| v, |v| v)?,
         DataType::F64 => run_unary::<f64, f64>(ctx, x.data()?, out.data_mut()?, |v| v, |v| v)?,
-        DataType::F16 => run_unary::<f16, f32>(ctx, x.data()?, out.data_mut()?, f16::to_f32, f16::from_f32)?,
-        DataType::BF16 => run_unary::<bf16, f32>(ctx, x.data()?, out.data_mut()?, bf16::to_f32, bf16::from_f32)?,
+        DataType::F16 => {
+            run_unary::<f16, f32>(ctx, x.data()?, out.data_mut()?, f16::to_f32, f16::from_f32)?
+        }
+        DataType::BF16 => run_unary::<bf16, f32>(
+            ctx,
+            x.data()?,
+            out.data_mut()?,
+            bf16::to_f32,
+            bf16::from_f32,
+        )?,
         dt if matches!(op, "Abs" | "Neg" | "Sign" | "Relu") => {
             dispatch!(dt, T => {
                 let f: fn(T) -> T = match op {
@@ -409,16 +440,25 @@ fn un(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
 }
 
 /// The output of a broadcasting op with inputs `ins`.
-fn bcast_out(ctx: &OpCtx, dtype: DataType, ins: &[&Tensor]) -> Result<(Tensor, Vec<usize>), OpFail> {
+fn bcast_out(
+    ctx: &OpCtx,
+    dtype: DataType,
+    ins: &[&Tensor],
+) -> Result<(Tensor, Vec<usize>), OpFail> {
     let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
     let oshape = broadcast_shapes(&shapes)?;
     Ok((ctx.alloc(dtype, &oshape)?, oshape))
 }
 
 fn same_type(ctx: &OpCtx, ins: &[&Tensor]) -> Result<DataType, OpFail> {
-    let Some(first) = ins.first() else { return fail("needs at least one input") };
+    let Some(first) = ins.first() else {
+        return fail("needs at least one input");
+    };
     if let Some(t) = ins.iter().find(|t| t.dtype != first.dtype) {
-        return fail(format!("{} inputs mix {} and {}", ctx.node.op, first.dtype, t.dtype));
+        return fail(format!(
+            "{} inputs mix {} and {}",
+            ctx.node.op, first.dtype, t.dtype
+        ));
     }
     Ok(first.dtype)
 }
@@ -432,8 +472,28 @@ fn f32_binary(op: BinaryOp) -> fn(f32, f32) -> f32 {
         BinaryOp::Div => |x, y| x / y,
         BinaryOp::Pow => f32::powf,
         BinaryOp::Mod { .. } => |x, y| x % y,
-        BinaryOp::Max => |x, y| if x.is_nan() || y > x || y.is_nan() { if x.is_nan() { x } else { y } } else { x },
-        BinaryOp::Min => |x, y| if x.is_nan() || y < x || y.is_nan() { if x.is_nan() { x } else { y } } else { x },
+        BinaryOp::Max => |x, y| {
+            if x.is_nan() || y > x || y.is_nan() {
+                if x.is_nan() {
+                    x
+                } else {
+                    y
+                }
+            } else {
+                x
+            }
+        },
+        BinaryOp::Min => |x, y| {
+            if x.is_nan() || y < x || y.is_nan() {
+                if x.is_nan() {
+                    x
+                } else {
+                    y
+                }
+            } else {
+                x
+            }
+        },
     }
 }
 
@@ -445,7 +505,9 @@ fn arith(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
         "Sub" => BinaryOp::Sub,
         "Mul" => BinaryOp::Mul,
         "Div" => BinaryOp::Div,
-        "Mod" => BinaryOp::Mod { fmod: ctx.int("fmod", 0)? != 0 },
+        "Mod" => BinaryOp::Mod {
+            fmod: ctx.int("fmod", 0)? != 0,
+        },
         o => return unsupported(format!("binary op {o}")),
     };
     let (mut out, os) = bcast_out(ctx, dt, &[a, b])?;
@@ -455,17 +517,25 @@ fn arith(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
                 return fail("Mod: fmod must be 1 for floating-point inputs");
             }
             let f = f32_binary(op);
-            binary(a.data::<$h>()?, &a.shape, b.data::<$h>()?, &b.shape, out.data_mut::<$h>()?, &os, |x, y| {
-                <$h>::from_f32(f(x.to_f32(), y.to_f32()))
-            })?
+            binary(
+                a.data::<$h>()?,
+                &a.shape,
+                b.data::<$h>()?,
+                &b.shape,
+                out.data_mut::<$h>()?,
+                &os,
+                |x, y| <$h>::from_f32(f(x.to_f32(), y.to_f32())),
+            )?
         }};
     }
     match dt {
         DataType::F16 => half_bin!(f16),
         DataType::BF16 => half_bin!(bf16),
-        _ => dispatch!(dt, T => binary_op::<T>(op, a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?, &os)?,
+        _ => {
+            dispatch!(dt, T => binary_op::<T>(op, a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?, &os)?,
             [F32 => f32, F64 => f64, I32 => i32, I64 => i64],
-            return unsupported(format!("{op:?} on {dt}"))),
+            return unsupported(format!("{op:?} on {dt}")))
+        }
     }
     Ok(vec![out])
 }
@@ -493,21 +563,32 @@ fn pow(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     macro_rules! exp_half {
         ($B:ty, $H:ty) => {{
             let bv = b.data::<$H>()?;
-            binary(a.data::<$B>()?, &a.shape, bv, &b.shape, out.data_mut::<$B>()?, &os, |x, y| {
-                <$B>::from_f32(x.to_f32().powf(y.to_f32()))
-            })?
+            binary(
+                a.data::<$B>()?,
+                &a.shape,
+                bv,
+                &b.shape,
+                out.data_mut::<$B>()?,
+                &os,
+                |x, y| <$B>::from_f32(x.to_f32().powf(y.to_f32())),
+            )?
         }};
     }
     match (a.dtype, b.dtype) {
-        (DataType::F32, DataType::F16 | DataType::BF16) | (DataType::F64, DataType::F16 | DataType::BF16) => {
+        (DataType::F32, DataType::F16 | DataType::BF16)
+        | (DataType::F64, DataType::F16 | DataType::BF16) => {
             return unsupported(format!("Pow of {} by {}", a.dtype, b.dtype))
         }
         (DataType::F16, DataType::F16) => exp_half!(f16, f16),
         (DataType::BF16, DataType::BF16) => exp_half!(bf16, bf16),
         (DataType::F32, _) => exp_as!(f32, |x: f32, y: f64| x.powf(y as f32)),
         (DataType::F64, _) => exp_as!(f64, |x: f64, y: f64| x.powf(y)),
-        (DataType::F16, _) => exp_as!(f16, |x: f16, y: f64| f16::from_f32(x.to_f32().powf(y as f32))),
-        (DataType::BF16, _) => exp_as!(bf16, |x: bf16, y: f64| bf16::from_f32(x.to_f32().powf(y as f32))),
+        (DataType::F16, _) => exp_as!(f16, |x: f16, y: f64| f16::from_f32(
+            x.to_f32().powf(y as f32)
+        )),
+        (DataType::BF16, _) => exp_as!(bf16, |x: bf16, y: f64| bf16::from_f32(
+            x.to_f32().powf(y as f32)
+        )),
         (DataType::I64, _) | (DataType::I32, _) => {
             // Integer base, other exponent type: exponent truncated to the base type.
             dispatch!(a.dtype, B => dispatch!(b.dtype, E => {
@@ -542,7 +623,10 @@ fn variadic(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFa
     macro_rules! typed {
         ($T:ty) => {
             match op {
-                "Sum" | "Mean" => fold!($T, <$T as Arith>::add, |v: $T, n| <$T as Arith>::div(v, <$T as Arith>::from_usize(n))),
+                "Sum" | "Mean" => fold!($T, <$T as Arith>::add, |v: $T, n| <$T as Arith>::div(
+                    v,
+                    <$T as Arith>::from_usize(n)
+                )),
                 "Max" => fold!($T, <$T as Arith>::max_nan, |v: $T, _| v),
                 _ => fold!($T, <$T as Arith>::min_nan, |v: $T, _| v),
             }
@@ -555,9 +639,11 @@ fn variadic(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFa
                 "Max" => BinaryOp::Max,
                 _ => BinaryOp::Min,
             });
-            fold!($H, |x: $H, y: $H| <$H>::from_f32(f(x.to_f32(), y.to_f32())), |v: $H, n: usize| <$H>::from_f32(
-                v.to_f32() / n as f32
-            ))
+            fold!(
+                $H,
+                |x: $H, y: $H| <$H>::from_f32(f(x.to_f32(), y.to_f32())),
+                |v: $H, n: usize| <$H>::from_f32(v.to_f32() / n as f32)
+            )
         }};
     }
     match dt {
@@ -590,13 +676,23 @@ fn compare(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
                 "LessOrEqual" => |p, q| (p <= q) as u8,
                 _ => |p, q| (p >= q) as u8,
             };
-            binary(a.data::<$T>()?, &a.shape, b.data::<$T>()?, &b.shape, out.data_mut::<u8>()?, &os, f)?
+            binary(
+                a.data::<$T>()?,
+                &a.shape,
+                b.data::<$T>()?,
+                &b.shape,
+                out.data_mut::<u8>()?,
+                &os,
+                f,
+            )?
         }};
     }
     if dt == DataType::Bool {
         let (x, y, o) = (a.data::<u8>()?, b.data::<u8>()?, out.data_mut::<u8>()?);
         match op {
-            "Equal" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| ((p != 0) == (q != 0)) as u8)?,
+            "Equal" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| {
+                ((p != 0) == (q != 0)) as u8
+            })?,
             _ => return unsupported(format!("{op} on bool")),
         }
         return Ok(vec![out]);
@@ -610,14 +706,23 @@ fn compare(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
 fn logic(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
     if a.dtype != DataType::Bool || b.dtype != DataType::Bool {
-        return fail(format!("{} needs bool inputs, got {} and {}", ctx.node.op, a.dtype, b.dtype));
+        return fail(format!(
+            "{} needs bool inputs, got {} and {}",
+            ctx.node.op, a.dtype, b.dtype
+        ));
     }
     let (mut out, os) = bcast_out(ctx, DataType::Bool, &[a, b])?;
     let (x, y, o) = (a.data::<u8>()?, b.data::<u8>()?, out.data_mut::<u8>()?);
     match ctx.node.op.as_str() {
-        "And" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| (p != 0 && q != 0) as u8)?,
-        "Or" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| (p != 0 || q != 0) as u8)?,
-        _ => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| ((p != 0) != (q != 0)) as u8)?,
+        "And" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| {
+            (p != 0 && q != 0) as u8
+        })?,
+        "Or" => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| {
+            (p != 0 || q != 0) as u8
+        })?,
+        _ => binary(x, &a.shape, y, &b.shape, o, &os, |p, q| {
+            ((p != 0) != (q != 0)) as u8
+        })?,
     }
     Ok(vec![out])
 }
@@ -700,11 +805,17 @@ fn clip(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
     let mut out = ctx.alloc(x.dtype, &x.shape)?;
     let bound = |i: usize, name: &str| -> Result<Option<Tensor>, OpFail> {
         if ctx.opset < 11 {
-            return Ok(ctx.opt_float(name)?.map(|v| Tensor::from_vec::<f32>(&[], &[v], None)).transpose()?);
+            return Ok(ctx
+                .opt_float(name)?
+                .map(|v| Tensor::from_vec::<f32>(&[], &[v], None))
+                .transpose()?);
         }
         match opt(inputs, i) {
             Some(t) if t.numel() != 1 => fail(format!("Clip {name} must be a scalar")),
-            Some(t) if t.dtype != x.dtype => fail(format!("Clip {name} is {} but the input is {}", t.dtype, x.dtype)),
+            Some(t) if t.dtype != x.dtype => fail(format!(
+                "Clip {name} is {} but the input is {}",
+                t.dtype, x.dtype
+            )),
             Some(t) => Ok(Some(t.clone())),
             None => Ok(None),
         }
@@ -751,18 +862,37 @@ fn prelu(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     let dt = same_type(ctx, &[x, s])?;
     let (mut out, os) = bcast_out(ctx, dt, &[x, s])?;
     if os != x.shape {
-        return fail(format!("PRelu slope {:?} does not broadcast to X {:?}", s.shape, x.shape));
+        return fail(format!(
+            "PRelu slope {:?} does not broadcast to X {:?}",
+            s.shape, x.shape
+        ));
     }
     macro_rules! go {
         ($T:ty, $f:expr) => {
-            binary(x.data::<$T>()?, &x.shape, s.data::<$T>()?, &s.shape, out.data_mut::<$T>()?, &os, $f)?
+            binary(
+                x.data::<$T>()?,
+                &x.shape,
+                s.data::<$T>()?,
+                &s.shape,
+                out.data_mut::<$T>()?,
+                &os,
+                $f,
+            )?
         };
     }
     match dt {
         DataType::F32 => go!(f32, |v, a| if v < 0.0 { a * v } else { v }),
         DataType::F64 => go!(f64, |v, a| if v < 0.0 { a * v } else { v }),
-        DataType::F16 => go!(f16, |v: f16, a: f16| if v.to_f32() < 0.0 { f16::from_f32(a.to_f32() * v.to_f32()) } else { v }),
-        DataType::BF16 => go!(bf16, |v: bf16, a: bf16| if v.to_f32() < 0.0 { bf16::from_f32(a.to_f32() * v.to_f32()) } else { v }),
+        DataType::F16 => go!(f16, |v: f16, a: f16| if v.to_f32() < 0.0 {
+            f16::from_f32(a.to_f32() * v.to_f32())
+        } else {
+            v
+        }),
+        DataType::BF16 => go!(bf16, |v: bf16, a: bf16| if v.to_f32() < 0.0 {
+            bf16::from_f32(a.to_f32() * v.to_f32())
+        } else {
+            v
+        }),
         DataType::I32 => go!(i32, |v, a| if v < 0 { a.wrapping_mul(v) } else { v }),
         DataType::I64 => go!(i64, |v, a| if v < 0 { a.wrapping_mul(v) } else { v }),
         d => return unsupported(format!("PRelu on {d}")),
@@ -786,7 +916,10 @@ fn is_nan(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
 
 fn is_inf(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
-    let (pos, neg) = (ctx.int("detect_positive", 1)? != 0, ctx.int("detect_negative", 1)? != 0);
+    let (pos, neg) = (
+        ctx.int("detect_positive", 1)? != 0,
+        ctx.int("detect_negative", 1)? != 0,
+    );
     let mut out = ctx.alloc(DataType::Bool, &x.shape)?;
     let o = out.data_mut::<u8>()?;
     let f = move |v: f64| (v.is_infinite() && if v < 0.0 { neg } else { pos }) as u8;
@@ -816,7 +949,10 @@ fn store_of<D: CastElem + bytemuck::Pod>() -> Store {
 /// The element reader and writer of a dtype for Cast (bool is one byte read as `!= 0`).
 fn cast_io(dt: DataType) -> Option<(Load, Store)> {
     Some(match dt {
-        DataType::Bool => (|b| CastValue::Bool(b[0] != 0), |v, b| b[0] = bool::from_value(v) as u8),
+        DataType::Bool => (
+            |b| CastValue::Bool(b[0] != 0),
+            |v, b| b[0] = bool::from_value(v) as u8,
+        ),
         _ => dispatch!(dt, T => (load_of::<T>(), store_of::<T>()),
             [F32 => f32, F64 => f64, F16 => f16, BF16 => bf16, I8 => i8, I16 => i16, I32 => i32, I64 => i64,
              U8 => u8, U16 => u16, U32 => u32, U64 => u64],
@@ -847,15 +983,21 @@ pub fn cast_tensor(ctx: &OpCtx, x: &Tensor, to: DataType) -> Result<Tensor, OpFa
         run(src, dst);
     } else {
         use rayon::prelude::*;
-        dst.par_chunks_mut(TASK * ds).zip(src.par_chunks(TASK * ss)).for_each(|(d, s)| run(s, d));
+        dst.par_chunks_mut(TASK * ds)
+            .zip(src.par_chunks(TASK * ss))
+            .for_each(|(d, s)| run(s, d));
     }
     Ok(out)
 }
 
 fn cast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
-    let Some(to) = ctx.opt_int("to")? else { return fail("Cast needs 'to'") };
-    let Some(to) = DataType::from_onnx(to as i32) else { return fail(format!("Cast to unknown type code {to}")) };
+    let Some(to) = ctx.opt_int("to")? else {
+        return fail("Cast needs 'to'");
+    };
+    let Some(to) = DataType::from_onnx(to as i32) else {
+        return fail(format!("Cast to unknown type code {to}"));
+    };
     Ok(vec![cast_tensor(ctx, x, to)?])
 }
 
@@ -887,7 +1029,13 @@ mod tests {
         assert!((r("Erf")[2] - 0.520_499_9).abs() < 1e-6);
         assert!((r("Tanh")[3] - 0.964_027_6).abs() < 1e-6);
         assert_eq!(r("Softsign"), [-0.5, 0.0, 0.5 / 1.5, 2.0 / 3.0]);
-        let lr = run_op("LeakyRelu", &[("alpha", AttrValue::Float(0.5))], &[Some(&x)], 1).unwrap();
+        let lr = run_op(
+            "LeakyRelu",
+            &[("alpha", AttrValue::Float(0.5))],
+            &[Some(&x)],
+            1,
+        )
+        .unwrap();
         assert_eq!(f32s(&lr[0]), [-0.5, 0.0, 0.5, 2.0]);
         let i = t_i64(&[3], &[-3, 0, 4]);
         let o = run_op("Abs", &[], &[Some(&i)], 1).unwrap();
@@ -895,7 +1043,10 @@ mod tests {
         assert!(run_op("Exp", &[], &[Some(&i)], 1).is_err());
         let h = t_of::<f16>(&[2], &[f16::from_f32(1.0), f16::from_f32(-2.0)]);
         let o = run_op("Relu", &[], &[Some(&h)], 1).unwrap();
-        assert_eq!(o[0].data::<f16>().unwrap(), &[f16::from_f32(1.0), f16::from_f32(0.0)]);
+        assert_eq!(
+            o[0].data::<f16>().unwrap(),
+            &[f16::from_f32(1.0), f16::from_f32(0.0)]
+        );
     }
 
     #[test]
@@ -913,9 +1064,21 @@ mod tests {
         assert!(run_op("Div", &[], &[Some(&i), Some(&t_i64(&[1], &[0]))], 1).is_err());
         assert!(run_op("Add", &[], &[Some(&a), Some(&i)], 1).is_err());
         assert!(run_op("Add", &[], &[Some(&t_f32(&[2], &[1., 2.])), Some(&b)], 1).is_err());
-        let o = run_op("Max", &[], &[Some(&a), Some(&b), Some(&t_f32(&[], &[15.]))], 1).unwrap();
+        let o = run_op(
+            "Max",
+            &[],
+            &[Some(&a), Some(&b), Some(&t_f32(&[], &[15.]))],
+            1,
+        )
+        .unwrap();
         assert_eq!(f32s(&o[0]), [15., 20., 30., 15., 20., 30.]);
-        let o = run_op("Mean", &[], &[Some(&t_f32(&[2], &[1., 2.])), Some(&t_f32(&[2], &[3., 5.]))], 1).unwrap();
+        let o = run_op(
+            "Mean",
+            &[],
+            &[Some(&t_f32(&[2], &[1., 2.])), Some(&t_f32(&[2], &[3., 5.]))],
+            1,
+        )
+        .unwrap();
         assert_eq!(f32s(&o[0]), [2., 3.5]);
     }
 
@@ -932,7 +1095,17 @@ mod tests {
         let f = t_bool(&[2], &[true, true]);
         let o = run_op("Xor", &[], &[Some(&t), Some(&f)], 1).unwrap();
         assert_eq!(o[0].data::<u8>().unwrap(), &[0, 1]);
-        let o = run_op("Where", &[], &[Some(&t), Some(&t_i64(&[2], &[1, 2])), Some(&t_i64(&[], &[-1]))], 1).unwrap();
+        let o = run_op(
+            "Where",
+            &[],
+            &[
+                Some(&t),
+                Some(&t_i64(&[2], &[1, 2])),
+                Some(&t_i64(&[], &[-1])),
+            ],
+            1,
+        )
+        .unwrap();
         assert_eq!(o[0].data::<i64>().unwrap(), &[1, -1]);
         let o = run_op("Clip", &[], &[Some(&a), Some(&t_f32(&[], &[1.5])), None], 1).unwrap();
         let v = f32s(&o[0]);
@@ -945,10 +1118,21 @@ mod tests {
     #[test]
     fn cast_rules() {
         let x = t_f32(&[4], &[-1.7, 0.0, 2.5, f32::NAN]);
-        let to = |d: DataType| run_op("Cast", &[("to", AttrValue::Int(d.onnx_code() as i64))], &[Some(&x)], 1).unwrap();
+        let to = |d: DataType| {
+            run_op(
+                "Cast",
+                &[("to", AttrValue::Int(d.onnx_code() as i64))],
+                &[Some(&x)],
+                1,
+            )
+            .unwrap()
+        };
         assert_eq!(to(DataType::I64)[0].data::<i64>().unwrap(), &[-1, 0, 2, 0]);
         assert_eq!(to(DataType::Bool)[0].data::<u8>().unwrap(), &[1, 0, 1, 1]);
-        assert_eq!(to(DataType::F16)[0].data::<f16>().unwrap()[2], f16::from_f32(2.5));
+        assert_eq!(
+            to(DataType::F16)[0].data::<f16>().unwrap()[2],
+            f16::from_f32(2.5)
+        );
         let b = t_bool(&[2], &[true, false]);
         let o = run_op("CastLike", &[], &[Some(&b), Some(&x)], 1).unwrap();
         assert_eq!(f32s(&o[0]), [1.0, 0.0]);

@@ -21,23 +21,33 @@ use memplan_ir::DataType;
 
 use super::{fail, opt, req, unsupported, OpCtx, OpFail, OpFn};
 use crate::kernels::matmul::{
-    gemm, gemm_block, gemm_out_shape, matmul, matmul_int, matmul_out_shape, par_rows, GemmAttrs, GemmFloat,
-    MatRef,
+    gemm, gemm_block, gemm_out_shape, matmul, matmul_int, matmul_out_shape, par_rows, GemmAttrs,
+    GemmFloat, MatRef,
 };
 use crate::kernels::movement::strided_copy;
 use crate::kernels::reduce::{reduce, ReduceElem, ReduceOp};
 use crate::mem::ScratchBuf;
 use crate::tensor::Tensor;
 
-pub const OPS: &[(&str, OpFn)] = &[("MatMul", matmul_op), ("Gemm", gemm_op), ("Einsum", einsum_op)];
+pub const OPS: &[(&str, OpFn)] = &[
+    ("MatMul", matmul_op),
+    ("Gemm", gemm_op),
+    ("Einsum", einsum_op),
+];
 
 /// An f16/bf16 tensor widened to f32 in a counted scratch buffer.
 pub(crate) fn widen(ctx: &OpCtx, t: &Tensor) -> Result<ScratchBuf<f32>, OpFail> {
     let mut s = ctx.scratch::<f32>(t.numel())?;
     let o = s.as_mut_slice();
     match t.dtype {
-        DataType::F16 => o.iter_mut().zip(t.data::<f16>()?).for_each(|(o, v)| *o = v.to_f32()),
-        DataType::BF16 => o.iter_mut().zip(t.data::<bf16>()?).for_each(|(o, v)| *o = v.to_f32()),
+        DataType::F16 => o
+            .iter_mut()
+            .zip(t.data::<f16>()?)
+            .for_each(|(o, v)| *o = v.to_f32()),
+        DataType::BF16 => o
+            .iter_mut()
+            .zip(t.data::<bf16>()?)
+            .for_each(|(o, v)| *o = v.to_f32()),
         DataType::F32 => o.copy_from_slice(t.data::<f32>()?),
         d => return unsupported(format!("widening {d} to f32")),
     }
@@ -47,8 +57,16 @@ pub(crate) fn widen(ctx: &OpCtx, t: &Tensor) -> Result<ScratchBuf<f32>, OpFail> 
 /// Rounds f32 values into an f16/bf16 output tensor.
 pub(crate) fn narrow(src: &[f32], out: &mut Tensor) -> Result<(), OpFail> {
     match out.dtype {
-        DataType::F16 => out.data_mut::<f16>()?.iter_mut().zip(src).for_each(|(o, &v)| *o = f16::from_f32(v)),
-        DataType::BF16 => out.data_mut::<bf16>()?.iter_mut().zip(src).for_each(|(o, &v)| *o = bf16::from_f32(v)),
+        DataType::F16 => out
+            .data_mut::<f16>()?
+            .iter_mut()
+            .zip(src)
+            .for_each(|(o, &v)| *o = f16::from_f32(v)),
+        DataType::BF16 => out
+            .data_mut::<bf16>()?
+            .iter_mut()
+            .zip(src)
+            .for_each(|(o, &v)| *o = bf16::from_f32(v)),
         DataType::F32 => out.data_mut::<f32>()?.copy_from_slice(src),
         d => return unsupported(format!("narrowing f32 to {d}")),
     }
@@ -69,12 +87,22 @@ fn matmul_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
     match a.dtype {
         DataType::F32 => matmul::<f32>(a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?)?,
         DataType::F64 => matmul::<f64>(a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?)?,
-        DataType::I32 => matmul_int::<i32>(a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?)?,
-        DataType::I64 => matmul_int::<i64>(a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?)?,
+        DataType::I32 => {
+            matmul_int::<i32>(a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?)?
+        }
+        DataType::I64 => {
+            matmul_int::<i64>(a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?)?
+        }
         d if is_half(d) => {
             let (wa, wb) = (widen(ctx, a)?, widen(ctx, b)?);
             let mut y = ctx.scratch::<f32>(out.numel())?;
-            matmul::<f32>(wa.as_slice(), &a.shape, wb.as_slice(), &b.shape, y.as_mut_slice())?;
+            matmul::<f32>(
+                wa.as_slice(),
+                &a.shape,
+                wb.as_slice(),
+                &b.shape,
+                y.as_mut_slice(),
+            )?;
             narrow(y.as_slice(), &mut out)?;
         }
         d => return unsupported(format!("MatMul on {d}")),
@@ -93,23 +121,34 @@ fn gemm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
     let mut out = ctx.alloc(a.dtype, &oshape)?;
     macro_rules! go {
         ($T:ty, $a:expr, $b:expr, $c:expr, $out:expr) => {{
-            let attrs = GemmAttrs::<$T> { alpha: alpha as $T, beta: beta as $T, trans_a: ta, trans_b: tb };
+            let attrs = GemmAttrs::<$T> {
+                alpha: alpha as $T,
+                beta: beta as $T,
+                trans_a: ta,
+                trans_b: tb,
+            };
             gemm::<$T>($a, &a.shape, $b, &b.shape, $c, attrs, $out)?
         }};
     }
     match a.dtype {
         DataType::F32 => {
-            let cv = c.map(|c| Ok::<_, OpFail>((c.data::<f32>()?, c.shape.as_slice()))).transpose()?;
+            let cv = c
+                .map(|c| Ok::<_, OpFail>((c.data::<f32>()?, c.shape.as_slice())))
+                .transpose()?;
             go!(f32, a.data()?, b.data()?, cv, out.data_mut()?)
         }
         DataType::F64 => {
-            let cv = c.map(|c| Ok::<_, OpFail>((c.data::<f64>()?, c.shape.as_slice()))).transpose()?;
+            let cv = c
+                .map(|c| Ok::<_, OpFail>((c.data::<f64>()?, c.shape.as_slice())))
+                .transpose()?;
             go!(f64, a.data()?, b.data()?, cv, out.data_mut()?)
         }
         d if is_half(d) => {
             let (wa, wb) = (widen(ctx, a)?, widen(ctx, b)?);
             let wc = c.map(|c| widen(ctx, c)).transpose()?;
-            let cv = c.zip(wc.as_ref()).map(|(c, w)| (w.as_slice(), c.shape.as_slice()));
+            let cv = c
+                .zip(wc.as_ref())
+                .map(|(c, w)| (w.as_slice(), c.shape.as_slice()));
             let mut y = ctx.scratch::<f32>(out.numel())?;
             go!(f32, wa.as_slice(), wb.as_slice(), cv, y.as_mut_slice());
             narrow(y.as_slice(), &mut out)?;
@@ -140,7 +179,13 @@ fn parse_term(term: &str, rank: Option<usize>, ell_rank: usize) -> Result<Vec<u3
     let letters = |s: &str| -> Result<Vec<u32>, OpFail> {
         s.chars()
             .filter(|c| !c.is_whitespace())
-            .map(|c| if c.is_ascii_alphabetic() { Ok(c as u32) } else { fail(format!("Einsum label '{c}' is not a letter")) })
+            .map(|c| {
+                if c.is_ascii_alphabetic() {
+                    Ok(c as u32)
+                } else {
+                    fail(format!("Einsum label '{c}' is not a letter"))
+                }
+            })
             .collect()
     };
     labels.extend(letters(parts[0])?);
@@ -148,7 +193,9 @@ fn parse_term(term: &str, rank: Option<usize>, ell_rank: usize) -> Result<Vec<u3
         let after = letters(parts[1])?;
         let n_ell = match rank {
             Some(r) => r.checked_sub(labels.len() + after.len()).ok_or_else(|| {
-                OpFail::Invalid(format!("Einsum term '{term}' has more labels than its input has dims ({r})"))
+                OpFail::Invalid(format!(
+                    "Einsum term '{term}' has more labels than its input has dims ({r})"
+                ))
             })?,
             None => ell_rank,
         };
@@ -157,7 +204,10 @@ fn parse_term(term: &str, rank: Option<usize>, ell_rank: usize) -> Result<Vec<u3
         labels.extend(after);
     } else if let Some(r) = rank {
         if labels.len() != r {
-            return fail(format!("Einsum term '{term}' has {} labels for an input of rank {r}", labels.len()));
+            return fail(format!(
+                "Einsum term '{term}' has {} labels for an input of rank {r}",
+                labels.len()
+            ));
         }
     }
     Ok(labels)
@@ -171,7 +221,11 @@ pub fn parse_equation(equation: &str, ranks: &[usize]) -> Result<Equation, OpFai
     };
     let terms: Vec<&str> = lhs.split(',').collect();
     if terms.len() != ranks.len() {
-        return fail(format!("Einsum equation has {} terms for {} inputs", terms.len(), ranks.len()));
+        return fail(format!(
+            "Einsum equation has {} terms for {} inputs",
+            terms.len(),
+            ranks.len()
+        ));
     }
     let mut ell_rank = 0;
     for (t, &r) in terms.iter().zip(ranks) {
@@ -180,14 +234,22 @@ pub fn parse_equation(equation: &str, ranks: &[usize]) -> Result<Equation, OpFai
             ell_rank = ell_rank.max(r.saturating_sub(letters));
         }
     }
-    let inputs: Vec<Vec<u32>> =
-        terms.iter().zip(ranks).map(|(t, &r)| parse_term(t, Some(r), ell_rank)).collect::<Result<_, _>>()?;
+    let inputs: Vec<Vec<u32>> = terms
+        .iter()
+        .zip(ranks)
+        .map(|(t, &r)| parse_term(t, Some(r), ell_rank))
+        .collect::<Result<_, _>>()?;
     let output = match rhs {
         Some(r) => parse_term(r, None, ell_rank)?,
         None => {
             // Implicit output: ellipsis dims, then labels seen exactly once, alphabetically.
             let mut out: Vec<u32> = (0..ell_rank as u32).map(|j| ELL + j).collect();
-            let mut letters: Vec<u32> = inputs.iter().flatten().copied().filter(|&l| l < ELL).collect();
+            let mut letters: Vec<u32> = inputs
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|&l| l < ELL)
+                .collect();
             letters.sort_unstable();
             let once: Vec<u32> = letters
                 .iter()
@@ -226,12 +288,21 @@ impl<'a, T: Copy + Send + Sync> Operand<'a, T> {
     /// Merges repeated labels into one diagonal dim (stride sum).
     fn new(data: &'a [T], shape: &[usize], labels: &[u32]) -> Result<Self, OpFail> {
         let st = row_major(shape);
-        let mut op = Operand { data, base: 0, labels: Vec::new(), dims: Vec::new(), strides: Vec::new() };
+        let mut op = Operand {
+            data,
+            base: 0,
+            labels: Vec::new(),
+            dims: Vec::new(),
+            strides: Vec::new(),
+        };
         for (i, &l) in labels.iter().enumerate() {
             match op.labels.iter().position(|&m| m == l) {
                 Some(j) => {
                     if op.dims[j] != shape[i] {
-                        return fail(format!("Einsum diagonal over dims {} and {}", op.dims[j], shape[i]));
+                        return fail(format!(
+                            "Einsum diagonal over dims {} and {}",
+                            op.dims[j], shape[i]
+                        ));
                     }
                     op.strides[j] += st[i];
                 }
@@ -246,11 +317,20 @@ impl<'a, T: Copy + Send + Sync> Operand<'a, T> {
     }
 
     fn dim(&self, l: u32) -> Option<usize> {
-        self.labels.iter().position(|&m| m == l).map(|i| self.dims[i])
+        self.labels
+            .iter()
+            .position(|&m| m == l)
+            .map(|i| self.dims[i])
     }
 
     fn stride(&self, l: u32) -> isize {
-        self.labels.iter().position(|&m| m == l).map_or(0, |i| if self.dims[i] == 1 { 0 } else { self.strides[i] })
+        self.labels.iter().position(|&m| m == l).map_or(0, |i| {
+            if self.dims[i] == 1 {
+                0
+            } else {
+                self.strides[i]
+            }
+        })
     }
 
     fn is_contiguous(&self) -> bool {
@@ -277,18 +357,26 @@ fn group_stride<T: Copy + Send + Sync>(op: &Operand<'_, T>, group: &[u32]) -> Op
 }
 
 /// Materializes `op` into a contiguous scratch buffer in label order `order`.
-fn materialize<'s, T: bytemuck::Pod + Send + Sync>(
+fn materialize<T: bytemuck::Pod + Send + Sync>(
     ctx: &OpCtx,
     op: &Operand<'_, T>,
     order: &[u32],
-    store: &'s mut Vec<ScratchBuf<T>>,
+    store: &mut Vec<ScratchBuf<T>>,
 ) -> Result<(Vec<usize>, Vec<isize>), OpFail> {
     let dims: Vec<usize> = order.iter().map(|&l| op.dim(l).unwrap_or(1)).collect();
     let st: Vec<isize> = order.iter().map(|&l| op.stride(l)).collect();
     let mut buf = ctx.scratch::<T>(dims.iter().product())?;
     strided_copy(op.data, op.base, &dims, &st, buf.as_mut_slice())?;
     store.push(buf);
-    Ok((dims, row_major(&order.iter().map(|&l| op.dim(l).unwrap_or(1)).collect::<Vec<_>>())))
+    Ok((
+        dims,
+        row_major(
+            &order
+                .iter()
+                .map(|&l| op.dim(l).unwrap_or(1))
+                .collect::<Vec<_>>(),
+        ),
+    ))
 }
 
 /// Element type of the Einsum lowering.
@@ -313,33 +401,65 @@ fn sum_out<'b, T: EinElem>(
         strided_copy(op.data, op.base, &op.dims, &op.strides, buf.as_mut_slice())?;
         store.push(buf)
     };
-    let axes: Vec<i64> =
-        op.labels.iter().enumerate().filter(|(_, l)| !keep.contains(l)).map(|(i, _)| i as i64).collect();
-    let labels: Vec<u32> = op.labels.iter().copied().filter(|l| keep.contains(l)).collect();
-    let dims: Vec<usize> = op.labels.iter().zip(&op.dims).filter(|(l, _)| keep.contains(l)).map(|(_, &d)| d).collect();
+    let axes: Vec<i64> = op
+        .labels
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !keep.contains(l))
+        .map(|(i, _)| i as i64)
+        .collect();
+    let labels: Vec<u32> = op
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| keep.contains(l))
+        .collect();
+    let dims: Vec<usize> = op
+        .labels
+        .iter()
+        .zip(&op.dims)
+        .filter(|(l, _)| keep.contains(l))
+        .map(|(_, &d)| d)
+        .collect();
     let mut out = ctx.scratch::<T>(dims.iter().product())?;
-    reduce(ReduceOp::Sum, contiguous, &op.dims, &axes, false, false, out.as_mut_slice())?;
+    reduce(
+        ReduceOp::Sum,
+        contiguous,
+        &op.dims,
+        &axes,
+        false,
+        false,
+        out.as_mut_slice(),
+    )?;
     let data = store.push(out);
-    Ok(Operand { data, base: 0, strides: row_major(&dims), labels, dims })
+    Ok(Operand {
+        data,
+        base: 0,
+        strides: row_major(&dims),
+        labels,
+        dims,
+    })
 }
 
 /// Scratch buffers that live until the op returns; handing out shared slices of pushed buffers.
 struct ScratchArena<T> {
-    bufs: std::cell::RefCell<Vec<Box<ScratchBuf<T>>>>,
+    bufs: std::cell::RefCell<Vec<ScratchBuf<T>>>,
 }
 
 impl<T: bytemuck::Pod> ScratchArena<T> {
     fn new() -> Self {
-        ScratchArena { bufs: std::cell::RefCell::new(Vec::new()) }
+        ScratchArena {
+            bufs: std::cell::RefCell::new(Vec::new()),
+        }
     }
 
     /// Keeps `b` alive for the arena's lifetime and returns its contents.
     fn push(&self, b: ScratchBuf<T>) -> &[T] {
-        let boxed = Box::new(b);
-        let ptr: *const [T] = boxed.as_slice();
-        self.bufs.borrow_mut().push(boxed);
-        // SAFETY: the buffer is boxed (its heap bytes never move), never mutated after being pushed, and
-        // only dropped with the arena, which outlives the returned borrow of `self`.
+        let ptr: *const [T] = b.as_slice();
+        self.bufs.borrow_mut().push(b);
+        // SAFETY: the slice lives in the buffer's own heap allocation, which does not move when the
+        // `ScratchBuf` value moves into the vector; pushed buffers are never mutated and are only
+        // dropped with the arena, which outlives the returned borrow of `self`.
         unsafe { &*ptr }
     }
 }
@@ -356,10 +476,30 @@ fn contract<T: EinElem>(
     arena: &ScratchArena<T>,
 ) -> Result<(Vec<u32>, Vec<usize>, Option<ScratchBuf<T>>), OpFail> {
     let pos = |l: &u32| order_hint.iter().position(|m| m == l).unwrap_or(usize::MAX);
-    let mut batch: Vec<u32> = a.labels.iter().copied().filter(|l| b.labels.contains(l) && needed.contains(l)).collect();
-    let contracted: Vec<u32> = a.labels.iter().copied().filter(|l| b.labels.contains(l) && !needed.contains(l)).collect();
-    let mut m_l: Vec<u32> = a.labels.iter().copied().filter(|l| !b.labels.contains(l)).collect();
-    let mut n_l: Vec<u32> = b.labels.iter().copied().filter(|l| !a.labels.contains(l)).collect();
+    let mut batch: Vec<u32> = a
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| b.labels.contains(l) && needed.contains(l))
+        .collect();
+    let contracted: Vec<u32> = a
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| b.labels.contains(l) && !needed.contains(l))
+        .collect();
+    let mut m_l: Vec<u32> = a
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| !b.labels.contains(l))
+        .collect();
+    let mut n_l: Vec<u32> = b
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| !a.labels.contains(l))
+        .collect();
     batch.sort_by_key(pos);
     m_l.sort_by_key(pos);
     n_l.sort_by_key(pos);
@@ -377,22 +517,42 @@ fn contract<T: EinElem>(
             } else if x == 1 {
                 Ok(y)
             } else {
-                fail(format!("Einsum dims {x} and {y} of one label do not broadcast"))
+                fail(format!(
+                    "Einsum dims {x} and {y} of one label do not broadcast"
+                ))
             }
         })
         .collect::<Result<_, _>>()?;
-    let ext = |op: &Operand<'_, T>, g: &[u32]| g.iter().map(|&l| op.dim(l).unwrap_or(1)).product::<usize>();
+    let ext = |op: &Operand<'_, T>, g: &[u32]| {
+        g.iter().map(|&l| op.dim(l).unwrap_or(1)).product::<usize>()
+    };
     let (m, k, n) = (ext(a, &m_l), ext(a, &contracted), ext(b, &n_l));
     let mut scratch_views: Vec<ScratchBuf<T>> = Vec::new();
     // A as [batch, m, k]; B as [batch, k, n]: strided when each group is one stride, else a copy.
-    let prepare = |op: &Operand<'_, T>, rows: &[u32], cols: &[u32], store: &mut Vec<ScratchBuf<T>>| -> Result<(usize, Vec<isize>, isize, isize, bool), OpFail> {
+    let prepare = |op: &Operand<'_, T>,
+                   rows: &[u32],
+                   cols: &[u32],
+                   store: &mut Vec<ScratchBuf<T>>|
+     -> Result<(usize, Vec<isize>, isize, isize, bool), OpFail> {
         if let (Some(rs), Some(cs)) = (group_stride(op, rows), group_stride(op, cols)) {
             let bst: Vec<isize> = batch.iter().map(|&l| op.stride(l)).collect();
             return Ok((op.base, bst, rs, cs, false));
         }
-        let order: Vec<u32> = batch.iter().chain(rows).chain(cols).copied().filter(|l| op.labels.contains(l)).collect();
+        let order: Vec<u32> = batch
+            .iter()
+            .chain(rows)
+            .chain(cols)
+            .copied()
+            .filter(|l| op.labels.contains(l))
+            .collect();
         let (dims, _) = materialize(ctx, op, &order, store)?;
-        let copy = Operand { data: &[] as &[T], base: 0, labels: order.clone(), strides: row_major(&dims), dims };
+        let copy = Operand {
+            data: &[] as &[T],
+            base: 0,
+            labels: order.clone(),
+            strides: row_major(&dims),
+            dims,
+        };
         let bst: Vec<isize> = batch.iter().map(|&l| copy.stride(l)).collect();
         let rs = group_stride(&copy, rows).unwrap_or(0);
         let cs = group_stride(&copy, cols).unwrap_or(0);
@@ -401,8 +561,16 @@ fn contract<T: EinElem>(
     let (abase, abst, ars, acs, acopy) = prepare(a, &m_l, &contracted, &mut scratch_views)?;
     let (bbase, bbst, brs, bcs, bcopy) = prepare(b, &contracted, &n_l, &mut scratch_views)?;
     let mut it = scratch_views.into_iter();
-    let adata: &[T] = if acopy { it.next().map(|s| arena.push(s)).unwrap_or(&[]) } else { a.data };
-    let bdata: &[T] = if bcopy { it.next().map(|s| arena.push(s)).unwrap_or(&[]) } else { b.data };
+    let adata: &[T] = if acopy {
+        it.next().map(|s| arena.push(s)).unwrap_or(&[])
+    } else {
+        a.data
+    };
+    let bdata: &[T] = if bcopy {
+        it.next().map(|s| arena.push(s)).unwrap_or(&[])
+    } else {
+        b.data
+    };
     let labels: Vec<u32> = batch.iter().chain(&m_l).chain(&n_l).copied().collect();
     let mut dims = bdims.clone();
     dims.extend(m_l.iter().map(|&l| a.dim(l).unwrap_or(1)));
@@ -435,15 +603,27 @@ fn contract<T: EinElem>(
             let bo = bbase as isize + offs(bi, &bbst);
             let at = (r - rows.start) * n;
             if k == 0 {
-                chunk[at..at + cnt * n].iter_mut().for_each(|v| *v = <T as GemmFloat>::ZERO);
+                chunk[at..at + cnt * n]
+                    .iter_mut()
+                    .for_each(|v| *v = <T as GemmFloat>::ZERO);
             } else {
                 // Negative strides do not occur: every stride here comes from row-major layouts.
                 gemm_block(
                     cnt,
                     k,
                     n,
-                    MatRef { data: adata, off: ao as usize, rs: ars as usize, cs: acs as usize },
-                    MatRef { data: bdata, off: bo as usize, rs: brs as usize, cs: bcs as usize },
+                    MatRef {
+                        data: adata,
+                        off: ao as usize,
+                        rs: ars as usize,
+                        cs: acs as usize,
+                    },
+                    MatRef {
+                        data: bdata,
+                        off: bo as usize,
+                        rs: brs as usize,
+                        cs: bcs as usize,
+                    },
                     &mut chunk[at..],
                     n,
                 )?;
@@ -459,7 +639,11 @@ fn contract<T: EinElem>(
 }
 
 /// Einsum on `T`; the result is a new tensor of `T` allocated through `ctx`.
-fn einsum_typed<T: EinElem>(ctx: &OpCtx, eq: &Equation, ins: &[(&[T], &[usize])]) -> Result<Tensor, OpFail> {
+fn einsum_typed<T: EinElem>(
+    ctx: &OpCtx,
+    eq: &Equation,
+    ins: &[(&[T], &[usize])],
+) -> Result<Tensor, OpFail> {
     let arena = ScratchArena::<T>::new();
     let mut ops: Vec<Operand<'_, T>> = Vec::new();
     for ((data, shape), labels) in ins.iter().zip(&eq.inputs) {
@@ -472,7 +656,9 @@ fn einsum_typed<T: EinElem>(ctx: &OpCtx, eq: &Equation, ins: &[(&[T], &[usize])]
         .map(|&l| ops.iter().filter_map(|o| o.dim(l)).max().unwrap_or(1))
         .collect();
     let mut rest = ops.into_iter();
-    let Some(mut acc) = rest.next() else { return fail("Einsum needs an input") };
+    let Some(mut acc) = rest.next() else {
+        return fail("Einsum needs an input");
+    };
     let remaining: Vec<Operand<'_, T>> = rest.collect();
     let n_rest = remaining.len();
     let mut out = ctx.alloc(T::DTYPE, &oshape)?;
@@ -489,25 +675,58 @@ fn einsum_typed<T: EinElem>(ctx: &OpCtx, eq: &Equation, ins: &[(&[T], &[usize])]
         let last = i + 1 == n_rest;
         // The final step writes straight into the output when its [batch, m, n] order is the output's.
         let direct = last && {
-            let batch: Vec<u32> = eq.output.iter().copied().filter(|l| a2.labels.contains(l) && b2.labels.contains(l)).collect();
-            let m_l: Vec<u32> = eq.output.iter().copied().filter(|l| a2.labels.contains(l) && !b2.labels.contains(l)).collect();
-            let n_l: Vec<u32> = eq.output.iter().copied().filter(|l| !a2.labels.contains(l) && b2.labels.contains(l)).collect();
+            let batch: Vec<u32> = eq
+                .output
+                .iter()
+                .copied()
+                .filter(|l| a2.labels.contains(l) && b2.labels.contains(l))
+                .collect();
+            let m_l: Vec<u32> = eq
+                .output
+                .iter()
+                .copied()
+                .filter(|l| a2.labels.contains(l) && !b2.labels.contains(l))
+                .collect();
+            let n_l: Vec<u32> = eq
+                .output
+                .iter()
+                .copied()
+                .filter(|l| !a2.labels.contains(l) && b2.labels.contains(l))
+                .collect();
             let order: Vec<u32> = batch.into_iter().chain(m_l).chain(n_l).collect();
             let dims_match = eq.output.iter().all(|&l| {
-                let d = [a2.dim(l), b2.dim(l)].into_iter().flatten().max().unwrap_or(1);
+                let d = [a2.dim(l), b2.dim(l)]
+                    .into_iter()
+                    .flatten()
+                    .max()
+                    .unwrap_or(1);
                 oshape[eq.output.iter().position(|&m| m == l).unwrap_or(0)] == d
             });
             order == eq.output && dims_match
         };
         let (labels, dims, buf) = if direct {
-            contract(&a2, &b2, &needed, &eq.output, ctx, Some(out.data_mut::<T>()?), &arena)?
+            contract(
+                &a2,
+                &b2,
+                &needed,
+                &eq.output,
+                ctx,
+                Some(out.data_mut::<T>()?),
+                &arena,
+            )?
         } else {
             contract(&a2, &b2, &needed, &eq.output, ctx, None, &arena)?
         };
         acc = match buf {
             Some(buf) => {
                 let data = arena.push(buf);
-                Operand { data, base: 0, strides: row_major(&dims), labels, dims }
+                Operand {
+                    data,
+                    base: 0,
+                    strides: row_major(&dims),
+                    labels,
+                    dims,
+                }
             }
             None => return Ok(out),
         };
@@ -521,27 +740,42 @@ fn einsum_typed<T: EinElem>(ctx: &OpCtx, eq: &Equation, ins: &[(&[T], &[usize])]
 
 fn einsum_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let ins: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
-    let Some(first) = ins.first() else { return fail("Einsum needs at least one input") };
+    let Some(first) = ins.first() else {
+        return fail("Einsum needs at least one input");
+    };
     if ins.iter().any(|t| t.dtype != first.dtype) {
         return fail("Einsum inputs must share one type");
     }
-    let Some(eqs) = ctx.string("equation")? else { return fail("Einsum needs 'equation'") };
+    let Some(eqs) = ctx.string("equation")? else {
+        return fail("Einsum needs 'equation'");
+    };
     let ranks: Vec<usize> = ins.iter().map(|t| t.rank()).collect();
     let eq = parse_equation(&eqs, &ranks)?;
     let out = match first.dtype {
         DataType::F32 => {
-            let v: Vec<(&[f32], &[usize])> =
-                ins.iter().map(|t| Ok((t.data::<f32>()?, t.shape.as_slice()))).collect::<Result<_, OpFail>>()?;
+            let v: Vec<(&[f32], &[usize])> = ins
+                .iter()
+                .map(|t| Ok((t.data::<f32>()?, t.shape.as_slice())))
+                .collect::<Result<_, OpFail>>()?;
             einsum_typed::<f32>(ctx, &eq, &v)?
         }
         DataType::F64 => {
-            let v: Vec<(&[f64], &[usize])> =
-                ins.iter().map(|t| Ok((t.data::<f64>()?, t.shape.as_slice()))).collect::<Result<_, OpFail>>()?;
+            let v: Vec<(&[f64], &[usize])> = ins
+                .iter()
+                .map(|t| Ok((t.data::<f64>()?, t.shape.as_slice())))
+                .collect::<Result<_, OpFail>>()?;
             einsum_typed::<f64>(ctx, &eq, &v)?
         }
         d if is_half(d) => {
-            let wide: Vec<ScratchBuf<f32>> = ins.iter().map(|t| widen(ctx, t)).collect::<Result<_, _>>()?;
-            let v: Vec<(&[f32], &[usize])> = wide.iter().zip(&ins).map(|(w, t)| (w.as_slice(), t.shape.as_slice())).collect();
+            let wide: Vec<ScratchBuf<f32>> = ins
+                .iter()
+                .map(|t| widen(ctx, t))
+                .collect::<Result<_, _>>()?;
+            let v: Vec<(&[f32], &[usize])> = wide
+                .iter()
+                .zip(&ins)
+                .map(|(w, t)| (w.as_slice(), t.shape.as_slice()))
+                .collect();
             // The f32 result is a scratch tensor (counted through the run's stats) rounded into the output.
             let y = einsum_typed::<f32>(ctx, &eq, &v)?;
             let mut out = ctx.alloc(d, &y.shape)?;
@@ -562,7 +796,13 @@ mod tests {
 
     fn eins(eq: &str, ins: &[&Tensor]) -> Result<Tensor, OpFail> {
         let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| Some(*t)).collect();
-        Ok(run_op("Einsum", &[("equation", AttrValue::String(eq.as_bytes().to_vec()))], &refs, 1)?.remove(0))
+        Ok(run_op(
+            "Einsum",
+            &[("equation", AttrValue::String(eq.as_bytes().to_vec()))],
+            &refs,
+            1,
+        )?
+        .remove(0))
     }
 
     /// Naive Einsum over f64 (sum over every assignment of the labels).
@@ -611,11 +851,17 @@ mod tests {
         let got = eins(eq, &refs).unwrap();
         let ranks: Vec<usize> = shapes.iter().map(|s| s.len()).collect();
         let pe = parse_equation(eq, &ranks).unwrap();
-        let ins: Vec<(&[f32], &[usize])> = ts.iter().map(|t| (t.data::<f32>().unwrap(), t.shape.as_slice())).collect();
+        let ins: Vec<(&[f32], &[usize])> = ts
+            .iter()
+            .map(|t| (t.data::<f32>().unwrap(), t.shape.as_slice()))
+            .collect();
         let (os, want) = naive(&pe, &ins);
         assert_eq!(got.shape, os, "{eq}");
         for (g, w) in got.data::<f32>().unwrap().iter().zip(&want) {
-            assert!((*g as f64 - w).abs() < 1e-4 * (1.0 + w.abs()), "{eq}: {g} vs {w}");
+            assert!(
+                (*g as f64 - w).abs() < 1e-4 * (1.0 + w.abs()),
+                "{eq}: {g} vs {w}"
+            );
         }
     }
 
@@ -624,7 +870,8 @@ mod tests {
         check("ij,jk->ik", &[&[3, 4], &[4, 5]], 1);
         check("ij,kj->ik", &[&[3, 4], &[5, 4]], 2);
         check("bhqd,bhkd->bhqk", &[&[2, 3, 4, 5], &[2, 3, 6, 5]], 3);
-        check("...ik,...jk->...ij", &[&[2, 3, 4], &[3, 5, 4]], 4);
+        check("...ik,...jk->...ij", &[&[3, 2, 3, 4], &[2, 5, 4]], 4);
+        check("...ik,...jk->...ij", &[&[2, 3, 4], &[1, 5, 4]], 15);
         check("ii->i", &[&[4, 4]], 5);
         check("ii", &[&[4, 4]], 6);
         check("ij->ji", &[&[3, 4]], 7);
@@ -633,9 +880,18 @@ mod tests {
         check("bij,bjk->bki", &[&[2, 3, 4], &[2, 4, 5]], 10);
         check("ij,kl->ijkl", &[&[2, 3], &[2, 2]], 11);
         check("ijk,ik->j", &[&[2, 3, 4], &[2, 4]], 12);
-        check("bi,bj->ij", &[&[1, 3], &[4, 5]], 13);
+        check("bi,bj->ij", &[&[4, 3], &[4, 5]], 13);
+        assert!(eins(
+            "bi,bj->ij",
+            &[&t_f32(&[1, 3], &[0.; 3]), &t_f32(&[4, 5], &[0.; 20])]
+        )
+        .is_err());
         check("...j,j->...", &[&[2, 3, 4], &[4]], 14);
-        assert!(eins("ij,jk->ik", &[&t_f32(&[2, 3], &[0.; 6]), &t_f32(&[4, 2], &[0.; 8])]).is_err());
+        assert!(eins(
+            "ij,jk->ik",
+            &[&t_f32(&[2, 3], &[0.; 6]), &t_f32(&[4, 2], &[0.; 8])]
+        )
+        .is_err());
         assert!(eins("ij->ik", &[&t_f32(&[2, 3], &[0.; 6])]).is_err());
     }
 
@@ -646,16 +902,39 @@ mod tests {
         let o = run_op("MatMul", &[], &[Some(&a), Some(&b)], 1).unwrap();
         assert_eq!(o[0].data::<f32>().unwrap(), &[19., 22., 43., 50.]);
         let c = t_f32(&[2], &[1., -1.]);
-        let o = run_op("Gemm", &[("transB", AttrValue::Int(1)), ("alpha", AttrValue::Float(2.0))], &[Some(&a), Some(&b), Some(&c)], 1)
-            .unwrap();
+        let o = run_op(
+            "Gemm",
+            &[
+                ("transB", AttrValue::Int(1)),
+                ("alpha", AttrValue::Float(2.0)),
+            ],
+            &[Some(&a), Some(&b), Some(&c)],
+            1,
+        )
+        .unwrap();
         assert_eq!(o[0].data::<f32>().unwrap(), &[35., 45., 79., 105.]);
-        let h = |t: &Tensor| t_of::<f16>(&t.shape, &t.data::<f32>().unwrap().iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>());
+        let h = |t: &Tensor| {
+            t_of::<f16>(
+                &t.shape,
+                &t.data::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|&v| f16::from_f32(v))
+                    .collect::<Vec<_>>(),
+            )
+        };
         let o = run_op("MatMul", &[], &[Some(&h(&a)), Some(&h(&b))], 1).unwrap();
         assert_eq!(o[0].data::<f16>().unwrap()[3], f16::from_f32(50.));
         let i = t_i64(&[1, 2], &[2, 3]);
         let o = run_op("MatMul", &[], &[Some(&i), Some(&t_i64(&[2], &[4, 5]))], 1).unwrap();
         assert_eq!(o[0].data::<i64>().unwrap(), &[23]);
-        assert!(run_op("MatMul", &[], &[Some(&a), Some(&t_f32(&[3], &[1., 2., 3.]))], 1).is_err());
+        assert!(run_op(
+            "MatMul",
+            &[],
+            &[Some(&a), Some(&t_f32(&[3], &[1., 2., 3.]))],
+            1
+        )
+        .is_err());
     }
 
     proptest! {

@@ -134,7 +134,10 @@ impl OpCtx<'_> {
     }
 
     fn kind_err<T>(&self, name: &str, want: &str, got: &AttrValue) -> Result<T, OpFail> {
-        fail(format!("attribute '{name}' must be {want}, got {}", got.kind_name()))
+        fail(format!(
+            "attribute '{name}' must be {want}, got {}",
+            got.kind_name()
+        ))
     }
 
     pub fn int(&self, name: &str, default: i64) -> Result<i64, OpFail> {
@@ -217,13 +220,22 @@ pub fn opt<'t>(inputs: &[Option<&'t Tensor>], i: usize) -> Option<&'t Tensor> {
 
 /// The elements of `t` reinterpreted as `T` (same size as the element type; used by data movement).
 pub fn raw<T: bytemuck::Pod>(t: &Tensor) -> Result<&[T], OpFail> {
-    bytemuck::try_cast_slice(t.bytes()).map_err(|e| OpFail::Invalid(format!("tensor bytes as {}: {e}", std::any::type_name::<T>())))
+    bytemuck::try_cast_slice(t.bytes()).map_err(|e| {
+        OpFail::Invalid(format!(
+            "tensor bytes as {}: {e}",
+            std::any::type_name::<T>()
+        ))
+    })
 }
 
 /// The elements of `t` reinterpreted as `T`, writable.
 pub fn raw_mut<T: bytemuck::Pod>(t: &mut Tensor) -> Result<&mut [T], OpFail> {
-    bytemuck::try_cast_slice_mut(t.bytes_mut()?)
-        .map_err(|e| OpFail::Invalid(format!("tensor bytes as {}: {e}", std::any::type_name::<T>())))
+    bytemuck::try_cast_slice_mut(t.bytes_mut()?).map_err(|e| {
+        OpFail::Invalid(format!(
+            "tensor bytes as {}: {e}",
+            std::any::type_name::<T>()
+        ))
+    })
 }
 
 /// A scalar (or one-element) operand as i64.
@@ -239,7 +251,10 @@ pub fn scalar_i64(t: &Tensor, what: &str) -> Result<i64, OpFail> {
 pub fn dims_of(t: &Tensor, what: &str) -> Result<Vec<usize>, OpFail> {
     t.to_i64_vec()?
         .into_iter()
-        .map(|d| usize::try_from(d).map_err(|_| OpFail::Invalid(format!("{what} has a negative dim {d}"))))
+        .map(|d| {
+            usize::try_from(d)
+                .map_err(|_| OpFail::Invalid(format!("{what} has a negative dim {d}")))
+        })
         .collect()
 }
 
@@ -260,7 +275,15 @@ fn table() -> &'static BTreeMap<&'static str, OpFn> {
     static T: OnceLock<BTreeMap<&'static str, OpFn>> = OnceLock::new();
     T.get_or_init(|| {
         let mut m = BTreeMap::new();
-        for fam in [basic::OPS, elementwise::OPS, movement::OPS, index::OPS, linalg::OPS, reduce::OPS, nn::OPS] {
+        for fam in [
+            basic::OPS,
+            elementwise::OPS,
+            movement::OPS,
+            index::OPS,
+            linalg::OPS,
+            reduce::OPS,
+            nn::OPS,
+        ] {
             for (name, f) in fam {
                 m.insert(*name, *f);
             }

@@ -5,7 +5,9 @@
 
 use memplan_ir::DataType;
 
-use super::{axis, dims_of, fail, opt, raw, raw_mut, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn};
+use super::{
+    axis, dims_of, fail, opt, raw, raw_mut, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn,
+};
 use crate::kernels::elementwise::broadcast_shapes;
 use crate::kernels::movement::{self as mv, istrides};
 use crate::tensor::{elem_size, Tensor};
@@ -37,11 +39,18 @@ pub(crate) fn gather_strided(
 fn transpose(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
     let perm: Vec<usize> = match ctx.ints("perm")? {
-        Some(p) => p.iter().map(|&a| axis(a, x.rank())).collect::<Result<_, _>>()?,
+        Some(p) => p
+            .iter()
+            .map(|&a| axis(a, x.rank()))
+            .collect::<Result<_, _>>()?,
         None => (0..x.rank()).rev().collect(),
     };
     if perm.len() != x.rank() {
-        return fail(format!("perm {perm:?} has {} entries for rank {}", perm.len(), x.rank()));
+        return fail(format!(
+            "perm {perm:?} has {} entries for rank {}",
+            perm.len(),
+            x.rank()
+        ));
     }
     let oshape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
     let mut out = ctx.alloc(x.dtype, &oshape)?;
@@ -65,7 +74,11 @@ pub fn resolve_slice(dim: usize, start: i64, end: i64, step: i64) -> Result<Slic
     let d = dim as i128;
     let norm = |v: i64| if v < 0 { v as i128 + d } else { v as i128 };
     let (s, e) = (norm(start), norm(end));
-    let (s, e) = if step > 0 { (s.clamp(0, d), e.clamp(0, d)) } else { (s.clamp(0, d - 1), e.clamp(-1, d - 1)) };
+    let (s, e) = if step > 0 {
+        (s.clamp(0, d), e.clamp(0, d))
+    } else {
+        (s.clamp(0, d - 1), e.clamp(-1, d - 1))
+    };
     let st = step as i128;
     let count = if step > 0 {
         if e > s {
@@ -78,15 +91,23 @@ pub fn resolve_slice(dim: usize, start: i64, end: i64, step: i64) -> Result<Slic
     } else {
         0
     };
-    Ok(SliceAxis { start: if count > 0 { s as usize } else { 0 }, count: count as usize, step })
+    Ok(SliceAxis {
+        start: if count > 0 { s as usize } else { 0 },
+        count: count as usize,
+        step,
+    })
 }
 
 fn slice(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
     let r = x.rank();
     let (starts, ends, axes, steps) = if ctx.opset < 10 {
-        let Some(s) = ctx.ints("starts")? else { return fail("Slice-1 needs 'starts'") };
-        let Some(e) = ctx.ints("ends")? else { return fail("Slice-1 needs 'ends'") };
+        let Some(s) = ctx.ints("starts")? else {
+            return fail("Slice-1 needs 'starts'");
+        };
+        let Some(e) = ctx.ints("ends")? else {
+            return fail("Slice-1 needs 'ends'");
+        };
         (s, e, ctx.ints("axes")?, None)
     } else {
         let s = req(inputs, 1)?.to_i64_vec()?;
@@ -96,14 +117,26 @@ fn slice(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
         (s, e, a, st)
     };
     if ends.len() != starts.len() {
-        return fail(format!("Slice has {} starts but {} ends", starts.len(), ends.len()));
+        return fail(format!(
+            "Slice has {} starts but {} ends",
+            starts.len(),
+            ends.len()
+        ));
     }
     let axes: Vec<i64> = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
     if axes.len() != starts.len() || steps.len() != starts.len() {
         return fail("Slice starts, ends, axes and steps must have equal lengths");
     }
-    let mut plan: Vec<SliceAxis> = x.shape.iter().map(|&d| SliceAxis { start: 0, count: d, step: 1 }).collect();
+    let mut plan: Vec<SliceAxis> = x
+        .shape
+        .iter()
+        .map(|&d| SliceAxis {
+            start: 0,
+            count: d,
+            step: 1,
+        })
+        .collect();
     let mut seen = vec![false; r];
     for i in 0..starts.len() {
         let a = axis(axes[i], r)?;
@@ -114,19 +147,34 @@ fn slice(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     }
     let st = istrides(&x.shape);
     let oshape: Vec<usize> = plan.iter().map(|p| p.count).collect();
-    let base: usize = plan.iter().zip(&st).map(|(p, &s)| p.start * s as usize).sum();
+    let base: usize = plan
+        .iter()
+        .zip(&st)
+        .map(|(p, &s)| p.start * s as usize)
+        .sum();
     if ctx.view {
         let first_cut = (0..r).find(|&k| oshape[k] != x.shape[k]);
         let contiguous = match first_cut {
             None => true,
-            Some(k) => (0..k).all(|j| oshape[j] == 1) && (k + 1..r).all(|j| oshape[j] == x.shape[j]),
+            Some(k) => {
+                (0..k).all(|j| oshape[j] == 1) && (k + 1..r).all(|j| oshape[j] == x.shape[j])
+            }
         };
         if !contiguous || plan.iter().any(|p| p.step != 1 && p.count > 1) {
-            return fail(format!("the plan makes this Slice a view but {:?} of {:?} is not one contiguous run", oshape, x.shape));
+            return fail(format!(
+                "the plan makes this Slice a view but {:?} of {:?} is not one contiguous run",
+                oshape, x.shape
+            ));
         }
-        return Ok(vec![x.view(if oshape.contains(&0) { 0 } else { base }, &oshape)?]);
+        return Ok(vec![
+            x.view(if oshape.contains(&0) { 0 } else { base }, &oshape)?
+        ]);
     }
-    let ost: Vec<isize> = plan.iter().zip(&st).map(|(p, &s)| p.step as isize * s).collect();
+    let ost: Vec<isize> = plan
+        .iter()
+        .zip(&st)
+        .map(|(p, &s)| p.step as isize * s)
+        .collect();
     Ok(vec![gather_strided(ctx, x, base, &oshape, &ost)?])
 }
 
@@ -138,7 +186,9 @@ fn split(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     let sizes: Vec<usize> = if let Some(s) = opt(inputs, 1) {
         dims_of(s, "split")?
     } else if let Some(s) = ctx.ints("split")? {
-        s.iter().map(|&v| usize::try_from(v).map_err(|_| OpFail::Invalid(format!("split size {v}")))).collect::<Result<_, _>>()?
+        s.iter()
+            .map(|&v| usize::try_from(v).map_err(|_| OpFail::Invalid(format!("split size {v}"))))
+            .collect::<Result<_, _>>()?
     } else {
         let parts = ctx.opt_int("num_outputs")?.map_or(n_out as i64, |v| v);
         if parts <= 0 {
@@ -146,14 +196,24 @@ fn split(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
         }
         let parts = parts as usize;
         // Equal parts; with num_outputs the last one is smaller when `d` does not divide.
-        let each = if ctx.has("num_outputs") { d.div_ceil(parts) } else { d / parts };
+        let each = if ctx.has("num_outputs") {
+            d.div_ceil(parts)
+        } else {
+            d / parts
+        };
         if !ctx.has("num_outputs") && d % parts != 0 {
-            return fail(format!("axis of length {d} does not split into {parts} equal parts"));
+            return fail(format!(
+                "axis of length {d} does not split into {parts} equal parts"
+            ));
         }
-        (0..parts).map(|i| each.min(d.saturating_sub(i * each))).collect()
+        (0..parts)
+            .map(|i| each.min(d.saturating_sub(i * each)))
+            .collect()
     };
     if sizes.iter().sum::<usize>() != d {
-        return fail(format!("split sizes {sizes:?} do not sum to the axis length {d}"));
+        return fail(format!(
+            "split sizes {sizes:?} do not sum to the axis length {d}"
+        ));
     }
     if sizes.len() != n_out {
         return fail(format!("{} split sizes for {n_out} outputs", sizes.len()));
@@ -173,14 +233,21 @@ fn split(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
 
 fn concat(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let ins: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
-    let Some(first) = ins.first() else { return fail("Concat needs at least one input") };
-    let Some(ax) = ctx.opt_int("axis")? else { return fail("Concat needs 'axis'") };
+    let Some(first) = ins.first() else {
+        return fail("Concat needs at least one input");
+    };
+    let Some(ax) = ctx.opt_int("axis")? else {
+        return fail("Concat needs 'axis'");
+    };
     let a = axis(ax, first.rank())?;
     if let Some(t) = ins.iter().find(|t| t.dtype != first.dtype) {
         return fail(format!("Concat inputs mix {} and {}", first.dtype, t.dtype));
     }
     let mut oshape = first.shape.clone();
-    oshape[a] = ins.iter().map(|t| t.shape.get(a).copied().unwrap_or(0)).sum();
+    oshape[a] = ins
+        .iter()
+        .map(|t| t.shape.get(a).copied().unwrap_or(0))
+        .sum();
     let mut out = ctx.alloc(first.dtype, &oshape)?;
     by_size!(elem_size(first.dtype)?, T => {
         let parts: Vec<(&[T], &[usize])> =
@@ -203,7 +270,11 @@ fn tile(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
     let x = req(inputs, 0)?;
     let reps = dims_of(req(inputs, 1)?, "Tile repeats")?;
     if reps.len() != x.rank() {
-        return fail(format!("Tile repeats has {} entries for rank {}", reps.len(), x.rank()));
+        return fail(format!(
+            "Tile repeats has {} entries for rank {}",
+            reps.len(),
+            x.rank()
+        ));
     }
     let oshape: Vec<usize> = x.shape.iter().zip(&reps).map(|(a, b)| a * b).collect();
     let mut out = ctx.alloc(x.dtype, &oshape)?;
@@ -233,12 +304,17 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     }
     macro_rules! int_range {
         ($t:ty) => {{
-            let (a, b, c) = (s.data::<$t>()?[0] as i128, l.data::<$t>()?[0] as i128, d.data::<$t>()?[0] as i128);
+            let (a, b, c) = (
+                s.data::<$t>()?[0] as i128,
+                l.data::<$t>()?[0] as i128,
+                d.data::<$t>()?[0] as i128,
+            );
             if c == 0 {
                 return fail("Range delta must not be 0");
             }
             let n = ((b - a) + c - c.signum()) / c;
-            let n = usize::try_from(n.max(0)).map_err(|_| OpFail::Invalid("Range is too long".into()))?;
+            let n = usize::try_from(n.max(0))
+                .map_err(|_| OpFail::Invalid("Range is too long".into()))?;
             let vals: Vec<$t> = (0..n as i128).map(|i| (a + i * c) as $t).collect();
             Ok(vec![ctx.from_vec::<$t>(&[n], &vals)?])
         }};
@@ -282,17 +358,51 @@ mod tests {
 
     #[test]
     fn slice_clamps_and_steps_backwards() {
-        assert_eq!(resolve_slice(5, 1, 100, 1).unwrap(), SliceAxis { start: 1, count: 4, step: 1 });
-        assert_eq!(resolve_slice(5, -1, i64::MIN, -1).unwrap(), SliceAxis { start: 4, count: 5, step: -1 });
-        assert_eq!(resolve_slice(5, i64::MAX, 0, -2).unwrap(), SliceAxis { start: 4, count: 2, step: -2 });
+        assert_eq!(
+            resolve_slice(5, 1, 100, 1).unwrap(),
+            SliceAxis {
+                start: 1,
+                count: 4,
+                step: 1
+            }
+        );
+        assert_eq!(
+            resolve_slice(5, -1, i64::MIN, -1).unwrap(),
+            SliceAxis {
+                start: 4,
+                count: 5,
+                step: -1
+            }
+        );
+        assert_eq!(
+            resolve_slice(5, i64::MAX, 0, -2).unwrap(),
+            SliceAxis {
+                start: 4,
+                count: 2,
+                step: -2
+            }
+        );
         assert_eq!(resolve_slice(5, 3, 1, 1).unwrap().count, 0);
-        assert_eq!(resolve_slice(5, -100, 2, 1).unwrap(), SliceAxis { start: 0, count: 2, step: 1 });
+        assert_eq!(
+            resolve_slice(5, -100, 2, 1).unwrap(),
+            SliceAxis {
+                start: 0,
+                count: 2,
+                step: 1
+            }
+        );
         assert!(resolve_slice(5, 0, 1, 0).is_err());
         let x = t_f32(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
         let out = run_op(
             "Slice",
             &[],
-            &[Some(&x), Some(&t_i64(&[2], &[0, -1])), Some(&t_i64(&[2], &[2, -10])), None, Some(&t_i64(&[2], &[1, -2]))],
+            &[
+                Some(&x),
+                Some(&t_i64(&[2], &[0, -1])),
+                Some(&t_i64(&[2], &[2, -10])),
+                None,
+                Some(&t_i64(&[2], &[1, -2])),
+            ],
             1,
         )
         .unwrap();
@@ -305,7 +415,13 @@ mod tests {
         let x = t_f32(&[5], &[1., 2., 3., 4., 5.]);
         let o = run_op("Split", &[], &[Some(&x), Some(&t_i64(&[2], &[2, 3]))], 2).unwrap();
         assert_eq!(o[1].data::<f32>().unwrap(), &[3., 4., 5.]);
-        let o = run_op("Split", &[("num_outputs", AttrValue::Int(2))], &[Some(&x)], 2).unwrap();
+        let o = run_op(
+            "Split",
+            &[("num_outputs", AttrValue::Int(2))],
+            &[Some(&x)],
+            2,
+        )
+        .unwrap();
         assert_eq!(o[0].data::<f32>().unwrap(), &[1., 2., 3.]);
         assert_eq!(o[1].data::<f32>().unwrap(), &[4., 5.]);
         assert!(run_op("Split", &[], &[Some(&x)], 2).is_err());
@@ -316,22 +432,52 @@ mod tests {
     fn concat_expand_tile_range_trilu() {
         let a = t_f32(&[1, 2], &[1., 2.]);
         let b = t_f32(&[2, 2], &[3., 4., 5., 6.]);
-        let o = run_op("Concat", &[("axis", AttrValue::Int(0))], &[Some(&a), Some(&b)], 1).unwrap();
+        let o = run_op(
+            "Concat",
+            &[("axis", AttrValue::Int(0))],
+            &[Some(&a), Some(&b)],
+            1,
+        )
+        .unwrap();
         assert_eq!(o[0].shape, [3, 2]);
         assert_eq!(o[0].data::<f32>().unwrap(), &[1., 2., 3., 4., 5., 6.]);
-        let o = run_op("Expand", &[], &[Some(&a), Some(&t_i64(&[3], &[2, 1, 1]))], 1).unwrap();
+        let o = run_op(
+            "Expand",
+            &[],
+            &[Some(&a), Some(&t_i64(&[3], &[2, 1, 1]))],
+            1,
+        )
+        .unwrap();
         assert_eq!(o[0].shape, [2, 1, 2]);
         let o = run_op("Tile", &[], &[Some(&a), Some(&t_i64(&[2], &[2, 1]))], 1).unwrap();
         assert_eq!(o[0].data::<f32>().unwrap(), &[1., 2., 1., 2.]);
         let r = |s: i64, l: i64, d: i64| {
-            run_op("Range", &[], &[Some(&t_i64(&[], &[s])), Some(&t_i64(&[], &[l])), Some(&t_i64(&[], &[d]))], 1)
+            run_op(
+                "Range",
+                &[],
+                &[
+                    Some(&t_i64(&[], &[s])),
+                    Some(&t_i64(&[], &[l])),
+                    Some(&t_i64(&[], &[d])),
+                ],
+                1,
+            )
         };
         assert_eq!(r(1, 10, 3).unwrap()[0].data::<i64>().unwrap(), &[1, 4, 7]);
         assert_eq!(r(10, 4, -3).unwrap()[0].data::<i64>().unwrap(), &[10, 7]);
         assert_eq!(r(10, 4, 3).unwrap()[0].numel(), 0);
         assert!(r(1, 2, 0).is_err());
-        let f = run_op("Range", &[], &[Some(&t_f32(&[], &[0.])), Some(&t_f32(&[], &[1.])), Some(&t_f32(&[], &[0.25]))], 1)
-            .unwrap();
+        let f = run_op(
+            "Range",
+            &[],
+            &[
+                Some(&t_f32(&[], &[0.])),
+                Some(&t_f32(&[], &[1.])),
+                Some(&t_f32(&[], &[0.25])),
+            ],
+            1,
+        )
+        .unwrap();
         assert_eq!(f[0].data::<f32>().unwrap(), &[0., 0.25, 0.5, 0.75]);
         let o = run_op("Trilu", &[("upper", AttrValue::Int(0))], &[Some(&b)], 1).unwrap();
         assert_eq!(o[0].data::<f32>().unwrap(), &[3., 0., 5., 6.]);

@@ -15,11 +15,19 @@ pub fn node(op: &str, attrs: &[(&str, AttrValue)], n_in: usize, n_out: usize) ->
         op: op.to_string(),
         domain: String::new(),
         overload: String::new(),
-        inputs: (0..n_in).map(|i| Some(memplan_ir::graph::ValueId(i as u32))).collect(),
-        outputs: (0..n_out).map(|i| Some(memplan_ir::graph::ValueId((n_in + i) as u32))).collect(),
+        inputs: (0..n_in)
+            .map(|i| Some(memplan_ir::graph::ValueId(i as u32)))
+            .collect(),
+        outputs: (0..n_out)
+            .map(|i| Some(memplan_ir::graph::ValueId((n_in + i) as u32)))
+            .collect(),
         attrs: attrs
             .iter()
-            .map(|(n, v)| Attribute { name: n.to_string(), value: v.clone(), doc: String::new() })
+            .map(|(n, v)| Attribute {
+                name: n.to_string(),
+                value: v.clone(),
+                doc: String::new(),
+            })
             .collect(),
         doc: String::new(),
         metadata: Vec::new(),
@@ -47,7 +55,12 @@ pub fn run_op_at(
 ) -> Result<Vec<Tensor>, OpFail> {
     let n = node(op, attrs, inputs.len(), n_out);
     let stats = MemStats::new();
-    let ctx = OpCtx { node: &n, opset, view, stats: &stats };
+    let ctx = OpCtx {
+        node: &n,
+        opset,
+        view,
+        stats: &stats,
+    };
     let f = lookup(&n).ok_or_else(|| OpFail::Unsupported(format!("no op {op}")))?;
     f(&ctx, inputs)
 }
@@ -74,10 +87,14 @@ pub fn t_bool(shape: &[usize], v: &[bool]) -> Tensor {
 
 /// Deterministic pseudo-random f32 values in [-2, 2).
 pub fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
         })
         .collect()
@@ -132,7 +149,9 @@ pub fn check_chunks(
         let part = run_op(op, attrs, &refs, 1).map_err(|e| e.to_string())?;
         let want = slice_axis(&whole[0], out_axis, lo, hi);
         if part[0].bytes() != want.bytes() {
-            return Err(format!("{op}: chunk {lo}..{hi} of axis {out_axis} differs from the whole"));
+            return Err(format!(
+                "{op}: chunk {lo}..{hi} of axis {out_axis} differs from the whole"
+            ));
         }
     }
     Ok(())

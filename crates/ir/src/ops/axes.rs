@@ -235,22 +235,44 @@ fn reshape_flow(a: &[Expr], b: &[Expr]) -> Vec<AxisFlow> {
         .collect()
 }
 
-/// Einsum: an output label maps to the axis with that label in each operand that has it; operands
-/// that repeat a label (diagonals) or use `...` are not handled.
+/// Einsum: an output label maps to the axis with that label in each operand that has it; `...`
+/// dims align from the right as in broadcasting. Operands that repeat a label (diagonals) and
+/// equations without `->` are not handled.
 fn einsum_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option<Vec<AxisFlow>> {
     let eq = match node.attr("equation") {
         Some(AttrValue::String(s)) => String::from_utf8_lossy(s).replace(' ', ""),
         _ => return None,
     };
-    if eq.contains("...") {
-        return None;
-    }
     let (lhs, out) = eq.split_once("->")?;
     let terms: Vec<&str> = lhs.split(',').collect();
-    if terms.len() != inputs.len() || out.chars().count() != rank {
+    if terms.len() != inputs.len() {
         return None;
     }
-    for t in &terms {
+    // Expand `...` into private labels: the output's ellipsis has `rank - named` dims; an operand's
+    // ellipsis takes the last of those labels, as broadcasting aligns them.
+    let ell = |named: usize, r: usize| r.checked_sub(named);
+    let out_named = out.replace("...", "").chars().count();
+    let e_out = if out.contains("...") { ell(out_named, rank)? } else { 0 };
+    let private = |j: usize| char::from_u32(0x100 + j as u32).unwrap_or('?');
+    let expand = |t: &str, e: usize| -> String {
+        let labels: String = (e_out - e..e_out).map(private).collect();
+        t.replace("...", &labels)
+    };
+    let out = expand(out, e_out);
+    let mut expanded = Vec::with_capacity(terms.len());
+    for (t, f) in terms.iter().zip(inputs) {
+        let r = f.and_then(|f| f.rank())?;
+        let named = t.replace("...", "").chars().count();
+        let e = if t.contains("...") { ell(named, r)? } else { 0 };
+        if e > e_out {
+            return None;
+        }
+        expanded.push(expand(t, e));
+    }
+    if out.chars().count() != rank {
+        return None;
+    }
+    for t in &expanded {
         let mut seen: Vec<char> = t.chars().collect();
         seen.sort();
         seen.dedup();
@@ -262,7 +284,7 @@ fn einsum_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option<Vec
         out.chars()
             .map(|l| {
                 AxisFlow::Split(
-                    terms
+                    expanded
                         .iter()
                         .zip(inputs)
                         .map(|(t, f)| {
@@ -337,5 +359,13 @@ mod tests {
         assert_eq!(e[0], vec![s(&[Some(0), None]), s(&[None, Some(0)]), s(&[Some(2), Some(2)])]);
         let ln = flow_of(&t, &f, 2);
         assert_eq!(ln[0], vec![s(&[Some(0), None]), s(&[Some(1), None]), AxisFlow::Mixed]);
+        let mut t = TestGraph::new();
+        let q = t.input("q", DataType::F32, "1, N, 4, N, 8");
+        let k = t.input("k", DataType::F32, "N, 4, N, 8");
+        let eq: Vec<Attribute> = vec![attr("equation", AttrValue::String(b"...qc, ...kc->...qk".to_vec()))];
+        t.op("Einsum", &[q, k], &["e"], eq);
+        let f = t.run(18).unwrap();
+        let e = flow_of(&t, &f, 0);
+        assert_eq!(e[0], vec![s(&[None, None]), s(&[Some(1), Some(0)]), s(&[Some(2), Some(1)]), s(&[Some(3), None]), s(&[None, Some(2)])]);
     }
 }
