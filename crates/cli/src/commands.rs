@@ -38,18 +38,37 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     let mut out = String::new();
     out.push_str(&format!("model      {}\n", a.model.display()));
     let opsets: Vec<String> = s.opsets.iter().map(|(d, v)| format!("{d} {v}")).collect();
-    out.push_str(&format!("ir         {}   opsets: {}\n", s.ir_version, opsets.join(", ")));
+    out.push_str(&format!(
+        "ir         {}   opsets: {}\n",
+        s.ir_version,
+        opsets.join(", ")
+    ));
     if !s.producer.is_empty() {
         out.push_str(&format!("producer   {}\n", s.producer));
     }
     out.push_str(&format!("nodes      {}\n", s.nodes));
-    out.push_str(&format!("weights    {} tensors, {}\n", s.weight_count, human(s.weight_bytes)));
-    out.push_str(&format!("symbols    {}\n", if s.symbols.is_empty() { "(none)".into() } else { s.symbols.join(", ") }));
+    out.push_str(&format!(
+        "weights    {} tensors, {}\n",
+        s.weight_count,
+        human(s.weight_bytes)
+    ));
+    out.push_str(&format!(
+        "symbols    {}\n",
+        if s.symbols.is_empty() {
+            "(none)".into()
+        } else {
+            s.symbols.join(", ")
+        }
+    ));
     for (title, ports) in [("inputs", &s.inputs), ("outputs", &s.outputs)] {
         out.push_str(&format!("\n{title}\n"));
         let mut t = Table::new(&["name", "type", "shape"], &[false, false, false]);
         for p in ports {
-            t.row(vec![p.name.clone(), p.dtype.clone().unwrap_or_else(|| "?".into()), port_shape(p)]);
+            t.row(vec![
+                p.name.clone(),
+                p.dtype.clone().unwrap_or_else(|| "?".into()),
+                port_shape(p),
+            ]);
         }
         out.push_str(&t.render());
     }
@@ -78,7 +97,16 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     } else {
         out.push_str(&format!("\nunsupported ({} nodes)\n", s.unsupported.len()));
         for u in &s.unsupported {
-            out.push_str(&format!("  {} ({}): {}\n", if u.node.is_empty() { "<unnamed>" } else { &u.node }, u.op, u.reason));
+            out.push_str(&format!(
+                "  {} ({}): {}\n",
+                if u.node.is_empty() {
+                    "<unnamed>"
+                } else {
+                    &u.node
+                },
+                u.op,
+                u.reason
+            ));
         }
     }
     print!("{out}");

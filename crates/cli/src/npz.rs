@@ -68,9 +68,10 @@ pub fn parse_npy(name: &str, bytes: Bytes) -> Result<Array> {
     }
     let (hlen, start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => {
-            (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12)
-        }
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
         v => return Err(err(format!("unsupported .npy version {v}"))),
     };
     let header = bytes
@@ -82,7 +83,10 @@ pub fn parse_npy(name: &str, bytes: Bytes) -> Result<Array> {
             .find(&format!("'{key}'"))
             .ok_or_else(|| err(format!("header has no '{key}'")))?;
         let rest = &header[at + key.len() + 2..];
-        let rest = rest.trim_start().strip_prefix(':').ok_or_else(|| err(format!("bad '{key}' entry")))?;
+        let rest = rest
+            .trim_start()
+            .strip_prefix(':')
+            .ok_or_else(|| err(format!("bad '{key}' entry")))?;
         Ok(rest.trim_start())
     };
     let descr = field("descr")?;
@@ -92,7 +96,9 @@ pub fn parse_npy(name: &str, bytes: Bytes) -> Result<Array> {
         .ok_or_else(|| err("bad descr".into()))?;
     let dtype = dtype_of(descr).ok_or_else(|| err(format!("dtype '{descr}' is not supported")))?;
     if field("fortran_order")?.starts_with("True") {
-        return Err(err("Fortran-order arrays are not supported; save a C-order copy".into()));
+        return Err(err(
+            "Fortran-order arrays are not supported; save a C-order copy".into(),
+        ));
     }
     let shape_txt = field("shape")?;
     let shape_txt = shape_txt
@@ -103,7 +109,10 @@ pub fn parse_npy(name: &str, bytes: Bytes) -> Result<Array> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| err(format!("bad shape entry '{s}'"))))
+        .map(|s| {
+            s.parse::<usize>()
+                .map_err(|_| err(format!("bad shape entry '{s}'")))
+        })
         .collect::<Result<_>>()?;
     let width = (dtype.bits() / 8) as usize;
     let n = shape
@@ -112,18 +121,34 @@ pub fn parse_npy(name: &str, bytes: Bytes) -> Result<Array> {
         .ok_or_else(|| err("shape overflows".into()))?;
     let data = bytes.slice(start + hlen..);
     if data.len() != n {
-        return Err(err(format!("shape {shape:?} of {descr} needs {n} bytes, the file has {}", data.len())));
+        return Err(err(format!(
+            "shape {shape:?} of {descr} needs {n} bytes, the file has {}",
+            data.len()
+        )));
     }
-    Ok(Array { name: name.to_string(), dtype, shape, data })
+    Ok(Array {
+        name: name.to_string(),
+        dtype,
+        shape,
+        data,
+    })
 }
 
 /// The `.npy` encoding of an array.
 pub fn encode_npy(a: &Array) -> Result<Vec<u8>> {
-    let descr = descr_of(a.dtype).ok_or_else(|| anyhow!("array '{}': type {} has no numpy dtype", a.name, a.dtype))?;
+    let descr = descr_of(a.dtype)
+        .ok_or_else(|| anyhow!("array '{}': type {} has no numpy dtype", a.name, a.dtype))?;
     let shape = match a.shape.len() {
         0 => "()".to_string(),
         1 => format!("({},)", a.shape[0]),
-        _ => format!("({})", a.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            a.shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     let total = 10 + header.len() + 1;
@@ -139,10 +164,15 @@ pub fn encode_npy(a: &Array) -> Result<Vec<u8>> {
 
 /// Reads a `.npy` file (one array named after the file stem) or a `.npz` archive.
 pub fn read(path: &Path) -> Result<Vec<Array>> {
-    let bytes = Bytes::from(std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?);
+    let bytes = Bytes::from(
+        std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?,
+    );
     let ctx = || format!("{}", path.display());
     if bytes.starts_with(b"\x93NUMPY") {
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         return Ok(vec![parse_npy(&stem, bytes).with_context(ctx)?]);
     }
     if !bytes.starts_with(b"PK") {
@@ -152,10 +182,14 @@ pub fn read(path: &Path) -> Result<Vec<Array>> {
 }
 
 fn u16_at(b: &[u8], i: usize) -> Result<u16> {
-    b.get(i..i + 2).map(|s| u16::from_le_bytes([s[0], s[1]])).ok_or_else(|| anyhow!("truncated zip"))
+    b.get(i..i + 2)
+        .map(|s| u16::from_le_bytes([s[0], s[1]]))
+        .ok_or_else(|| anyhow!("truncated zip"))
 }
 fn u32_at(b: &[u8], i: usize) -> Result<u32> {
-    b.get(i..i + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]])).ok_or_else(|| anyhow!("truncated zip"))
+    b.get(i..i + 4)
+        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        .ok_or_else(|| anyhow!("truncated zip"))
 }
 fn u64_at(b: &[u8], i: usize) -> Result<u64> {
     Ok(u32_at(b, i)? as u64 | (u32_at(b, i + 4)? as u64) << 32)
@@ -191,7 +225,11 @@ fn read_zip(b: &Bytes) -> Result<Vec<Array>> {
         let xlen = u16_at(b, p + 30)? as usize;
         let clen = u16_at(b, p + 32)? as usize;
         let mut local = u32_at(b, p + 42)? as u64;
-        let name = String::from_utf8_lossy(b.get(p + 46..p + 46 + nlen).ok_or_else(|| anyhow!("truncated zip"))?).into_owned();
+        let name = String::from_utf8_lossy(
+            b.get(p + 46..p + 46 + nlen)
+                .ok_or_else(|| anyhow!("truncated zip"))?,
+        )
+        .into_owned();
         // Zip64 extended information: the 0xFFFFFFFF fields, in order, from extra field 0x0001.
         let mut x = p + 46 + nlen;
         let xend = x + xlen;
@@ -214,7 +252,10 @@ fn read_zip(b: &Bytes) -> Result<Vec<Array>> {
             bail!("entry '{name}': corrupt local header");
         }
         let start = l + 30 + u16_at(b, l + 26)? as usize + u16_at(b, l + 28)? as usize;
-        let end = start.checked_add(csize as usize).filter(|&e| e <= b.len()).ok_or_else(|| anyhow!("entry '{name}' is truncated"))?;
+        let end = start
+            .checked_add(csize as usize)
+            .filter(|&e| e <= b.len())
+            .ok_or_else(|| anyhow!("entry '{name}' is truncated"))?;
         let data = match method {
             0 => b.slice(start..end),
             8 => Bytes::from(
@@ -236,13 +277,19 @@ fn crc32(data: &[u8]) -> u32 {
         for (i, e) in t.iter_mut().enumerate() {
             let mut c = i as u32;
             for _ in 0..8 {
-                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
             }
             *e = c;
         }
         t
     });
-    !data.iter().fold(!0u32, |c, &x| t[((c ^ x as u32) & 0xff) as usize] ^ (c >> 8))
+    !data.iter().fold(!0u32, |c, &x| {
+        t[((c ^ x as u32) & 0xff) as usize] ^ (c >> 8)
+    })
 }
 
 /// Writes arrays as an uncompressed `.npz` (what `np.savez` writes), atomically.
@@ -253,7 +300,10 @@ pub fn write_npz(path: &Path, arrays: &[Array]) -> Result<()> {
         let npy = encode_npy(a)?;
         let name = format!("{}.npy", a.name);
         if npy.len() as u64 >= 0xFFFF_FFFF || body.len() as u64 >= 0xFFFF_FFFF {
-            bail!("array '{}': over 4 GiB; .npz output is limited to 4 GiB per archive here", a.name);
+            bail!(
+                "array '{}': over 4 GiB; .npz output is limited to 4 GiB per archive here",
+                a.name
+            );
         }
         let (crc, size, off) = (crc32(&npy), npy.len() as u32, body.len() as u32);
         let header = |sig: u32, central: bool| {
@@ -304,9 +354,24 @@ mod tests {
     #[test]
     fn npz_round_trip_and_corpus_file() {
         let arrays = vec![
-            Array { name: "x".into(), dtype: DataType::F32, shape: vec![2, 3], data: Bytes::from((0..24u8).collect::<Vec<_>>()) },
-            Array { name: "m".into(), dtype: DataType::Bool, shape: vec![], data: Bytes::from_static(&[1]) },
-            Array { name: "i".into(), dtype: DataType::I64, shape: vec![1], data: Bytes::from(7i64.to_le_bytes().to_vec()) },
+            Array {
+                name: "x".into(),
+                dtype: DataType::F32,
+                shape: vec![2, 3],
+                data: Bytes::from((0..24u8).collect::<Vec<_>>()),
+            },
+            Array {
+                name: "m".into(),
+                dtype: DataType::Bool,
+                shape: vec![],
+                data: Bytes::from_static(&[1]),
+            },
+            Array {
+                name: "i".into(),
+                dtype: DataType::I64,
+                shape: vec![1],
+                data: Bytes::from(7i64.to_le_bytes().to_vec()),
+            },
         ];
         let p = std::env::temp_dir().join(format!("memplan-npz-{}.npz", std::process::id()));
         write_npz(&p, &arrays).unwrap();
@@ -314,7 +379,8 @@ mod tests {
         std::fs::remove_file(&p).unwrap();
         assert_eq!(back, arrays);
 
-        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/inputs/bert_encoder_40.npz");
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/corpus/inputs/bert_encoder_40.npz");
         let a = read(&corpus).unwrap();
         let names: Vec<&str> = a.iter().map(|x| x.name.as_str()).collect();
         assert_eq!(names, ["input_ids", "attention_mask"]);
@@ -329,7 +395,11 @@ mod tests {
 
     #[test]
     fn bad_arrays_are_named() {
-        let e = parse_npy("a", Bytes::from_static(b"\x93NUMPY\x01\x00\x10\x00{'descr': '<c8'}")).unwrap_err();
+        let e = parse_npy(
+            "a",
+            Bytes::from_static(b"\x93NUMPY\x01\x00\x10\x00{'descr': '<c8'}"),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("array 'a'"), "{e}");
         let e = parse_npy("b", Bytes::from_static(b"garbage!!!!")).unwrap_err();
         assert!(e.to_string().contains("bad magic"), "{e}");

@@ -88,15 +88,26 @@ impl Rng {
 }
 
 fn tensor_of(a: &Array) -> Result<Tensor> {
-    Tensor::from_bytes(a.dtype, &a.shape, a.data.clone(), None).map_err(|e| anyhow!("input '{}': {e}", a.name))
+    Tensor::from_bytes(a.dtype, &a.shape, a.data.clone(), None)
+        .map_err(|e| anyhow!("input '{}': {e}", a.name))
 }
 
 fn array_of(name: &str, t: &Tensor) -> Array {
-    Array { name: name.to_string(), dtype: t.dtype, shape: t.shape.clone(), data: Bytes::copy_from_slice(t.bytes()) }
+    Array {
+        name: name.to_string(),
+        dtype: t.dtype,
+        shape: t.shape.clone(),
+        data: Bytes::copy_from_slice(t.bytes()),
+    }
 }
 
 /// The exclusive bound for random values of an integer input used as indices, if it is one.
-fn index_bound(graph: &Graph, facts: &Facts, v: ValueId, dims: &BTreeMap<String, i64>) -> Option<i64> {
+fn index_bound(
+    graph: &Graph,
+    facts: &Facts,
+    v: ValueId,
+    dims: &BTreeMap<String, i64>,
+) -> Option<i64> {
     let mut bound: Option<i64> = None;
     for n in &graph.nodes {
         let idx_slot = match n.op.as_str() {
@@ -112,17 +123,30 @@ fn index_bound(graph: &Graph, facts: &Facts, v: ValueId, dims: &BTreeMap<String,
             Some(memplan_ir::AttrValue::Int(a)) => *a,
             _ => 0,
         };
-        let axis = if axis < 0 { axis + shape.len() as i64 } else { axis } as usize;
+        let axis = if axis < 0 {
+            axis + shape.len() as i64
+        } else {
+            axis
+        } as usize;
         let extent = shape.get(axis)?.eval_map(dims).ok()?;
         bound = Some(bound.map_or(extent, |b| b.min(extent)));
     }
     bound
 }
 
-fn random_input(graph: &Graph, facts: &Facts, v: ValueId, dims: &BTreeMap<String, i64>, rng: &mut Rng, int_high: i64) -> Result<Tensor> {
+fn random_input(
+    graph: &Graph,
+    facts: &Facts,
+    v: ValueId,
+    dims: &BTreeMap<String, i64>,
+    rng: &mut Rng,
+    int_high: i64,
+) -> Result<Tensor> {
     let name = &graph.value(v).name;
     let f = facts.get(v);
-    let dtype = f.dtype.ok_or_else(|| anyhow!("input '{name}': no declared element type"))?;
+    let dtype = f
+        .dtype
+        .ok_or_else(|| anyhow!("input '{name}': no declared element type"))?;
     let shape: Vec<usize> = f
         .shape
         .as_ref()
@@ -131,23 +155,41 @@ fn random_input(graph: &Graph, facts: &Facts, v: ValueId, dims: &BTreeMap<String
         .map(|d| {
             d.eval_map(dims)
                 .map_err(|_| anyhow!("input '{name}': dim {d} needs a value: give --dim"))
-                .and_then(|x| usize::try_from(x).map_err(|_| anyhow!("input '{name}': dim {d} = {x} is negative")))
+                .and_then(|x| {
+                    usize::try_from(x)
+                        .map_err(|_| anyhow!("input '{name}': dim {d} = {x} is negative"))
+                })
         })
         .collect::<Result<_>>()?;
     let n: usize = shape.iter().product();
-    let high = index_bound(graph, facts, v, dims).unwrap_or(int_high).max(1);
+    let high = index_bound(graph, facts, v, dims)
+        .unwrap_or(int_high)
+        .max(1);
     let bytes: Vec<u8> = match dtype {
-        DataType::F32 => (0..n).flat_map(|_| (rng.normal() as f32).to_le_bytes()).collect(),
+        DataType::F32 => (0..n)
+            .flat_map(|_| (rng.normal() as f32).to_le_bytes())
+            .collect(),
         DataType::F64 => (0..n).flat_map(|_| rng.normal().to_le_bytes()).collect(),
-        DataType::F16 => (0..n).flat_map(|_| half::f16::from_f64(rng.normal()).to_le_bytes()).collect(),
-        DataType::BF16 => (0..n).flat_map(|_| half::bf16::from_f64(rng.normal()).to_le_bytes()).collect(),
+        DataType::F16 => (0..n)
+            .flat_map(|_| half::f16::from_f64(rng.normal()).to_le_bytes())
+            .collect(),
+        DataType::BF16 => (0..n)
+            .flat_map(|_| half::bf16::from_f64(rng.normal()).to_le_bytes())
+            .collect(),
         DataType::Bool => (0..n).map(|_| (rng.next() & 1) as u8).collect(),
-        DataType::I64 => (0..n).flat_map(|_| ((rng.next() % high as u64) as i64).to_le_bytes()).collect(),
-        DataType::I32 => (0..n).flat_map(|_| ((rng.next() % high as u64) as i32).to_le_bytes()).collect(),
-        DataType::U8 => (0..n).map(|_| (rng.next() % high.min(256) as u64) as u8).collect(),
+        DataType::I64 => (0..n)
+            .flat_map(|_| ((rng.next() % high as u64) as i64).to_le_bytes())
+            .collect(),
+        DataType::I32 => (0..n)
+            .flat_map(|_| ((rng.next() % high as u64) as i32).to_le_bytes())
+            .collect(),
+        DataType::U8 => (0..n)
+            .map(|_| (rng.next() % high.min(256) as u64) as u8)
+            .collect(),
         other => bail!("input '{name}': cannot draw random values of type {other}"),
     };
-    Tensor::from_bytes(dtype, &shape, Bytes::from(bytes), None).map_err(|e| anyhow!("input '{name}': {e}"))
+    Tensor::from_bytes(dtype, &shape, Bytes::from(bytes), None)
+        .map_err(|e| anyhow!("input '{name}': {e}"))
 }
 
 /// Symbol values the given inputs' shapes bind (by their declared dims); conflicts are left to the
@@ -156,7 +198,10 @@ fn bound_dims(graph: &Graph, given: &BTreeMap<String, Tensor>) -> BTreeMap<Strin
     let mut dims = BTreeMap::new();
     for &v in &graph.inputs {
         let val = graph.value(v);
-        let (Some(t), Some((_, Some(decl)))) = (given.get(&val.name), val.decl.as_ref().and_then(|d| d.as_tensor())) else {
+        let (Some(t), Some((_, Some(decl)))) = (
+            given.get(&val.name),
+            val.decl.as_ref().and_then(|d| d.as_tensor()),
+        ) else {
             continue;
         };
         for (d, &have) in decl.iter().zip(&t.shape) {
@@ -169,7 +214,14 @@ fn bound_dims(graph: &Graph, given: &BTreeMap<String, Tensor>) -> BTreeMap<Strin
 }
 
 /// Compares one output with its reference; `None` when they agree.
-fn compare(name: &str, got: &Tensor, want: &Array, exact: bool, rtol: f64, atol: f64) -> Option<String> {
+fn compare(
+    name: &str,
+    got: &Tensor,
+    want: &Array,
+    exact: bool,
+    rtol: f64,
+    atol: f64,
+) -> Option<String> {
     if got.dtype != want.dtype || got.shape != want.shape {
         return Some(format!(
             "output '{name}': {} {:?} vs reference {} {:?}",
@@ -179,8 +231,15 @@ fn compare(name: &str, got: &Tensor, want: &Array, exact: bool, rtol: f64, atol:
     if exact || !got.dtype.is_float() {
         if got.bytes() != &want.data[..] {
             let w = (got.dtype.bits() / 8).max(1) as usize;
-            let first = got.bytes().chunks(w).zip(want.data.chunks(w)).position(|(a, b)| a != b).unwrap_or(0);
-            return Some(format!("output '{name}': not bit-identical (first difference at element {first})"));
+            let first = got
+                .bytes()
+                .chunks(w)
+                .zip(want.data.chunks(w))
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
+            return Some(format!(
+                "output '{name}': not bit-identical (first difference at element {first})"
+            ));
         }
         return None;
     }
@@ -191,24 +250,40 @@ fn compare(name: &str, got: &Tensor, want: &Array, exact: bool, rtol: f64, atol:
         let (x, y) = (x as f64, y as f64);
         let same_nan = x.is_nan() && y.is_nan();
         let excess = (x - y).abs() - (atol + rtol * y.abs());
-        if !same_nan && (excess > 0.0 || x.is_nan() != y.is_nan()) && worst.is_none_or(|(_, e)| excess > e) {
+        if !same_nan
+            && (excess > 0.0 || x.is_nan() != y.is_nan())
+            && worst.is_none_or(|(_, e)| excess > e)
+        {
             worst = Some((i, excess));
         }
     }
-    worst.map(|(i, _)| format!("output '{name}': element {i} is {} vs reference {} (rtol {rtol}, atol {atol})", a[i], b[i]))
+    worst.map(|(i, _)| {
+        format!(
+            "output '{name}': element {i} is {} vs reference {} (rtol {rtol}, atol {atol})",
+            a[i], b[i]
+        )
+    })
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
     let (model, facts) = crate::commands::load(&a.model)?;
     if let Some(s) = facts.skipped.first() {
-        bail!("cannot run: {} node(s) have no shape rule, first {}: {}", facts.skipped.len(), s.label, s.reason);
+        bail!(
+            "cannot run: {} node(s) have no shape rule, first {}: {}",
+            facts.skipped.len(),
+            s.label,
+            s.reason
+        );
     }
     let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
     if let Some(t) = a.threads {
         if t == 0 {
             bail!("--threads must be at least 1");
         }
-        rayon::ThreadPoolBuilder::new().num_threads(t).build_global().context("starting the thread pool")?;
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global()
+            .context("starting the thread pool")?;
     }
     let g = &model.graph;
     let mut given: BTreeMap<String, Tensor> = BTreeMap::new();
@@ -217,18 +292,30 @@ pub fn run(a: RunArgs) -> Result<()> {
         for arr in npz::read(p)? {
             if !is_input(&arr.name) {
                 // An archive may hold inputs of a sibling export; say so instead of failing.
-                eprintln!("note: {}: '{}' is not an input of the model; ignored", p.display(), arr.name);
+                eprintln!(
+                    "note: {}: '{}' is not an input of the model; ignored",
+                    p.display(),
+                    arr.name
+                );
                 continue;
             }
-            given.insert(arr.name.clone(), tensor_of(&arr).with_context(|| p.display().to_string())?);
+            given.insert(
+                arr.name.clone(),
+                tensor_of(&arr).with_context(|| p.display().to_string())?,
+            );
         }
     }
     for spec in &a.inputs {
-        let (name, file) = spec.split_once('=').ok_or_else(|| anyhow!("--input '{spec}': expected NAME=FILE.npy"))?;
+        let (name, file) = spec
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--input '{spec}': expected NAME=FILE.npy"))?;
         let arrs = npz::read(std::path::Path::new(file))?;
         let arr = match arrs.as_slice() {
             [one] => one,
-            _ => bail!("--input {name}={file}: expected one array, the file has {}", arrs.len()),
+            _ => bail!(
+                "--input {name}={file}: expected one array, the file has {}",
+                arrs.len()
+            ),
         };
         given.insert(name.to_string(), tensor_of(arr)?);
     }
@@ -306,23 +393,50 @@ pub fn run(a: RunArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         let d: Vec<String> = res.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("model         {}   dims: {}", a.model.display(), if d.is_empty() { "-".into() } else { d.join(" ") });
-        println!("peak          {}  ({} B; tensors: weights, inputs, activations, outputs, scratch)", human(res.peak_bytes), res.peak_bytes);
-        println!("process peak  {}  (heap high-water mark during the run)", human(process_peak));
-        let runs = if a.repeat > 1 { format!(" (median of {})", a.repeat) } else { String::new() };
+        println!(
+            "model         {}   dims: {}",
+            a.model.display(),
+            if d.is_empty() {
+                "-".into()
+            } else {
+                d.join(" ")
+            }
+        );
+        println!(
+            "peak          {}  ({} B; tensors: weights, inputs, activations, outputs, scratch)",
+            human(res.peak_bytes),
+            res.peak_bytes
+        );
+        println!(
+            "process peak  {}  (heap high-water mark during the run)",
+            human(process_peak)
+        );
+        let runs = if a.repeat > 1 {
+            format!(" (median of {})", a.repeat)
+        } else {
+            String::new()
+        };
         println!("time          {:.4} s{runs}", res.seconds);
         for (n, t) in &res.outputs {
             println!("output        {n}  {} {:?}", t.dtype.onnx_name(), t.shape);
         }
         if let Some(p) = &a.compare {
             if mismatches.is_empty() {
-                let how = if a.exact { "bit-identical".to_string() } else { format!("within rtol {} atol {}", a.rtol, a.atol) };
+                let how = if a.exact {
+                    "bit-identical".to_string()
+                } else {
+                    format!("within rtol {} atol {}", a.rtol, a.atol)
+                };
                 println!("compare       {}: all outputs {how}", p.display());
             }
         }
     }
     if !mismatches.is_empty() {
-        bail!("{} output(s) differ from the reference; first: {}", mismatches.len(), mismatches[0]);
+        bail!(
+            "{} output(s) differ from the reference; first: {}",
+            mismatches.len(),
+            mismatches[0]
+        );
     }
     Ok(())
 }

@@ -12,7 +12,10 @@ use memplan_onnx::proto::{
 use memplan_onnx::{save_model_proto, ExternalData};
 
 fn memplan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memplan")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 struct Tmp(PathBuf);
@@ -55,7 +58,11 @@ fn tensor_type(elem: i32, dims: &[&str]) -> TypeProto {
 }
 
 fn vi(name: &str, dims: &[&str]) -> ValueInfoProto {
-    ValueInfoProto { name: Some(name.into()), r#type: Some(tensor_type(1, dims)), ..Default::default() }
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(tensor_type(1, dims)),
+        ..Default::default()
+    }
 }
 
 fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
@@ -68,11 +75,24 @@ fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     }
 }
 
-fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>) -> ModelProto {
+fn model(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+) -> ModelProto {
     ModelProto {
         ir_version: Some(10),
-        opset_import: vec![OperatorSetIdProto { domain: None, version: Some(18) }],
-        graph: Some(GraphProto { name: Some("g".into()), node: nodes, input: inputs, output: outputs, ..Default::default() }),
+        opset_import: vec![OperatorSetIdProto {
+            domain: None,
+            version: Some(18),
+        }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            node: nodes,
+            input: inputs,
+            output: outputs,
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -88,8 +108,16 @@ fn fails_with(args: &[&str], needles: &[&str]) {
     let out = memplan(args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{args:?} succeeded; stderr: {err}");
-    assert_eq!(out.status.code(), Some(1), "{args:?}: exit code (a panic exits 101); stderr: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{args:?}: exit code (a panic exits 101); stderr: {err}"
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: not one line: {err}"
+    );
     for n in needles {
         assert!(err.contains(n), "{args:?}: '{n}' not in: {err}");
     }
@@ -98,40 +126,69 @@ fn fails_with(args: &[&str], needles: &[&str]) {
 #[test]
 fn unreadable_and_non_protobuf_files() {
     let d = Tmp::new("garbage");
-    fails_with(&["inspect", "/nonexistent/m.onnx"], &["/nonexistent/m.onnx", "cannot open"]);
+    fails_with(
+        &["inspect", "/nonexistent/m.onnx"],
+        &["/nonexistent/m.onnx", "cannot open"],
+    );
     let g = d.path("text.onnx");
     std::fs::write(&g, b"definitely not protobuf\n").unwrap();
-    fails_with(&["inspect", g.to_str().unwrap()], &["text.onnx", "not an ONNX model"]);
-    let good = model(vec![node("r", "Relu", &["x"], &["y"])], vec![vi("x", &["N"])], vec![vi("y", &["N"])]);
+    fails_with(
+        &["inspect", g.to_str().unwrap()],
+        &["text.onnx", "not an ONNX model"],
+    );
+    let good = model(
+        vec![node("r", "Relu", &["x"], &["y"])],
+        vec![vi("x", &["N"])],
+        vec![vi("y", &["N"])],
+    );
     let p = write(&d, "good.onnx", &good);
     let bytes = std::fs::read(&p).unwrap();
     let t = d.path("trunc.onnx");
     std::fs::write(&t, &bytes[..bytes.len() - 7]).unwrap();
-    fails_with(&["inspect", t.to_str().unwrap()], &["trunc.onnx", "not an ONNX model"]);
+    fails_with(
+        &["inspect", t.to_str().unwrap()],
+        &["trunc.onnx", "not an ONNX model"],
+    );
 }
 
 #[test]
 fn structural_errors_name_the_node_or_value() {
     let d = Tmp::new("struct");
     let cyc = model(
-        vec![node("a", "Relu", &["b_out"], &["a_out"]), node("b", "Neg", &["a_out"], &["b_out"])],
+        vec![
+            node("a", "Relu", &["b_out"], &["a_out"]),
+            node("b", "Neg", &["a_out"], &["b_out"]),
+        ],
         vec![vi("x", &["N"])],
         vec![vi("b_out", &["N"])],
     );
     let p = write(&d, "cycle.onnx", &cyc);
     fails_with(&["inspect", p.to_str().unwrap()], &["cycle", "'a' (Relu)"]);
 
-    let dangling = model(vec![node("a", "Add", &["x", "nowhere"], &["y"])], vec![vi("x", &["N"])], vec![vi("y", &["N"])]);
+    let dangling = model(
+        vec![node("a", "Add", &["x", "nowhere"], &["y"])],
+        vec![vi("x", &["N"])],
+        vec![vi("y", &["N"])],
+    );
     let p = write(&d, "dangling.onnx", &dangling);
-    fails_with(&["inspect", p.to_str().unwrap()], &["node 'a' (Add)", "input 'nowhere' is not defined"]);
+    fails_with(
+        &["inspect", p.to_str().unwrap()],
+        &["node 'a' (Add)", "input 'nowhere' is not defined"],
+    );
 
     let twice = model(
-        vec![node("a", "Relu", &["x"], &["y"]), node("b", "Neg", &["x"], &["y"])],
+        vec![
+            node("a", "Relu", &["x"], &["y"]),
+            node("b", "Neg", &["x"], &["y"]),
+        ],
         vec![vi("x", &["N"])],
         vec![vi("y", &["N"])],
     );
     let p = write(&d, "twice.onnx", &twice);
-    fails_with(&["inspect", p.to_str().unwrap()], &["node 'b' (Neg)", "output 'y' is already defined"]);
+    fails_with(
+        &["inspect", p.to_str().unwrap()],
+        &["node 'b' (Neg)", "output 'y' is already defined"],
+    );
 }
 
 #[test]
@@ -144,9 +201,16 @@ fn attribute_and_shape_errors_name_the_node() {
         f: Some(1.0),
         ..Default::default()
     });
-    let m = model(vec![t], vec![vi("x", &["N", "3"])], vec![vi("y", &["3", "N"])]);
+    let m = model(
+        vec![t],
+        vec![vi("x", &["N", "3"])],
+        vec![vi("y", &["3", "N"])],
+    );
     let p = write(&d, "attr.onnx", &m);
-    fails_with(&["inspect", p.to_str().unwrap()], &["'t' (Transpose)", "'perm'", "INTS", "FLOAT"]);
+    fails_with(
+        &["inspect", p.to_str().unwrap()],
+        &["'t' (Transpose)", "'perm'", "INTS", "FLOAT"],
+    );
 
     let mm = model(
         vec![node("mm", "MatMul", &["a", "b"], &["y"])],
@@ -154,32 +218,48 @@ fn attribute_and_shape_errors_name_the_node() {
         vec![vi("y", &["N", "N"])],
     );
     let p = write(&d, "contra.onnx", &mm);
-    fails_with(&["inspect", p.to_str().unwrap()], &["'mm' (MatMul)", "3", "4"]);
+    fails_with(
+        &["inspect", p.to_str().unwrap()],
+        &["'mm' (MatMul)", "3", "4"],
+    );
 }
 
 #[test]
 fn missing_external_data_names_the_tensor() {
     let d = Tmp::new("ext");
-    let mut m = model(vec![node("a", "Add", &["x", "w"], &["y"])], vec![vi("x", &["4"])], vec![vi("y", &["4"])]);
+    let mut m = model(
+        vec![node("a", "Add", &["x", "w"], &["y"])],
+        vec![vi("x", &["4"])],
+        vec![vi("y", &["4"])],
+    );
     m.graph.as_mut().unwrap().initializer.push(TensorProto {
         name: Some("w".into()),
         data_type: Some(1),
         dims: vec![4],
         data_location: Some(DataLocation::External as i32),
-        external_data: vec![StringStringEntryProto { key: Some("location".into()), value: Some("weights.bin".into()) }],
+        external_data: vec![StringStringEntryProto {
+            key: Some("location".into()),
+            value: Some("weights.bin".into()),
+        }],
         ..Default::default()
     });
     // Written as raw protobuf: the saver would (rightly) insist on reading the missing side file.
     let p = d.path("ext.onnx");
     std::fs::write(&p, prost::Message::encode_to_vec(&m)).unwrap();
-    fails_with(&["inspect", p.to_str().unwrap()], &["tensor 'w'", "weights.bin"]);
+    fails_with(
+        &["inspect", p.to_str().unwrap()],
+        &["tensor 'w'", "weights.bin"],
+    );
 }
 
 #[test]
 fn unknown_ops_are_reported_and_the_rest_inspected() {
     let d = Tmp::new("unknown");
     let m = model(
-        vec![node("r", "Relu", &["x"], &["a"]), node("f", "FrobnicateV7", &["a"], &["y"])],
+        vec![
+            node("r", "Relu", &["x"], &["a"]),
+            node("f", "FrobnicateV7", &["a"], &["y"]),
+        ],
         vec![vi("x", &["N"])],
         vec![vi("y", &["N"])],
     );
@@ -187,7 +267,10 @@ fn unknown_ops_are_reported_and_the_rest_inspected() {
     let out = memplan(&["inspect", p.to_str().unwrap()]);
     assert!(out.status.success());
     let s = String::from_utf8_lossy(&out.stdout);
-    assert!(s.contains("FrobnicateV7") && s.contains("no rule for op FrobnicateV7"), "{s}");
+    assert!(
+        s.contains("FrobnicateV7") && s.contains("no rule for op FrobnicateV7"),
+        "{s}"
+    );
     assert!(s.contains("Relu"), "{s}");
 }
 
@@ -197,16 +280,33 @@ fn convert_leaves_no_partial_file() {
     let out = d.path("out.onnx");
     let g = d.path("bad.onnx");
     std::fs::write(&g, b"\x08\x01\x12garbage").unwrap();
-    fails_with(&["convert", g.to_str().unwrap(), "-o", out.to_str().unwrap()], &["bad.onnx"]);
+    fails_with(
+        &["convert", g.to_str().unwrap(), "-o", out.to_str().unwrap()],
+        &["bad.onnx"],
+    );
     assert!(!out.exists());
     // A side-file name with a directory is refused before anything is written.
-    let m = model(vec![node("r", "Relu", &["x"], &["y"])], vec![vi("x", &["N"])], vec![vi("y", &["N"])]);
+    let m = model(
+        vec![node("r", "Relu", &["x"], &["y"])],
+        vec![vi("x", &["N"])],
+        vec![vi("y", &["N"])],
+    );
     let src = write(&d, "m.onnx", &m);
     fails_with(
-        &["convert", src.to_str().unwrap(), "-o", out.to_str().unwrap(), "--external-data", "sub/w.bin"],
+        &[
+            "convert",
+            src.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--external-data",
+            "sub/w.bin",
+        ],
         &["plain file name"],
     );
     assert!(!out.exists());
-    let left: Vec<_> = std::fs::read_dir(&d.0).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(&d.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(left.len(), 2, "temporary files left: {left:?}");
 }

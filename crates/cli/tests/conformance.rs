@@ -32,24 +32,38 @@ fn cases_dir() -> Option<PathBuf> {
 
 fn load_tensor(path: &Path) -> Result<Tensor, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    let proto = TensorProto::decode(bytes.as_slice()).map_err(|e| format!("not a TensorProto: {e}"))?;
+    let proto =
+        TensorProto::decode(bytes.as_slice()).map_err(|e| format!("not a TensorProto: {e}"))?;
     let data = memplan_onnx::import::import_tensor(&proto, &mut ExternalDataReader::none())
         .map_err(|e| e.to_string())?;
     let t = memplan_exec::interp::weight_tensor(&data).map_err(|e| e.to_string())?;
     // Own the bytes: the decoded message goes away.
     let mut owned = Tensor::zeros(t.dtype, &t.shape, None).map_err(|e| e.to_string())?;
-    owned.bytes_mut().map_err(|e| e.to_string())?.copy_from_slice(t.bytes());
+    owned
+        .bytes_mut()
+        .map_err(|e| e.to_string())?
+        .copy_from_slice(t.bytes());
     Ok(owned)
 }
 
 fn close(got: &Tensor, want: &Tensor) -> Result<(), String> {
     if got.dtype != want.dtype || got.shape != want.shape {
-        return Err(format!("{} {:?} vs expected {} {:?}", got.dtype, got.shape, want.dtype, want.shape));
+        return Err(format!(
+            "{} {:?} vs expected {} {:?}",
+            got.dtype, got.shape, want.dtype, want.shape
+        ));
     }
     if !got.dtype.is_float() {
-        return if got.bytes() == want.bytes() { Ok(()) } else { Err("values differ".into()) };
+        return if got.bytes() == want.bytes() {
+            Ok(())
+        } else {
+            Err("values differ".into())
+        };
     }
-    let (a, b) = (got.to_f32_vec().map_err(|e| e.to_string())?, want.to_f32_vec().map_err(|e| e.to_string())?);
+    let (a, b) = (
+        got.to_f32_vec().map_err(|e| e.to_string())?,
+        want.to_f32_vec().map_err(|e| e.to_string())?,
+    );
     for (i, (&x, &y)) in a.iter().zip(&b).enumerate() {
         let (x, y) = (x as f64, y as f64);
         let ok = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-7 + 1e-3 * y.abs();
@@ -83,8 +97,9 @@ fn run_case(dir: &Path) -> Result<(), String> {
         }
     }
     let opset = model.onnx_opset().unwrap_or(memplan_ir::ops::DEFAULT_OPSET);
-    let res = memplan_exec::interp::run_with_opset(g, &facts, inputs, &RunOptions::default(), opset)
-        .map_err(|e| e.to_string())?;
+    let res =
+        memplan_exec::interp::run_with_opset(g, &facts, inputs, &RunOptions::default(), opset)
+            .map_err(|e| e.to_string())?;
     for (i, (name, got)) in res.outputs.iter().enumerate() {
         let want = load_tensor(&data.join(format!("output_{i}.pb")))?;
         close(got, &want).map_err(|e| format!("output '{name}': {e}"))?;
@@ -98,7 +113,11 @@ fn listed_node_tests_keep_passing() {
         eprintln!("note: no ONNX node tests found (run tools/gen_onnx_node_tests.py); skipped");
         return;
     };
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.join("model.onnx").is_file()).collect();
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.onnx").is_file())
+        .collect();
     cases.sort();
     let mut passing = Vec::new();
     let mut failing: BTreeMap<String, String> = BTreeMap::new();
@@ -114,22 +133,46 @@ fn listed_node_tests_keep_passing() {
             }
         }
     }
-    eprintln!("node conformance: {} of {} cases pass", passing.len(), cases.len());
+    eprintln!(
+        "node conformance: {} of {} cases pass",
+        passing.len(),
+        cases.len()
+    );
     let list = repo().join("tests/conformance/passing.txt");
     if std::env::var_os("MEMPLAN_UPDATE_CONFORMANCE").is_some() {
         std::fs::write(&list, passing.join("\n") + "\n").unwrap();
-        let fails: Vec<String> = failing.iter().map(|(k, v)| format!("{k}\t{}", v.replace('\n', " "))).collect();
-        std::fs::write(repo().join("target/conformance-failures.tsv"), fails.join("\n") + "\n").unwrap();
+        let fails: Vec<String> = failing
+            .iter()
+            .map(|(k, v)| format!("{k}\t{}", v.replace('\n', " ")))
+            .collect();
+        std::fs::write(
+            repo().join("target/conformance-failures.tsv"),
+            fails.join("\n") + "\n",
+        )
+        .unwrap();
         return;
     }
-    let panics: Vec<&String> = failing.iter().filter(|(_, v)| *v == "PANIC").map(|(k, _)| k).collect();
+    let panics: Vec<&String> = failing
+        .iter()
+        .filter(|(_, v)| *v == "PANIC")
+        .map(|(k, _)| k)
+        .collect();
     assert!(panics.is_empty(), "the executor panicked on: {panics:?}");
-    let listed = std::fs::read_to_string(&list).expect("tests/conformance/passing.txt is checked in");
+    let listed =
+        std::fs::read_to_string(&list).expect("tests/conformance/passing.txt is checked in");
     let regressed: Vec<String> = listed
         .lines()
         .filter(|l| !l.trim().is_empty())
         .filter_map(|l| failing.get(l.trim()).map(|why| format!("{l}: {why}")))
         .collect();
-    assert!(regressed.is_empty(), "{} listed cases regressed:\n{}", regressed.len(), regressed.join("\n"));
-    assert!(listed.lines().count() >= 100, "the passing list is unexpectedly short");
+    assert!(
+        regressed.is_empty(),
+        "{} listed cases regressed:\n{}",
+        regressed.len(),
+        regressed.join("\n")
+    );
+    assert!(
+        listed.lines().count() >= 100,
+        "the passing list is unexpectedly short"
+    );
 }

@@ -10,7 +10,10 @@ fn repo() -> PathBuf {
 }
 
 fn json_of(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_memplan")).args(args).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "memplan {}: {}",

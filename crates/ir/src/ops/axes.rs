@@ -65,25 +65,36 @@ fn broadcast_flow(inputs: &[Option<&Fact>], rank: usize, mixed: &[usize]) -> Vec
 
 /// The axis flow of each output of `node` (indexed `[output slot][output axis]`), or `None` when the
 /// op has no rule here or the facts are incomplete (then nothing may be split through it).
-pub fn axis_flow(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>]) -> Option<Vec<Vec<AxisFlow>>> {
+pub fn axis_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
     if !node.is_onnx_domain() {
         return None;
     }
     let out_rank = |k: usize| outputs.get(k).copied().flatten().and_then(|f| f.rank());
-    let in_shape = |k: usize| inputs.get(k).copied().flatten().and_then(|f| f.shape.as_deref());
+    let in_shape = |k: usize| {
+        inputs
+            .get(k)
+            .copied()
+            .flatten()
+            .and_then(|f| f.shape.as_deref())
+    };
     let r0 = out_rank(0)?;
     let op = node.op.as_str();
     let flows = match op {
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Max" | "Min" | "Sum" | "Mean" | "Equal"
-        | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or" | "Xor" | "Where"
-        | "PRelu" | "BitShift" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => {
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Max" | "Min" | "Sum" | "Mean"
+        | "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or"
+        | "Xor" | "Where" | "PRelu" | "BitShift" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => {
             vec![broadcast_flow(inputs, r0, &[])]
         }
         "Neg" | "Abs" | "Sign" | "Floor" | "Ceil" | "Round" | "Reciprocal" | "Sqrt" | "Exp"
-        | "Log" | "Tanh" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "Erf" | "Relu" | "LeakyRelu"
-        | "Elu" | "Selu" | "Celu" | "Gelu" | "Mish" | "Softplus" | "Softsign" | "ThresholdedRelu"
-        | "Shrink" | "Sin" | "Cos" | "Tan" | "Asin" | "Acos" | "Atan" | "Sinh" | "Cosh" | "Asinh"
-        | "Acosh" | "Atanh" | "Not" | "IsNaN" | "IsInf" | "Cast" | "Identity" | "Clip" => {
+        | "Log" | "Tanh" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "Erf" | "Relu"
+        | "LeakyRelu" | "Elu" | "Selu" | "Celu" | "Gelu" | "Mish" | "Softplus" | "Softsign"
+        | "ThresholdedRelu" | "Shrink" | "Sin" | "Cos" | "Tan" | "Asin" | "Acos" | "Atan"
+        | "Sinh" | "Cosh" | "Asinh" | "Acosh" | "Atanh" | "Not" | "IsNaN" | "IsInf" | "Cast"
+        | "Identity" | "Clip" => {
             // Clip's min/max are scalars: read whole.
             vec![broadcast_flow(&inputs[..1], r0, &[])
                 .into_iter()
@@ -96,7 +107,9 @@ pub fn axis_flow(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>
                 })
                 .collect()]
         }
-        "CastLike" => vec![(0..r0).map(|o| AxisFlow::Split(vec![Some(o), None])).collect()],
+        "CastLike" => vec![(0..r0)
+            .map(|o| AxisFlow::Split(vec![Some(o), None]))
+            .collect()],
         "Softmax" | "LogSoftmax" | "Hardmax" => {
             let axis = norm(attr_int(node, "axis", -1), r0)?;
             vec![broadcast_flow(&inputs[..1], r0, &[axis])]
@@ -177,13 +190,25 @@ pub fn axis_flow(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>
         "GatherElements" => {
             let axis = norm(attr_int(node, "axis", 0), r0)?;
             vec![(0..r0)
-                .map(|o| if o == axis { AxisFlow::Mixed } else { AxisFlow::Split(vec![Some(o), Some(o)]) })
+                .map(|o| {
+                    if o == axis {
+                        AxisFlow::Mixed
+                    } else {
+                        AxisFlow::Split(vec![Some(o), Some(o)])
+                    }
+                })
                 .collect()]
         }
         "Concat" => {
             let axis = norm(attr_int(node, "axis", 0), r0)?;
             vec![(0..r0)
-                .map(|o| if o == axis { AxisFlow::Mixed } else { AxisFlow::Split(vec![Some(o); inputs.len()]) })
+                .map(|o| {
+                    if o == axis {
+                        AxisFlow::Mixed
+                    } else {
+                        AxisFlow::Split(vec![Some(o); inputs.len()])
+                    }
+                })
                 .collect()]
         }
         n if n.starts_with("Reduce") || n == "ArgMax" || n == "ArgMin" => {
@@ -193,7 +218,10 @@ pub fn axis_flow(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>
             // the kept axes are the input axes whose extent survives, in order.
             let keep = a.len() == b.len();
             let reduced: Vec<bool> = if keep {
-                a.iter().zip(b).map(|(x, y)| x != y || *y == Expr::one()).collect()
+                a.iter()
+                    .zip(b)
+                    .map(|(x, y)| x != y || *y == Expr::one())
+                    .collect()
             } else {
                 return None;
             };
@@ -212,7 +240,13 @@ pub fn axis_flow(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>
         "TopK" => {
             let axis = norm(attr_int(node, "axis", -1), r0)?;
             let f: Vec<AxisFlow> = (0..r0)
-                .map(|o| if o == axis { AxisFlow::Mixed } else { AxisFlow::Split(vec![Some(o), None]) })
+                .map(|o| {
+                    if o == axis {
+                        AxisFlow::Mixed
+                    } else {
+                        AxisFlow::Split(vec![Some(o), None])
+                    }
+                })
                 .collect();
             vec![f.clone(), f]
         }
@@ -252,7 +286,11 @@ fn einsum_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option<Vec
     // ellipsis takes the last of those labels, as broadcasting aligns them.
     let ell = |named: usize, r: usize| r.checked_sub(named);
     let out_named = out.replace("...", "").chars().count();
-    let e_out = if out.contains("...") { ell(out_named, rank)? } else { 0 };
+    let e_out = if out.contains("...") {
+        ell(out_named, rank)?
+    } else {
+        0
+    };
     let private = |j: usize| char::from_u32(0x100 + j as u32).unwrap_or('?');
     let expand = |t: &str, e: usize| -> String {
         let labels: String = (e_out - e..e_out).map(private).collect();
@@ -325,12 +363,26 @@ mod tests {
         let bias = t.input("bias", DataType::F32, "1, 1, 4, N, N");
         let a = t.op("MatMul", &[q, k], &["a"], vec![])[0];
         let b = t.op("Add", &[a, bias], &["b"], vec![])[0];
-        t.op("Softmax", &[b], &["p"], vec![attr("axis", AttrValue::Int(-1))]);
+        t.op(
+            "Softmax",
+            &[b],
+            &["p"],
+            vec![attr("axis", AttrValue::Int(-1))],
+        );
         let tr: Vec<Attribute> = vec![attr("perm", AttrValue::Ints(vec![0, 2, 1, 3, 4]))];
         t.op("Transpose", &[q], &["qt"], tr);
         let f = t.run(18).unwrap();
         let mm = flow_of(&t, &f, 0);
-        assert_eq!(mm[0], vec![AxisFlow::Split(vec![None, None]), s(&[Some(1), Some(1)]), s(&[Some(2), Some(2)]), s(&[Some(3), None]), s(&[None, Some(4)])]);
+        assert_eq!(
+            mm[0],
+            vec![
+                AxisFlow::Split(vec![None, None]),
+                s(&[Some(1), Some(1)]),
+                s(&[Some(2), Some(2)]),
+                s(&[Some(3), None]),
+                s(&[None, Some(4)])
+            ]
+        );
         let add = flow_of(&t, &f, 1);
         assert_eq!(add[0][1], s(&[Some(1), None]));
         assert_eq!(add[0][3], s(&[Some(3), Some(3)]));
@@ -348,24 +400,57 @@ mod tests {
         let shp = t.ints("shp", &[4], &[0, 0, 4, 8]);
         t.op("Reshape", &[x, shp], &["r"], vec![]);
         let a = t.input("a", DataType::F32, "M, N, 32");
-        let eq: Vec<Attribute> = vec![attr("equation", AttrValue::String(b"ikc,jkc->ijc".to_vec()))];
+        let eq: Vec<Attribute> = vec![attr(
+            "equation",
+            AttrValue::String(b"ikc,jkc->ijc".to_vec()),
+        )];
         t.op("Einsum", &[x, a], &["e"], eq);
         let sc = t.input("sc", DataType::F32, "32");
         t.op("LayerNormalization", &[x, sc], &["ln"], vec![]);
         let f = t.run(18).unwrap();
         let r = flow_of(&t, &f, 0);
-        assert_eq!(r[0], vec![s(&[Some(0), None]), s(&[Some(1), None]), AxisFlow::Mixed, AxisFlow::Mixed]);
+        assert_eq!(
+            r[0],
+            vec![
+                s(&[Some(0), None]),
+                s(&[Some(1), None]),
+                AxisFlow::Mixed,
+                AxisFlow::Mixed
+            ]
+        );
         let e = flow_of(&t, &f, 1);
-        assert_eq!(e[0], vec![s(&[Some(0), None]), s(&[None, Some(0)]), s(&[Some(2), Some(2)])]);
+        assert_eq!(
+            e[0],
+            vec![
+                s(&[Some(0), None]),
+                s(&[None, Some(0)]),
+                s(&[Some(2), Some(2)])
+            ]
+        );
         let ln = flow_of(&t, &f, 2);
-        assert_eq!(ln[0], vec![s(&[Some(0), None]), s(&[Some(1), None]), AxisFlow::Mixed]);
+        assert_eq!(
+            ln[0],
+            vec![s(&[Some(0), None]), s(&[Some(1), None]), AxisFlow::Mixed]
+        );
         let mut t = TestGraph::new();
         let q = t.input("q", DataType::F32, "1, N, 4, N, 8");
         let k = t.input("k", DataType::F32, "N, 4, N, 8");
-        let eq: Vec<Attribute> = vec![attr("equation", AttrValue::String(b"...qc, ...kc->...qk".to_vec()))];
+        let eq: Vec<Attribute> = vec![attr(
+            "equation",
+            AttrValue::String(b"...qc, ...kc->...qk".to_vec()),
+        )];
         t.op("Einsum", &[q, k], &["e"], eq);
         let f = t.run(18).unwrap();
         let e = flow_of(&t, &f, 0);
-        assert_eq!(e[0], vec![s(&[None, None]), s(&[Some(1), Some(0)]), s(&[Some(2), Some(1)]), s(&[Some(3), None]), s(&[None, Some(2)])]);
+        assert_eq!(
+            e[0],
+            vec![
+                s(&[None, None]),
+                s(&[Some(1), Some(0)]),
+                s(&[Some(2), Some(1)]),
+                s(&[Some(3), None]),
+                s(&[None, Some(2)])
+            ]
+        );
     }
 }
