@@ -63,6 +63,10 @@ pub struct RunArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Run from one arena at the offsets of this plan (`memplan optimize --plan-out`); the plan is
+    /// checked first and an invalid one is refused.
+    #[arg(long, value_name = "PLAN.json")]
+    pub plan: Option<PathBuf>,
     /// Print JSON instead of the report.
     #[arg(long)]
     pub json: bool,
@@ -341,12 +345,33 @@ pub fn run(a: RunArgs) -> Result<()> {
         let t = random_input(g, &facts, v, &all_dims, &mut rng, a.int_high)?;
         given.insert(val.name.clone(), t);
     }
+    let plan = match &a.plan {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let plan = memplan_plan::Plan::from_json(&text)
+                .map_err(|e| anyhow!("{}: not a plan: {e}", p.display()))?;
+            memplan_plan::check(g, &facts, &plan)
+                .map_err(|e| anyhow!("{}: invalid plan: {e}", p.display()))?;
+            Some(plan)
+        }
+        None => None,
+    };
     memplan_exec::mem::reset_heap_peak();
     let heap_before = memplan_exec::mem::heap_current();
     let opset = model.onnx_opset().unwrap_or(memplan_ir::ops::DEFAULT_OPSET);
     let run_once = |inputs: BTreeMap<String, Tensor>| {
-        memplan_exec::interp::run_with_opset(g, &facts, inputs, &RunOptions::default(), opset)
-            .with_context(|| a.model.display().to_string())
+        match &plan {
+            Some(p) => memplan_exec::run_planned(g, &facts, inputs, p, opset),
+            None => memplan_exec::interp::run_with_opset(
+                g,
+                &facts,
+                inputs,
+                &RunOptions::default(),
+                opset,
+            ),
+        }
+        .with_context(|| a.model.display().to_string())
     };
     let mut res = run_once(given.clone())?;
     let process_peak = memplan_exec::mem::heap_peak().saturating_sub(heap_before);
@@ -379,7 +404,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             .iter()
             .map(|(n, t)| serde_json::json!({"name": n, "dtype": t.dtype.onnx_name(), "shape": t.shape}))
             .collect();
-        let j = serde_json::json!({
+        let mut j = serde_json::json!({
             "model": a.model.display().to_string(),
             "dims": res.dims,
             "peak_bytes": res.peak_bytes,
@@ -389,7 +414,16 @@ pub fn run(a: RunArgs) -> Result<()> {
             "outputs": outputs,
             "compared": a.compare.is_some(),
             "mismatches": mismatches,
+            "planned": false,
         });
+        if let Some(r) = &res.plan {
+            j["planned"] = true.into();
+            j["arena_bytes"] = r.arena_bytes.into();
+            j["planned_peak_bytes"] = r.planned_peak_bytes.into();
+            j["inplace_done"] = r.inplace_done.into();
+            j["inplace_copied"] = r.inplace_copied.clone().into();
+            j["plan_misses"] = r.misses.clone().into();
+        }
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         let d: Vec<String> = res.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -407,6 +441,35 @@ pub fn run(a: RunArgs) -> Result<()> {
             human(res.peak_bytes),
             res.peak_bytes
         );
+        if let Some(r) = &res.plan {
+            println!(
+                "arena         {}  ({} B, one allocation; planned peak with resident {} B, {})",
+                human(r.arena_bytes),
+                r.arena_bytes,
+                r.planned_peak_bytes,
+                if r.planned_peak_bytes == res.peak_bytes {
+                    "as measured".to_string()
+                } else {
+                    format!(
+                        "measured {:+} B",
+                        res.peak_bytes as i64 - r.planned_peak_bytes as i64
+                    )
+                }
+            );
+            println!(
+                "in place      {} run in place, {} copied",
+                r.inplace_done,
+                r.inplace_copied.len()
+            );
+            for m in r
+                .inplace_copied
+                .iter()
+                .map(|n| format!("{n}: cannot run in place, copied"))
+                .chain(r.misses.iter().cloned())
+            {
+                println!("note          {m}");
+            }
+        }
         println!(
             "process peak  {}  (heap high-water mark during the run)",
             human(process_peak)

@@ -1,5 +1,6 @@
 //! The interpreter: runs a graph over a schedule, allocating each value when produced and freeing it
 //! right after its last reader (exactly the simulator's lifetimes), with views shared, not copied.
+//! [`run_planned`] does the same from one arena at the offsets of a checked plan.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,6 +10,10 @@ use memplan_ir::graph::{DeclDim, Graph, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_ir::DataType;
 
+use memplan_plan::{BufferKind, Plan};
+
+use crate::arena::{self, Arena};
+use crate::inplace;
 use crate::mem::MemStats;
 use crate::ops::{self, OpCtx, OpFail};
 use crate::tensor::{Tensor, TensorError};
@@ -28,6 +33,8 @@ pub enum ExecError {
     MissingOutput { name: String },
     #[error("schedule: {0}")]
     Schedule(String),
+    #[error("invalid plan: {0}")]
+    Plan(String),
 }
 
 /// The result of a run.
@@ -42,6 +49,8 @@ pub struct RunResult {
     /// Symbol values bound from the inputs' shapes.
     pub dims: BTreeMap<String, i64>,
     pub seconds: f64,
+    /// For a planned run ([`run_planned`]): the arena and how the run kept to the plan.
+    pub plan: Option<PlanReport>,
 }
 
 /// Options of a run.
@@ -153,13 +162,145 @@ pub fn run(
 pub fn run_with_opset(
     graph: &Graph,
     facts: &Facts,
-    mut inputs: BTreeMap<String, Tensor>,
+    inputs: BTreeMap<String, Tensor>,
     opts: &RunOptions,
     opset: i64,
 ) -> Result<RunResult, ExecError> {
-    let dims = bind_inputs(graph, &inputs)?;
     let schedule = opts.schedule.clone().unwrap_or_else(|| facts.order.clone());
-    let timeline = memplan_sim::Timeline::build(graph, facts, &schedule)
+    execute(graph, facts, inputs, &schedule, None, opset)
+}
+
+/// Runs `graph` from one arena at the offsets of `plan`, in the plan's schedule.
+///
+/// The plan is first verified by `memplan_plan::check` (an invalid plan is refused with the rule it
+/// breaks) and must have been made for the dims the inputs bind. The arena (`plan.arena_bytes`) is
+/// allocated once and charged once, so the measured peak is the planned arena plus the resident
+/// weights and inputs, unless an op allocates outside the plan: such cases are listed in
+/// [`PlanReport`] and the output is copied into its planned range (results stay bit-identical).
+/// Graph outputs are returned as copies outside the arena (not charged; the arena is freed on return).
+pub fn run_planned(
+    graph: &Graph,
+    facts: &Facts,
+    inputs: BTreeMap<String, Tensor>,
+    plan: &Plan,
+    opset: i64,
+) -> Result<RunResult, ExecError> {
+    memplan_plan::check(graph, facts, plan).map_err(|e| ExecError::Plan(e.to_string()))?;
+    let schedule: Vec<NodeId> = plan.schedule.iter().map(|s| NodeId(s.node)).collect();
+    execute(graph, facts, inputs, &schedule, Some(plan), opset)
+}
+
+/// How a planned run went against its plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlanReport {
+    pub arena_bytes: u64,
+    /// The arena plus the resident weights and inputs: what `peak_bytes` should equal.
+    pub planned_peak_bytes: u64,
+    /// In-place decisions run without a copy (staged or element by element, see [`crate::inplace`]).
+    pub inplace_done: usize,
+    /// In-place decisions the executor cannot run in place: computed on the heap, then copied over
+    /// the dead input (node labels).
+    pub inplace_copied: Vec<String>,
+    /// Allocations that did not fit the plan (went to the counted heap), one line each, naming the node.
+    pub misses: Vec<String>,
+}
+
+/// Where a planned run puts things.
+struct Placed<'p> {
+    plan: &'p Plan,
+    arena: Arc<Arena>,
+    /// The planned byte range of each value that owns a buffer.
+    range: Vec<Option<(usize, usize)>>,
+    /// The scratch range of each node.
+    scratch: Vec<Option<(usize, usize)>>,
+    /// Per node: the in-place decision as (input slot, range).
+    inplace: Vec<Option<(usize, (usize, usize))>>,
+}
+
+impl<'p> Placed<'p> {
+    fn new(
+        graph: &Graph,
+        plan: &'p Plan,
+        dims: &BTreeMap<String, i64>,
+        stats: &Arc<MemStats>,
+    ) -> Result<Self, ExecError> {
+        for (k, &v) in &plan.dims {
+            if let Some(&have) = dims.get(k) {
+                if have != v {
+                    return Err(ExecError::Plan(format!(
+                        "the plan was made for {k}={v} but the inputs give {k}={have}"
+                    )));
+                }
+            }
+        }
+        let usize_of = |x: u64| {
+            usize::try_from(x).map_err(|_| ExecError::Plan(format!("{x} B does not fit in memory")))
+        };
+        let arena = Arena::new(usize_of(plan.arena_bytes)?, Some(stats))
+            .map_err(|e| ExecError::Plan(format!("cannot allocate the arena: {e}")))?;
+        let by_name: BTreeMap<&str, ValueId> = graph
+            .value_ids()
+            .map(|v| (graph.value(v).name.as_str(), v))
+            .filter(|(n, _)| !n.is_empty())
+            .collect();
+        let mut range = vec![None; graph.values.len()];
+        let mut scratch = vec![None; graph.nodes.len()];
+        for b in &plan.buffers {
+            let r = (usize_of(b.offset)?, usize_of(b.size)?);
+            match b.kind {
+                BufferKind::Scratch => {
+                    if let Some(n) = b.node {
+                        scratch[n as usize] = Some(r);
+                    }
+                }
+                _ => {
+                    if let Some(&v) = b.values.first().and_then(|n| by_name.get(n.as_str())) {
+                        range[v.index()] = Some(r);
+                    }
+                }
+            }
+        }
+        let mut inplace = vec![None; graph.nodes.len()];
+        for ip in &plan.inplace {
+            let node = graph.node(NodeId(ip.node));
+            let input = by_name.get(ip.input.as_str()).copied();
+            let output = by_name.get(ip.output.as_str()).copied();
+            let slot = node.inputs.iter().position(|i| *i == input && i.is_some());
+            match (slot, output.and_then(|o| range[o.index()])) {
+                (Some(slot), Some(r)) if node.outputs.first().copied().flatten() == output => {
+                    inplace[ip.node as usize] = Some((slot, r));
+                }
+                _ => {
+                    return Err(ExecError::Plan(format!(
+                        "in-place at node {}: '{}' over '{}' names no input and output 0 of it",
+                        node.label(NodeId(ip.node)),
+                        ip.output,
+                        ip.input
+                    )))
+                }
+            }
+        }
+        Ok(Placed {
+            plan,
+            arena,
+            range,
+            scratch,
+            inplace,
+        })
+    }
+}
+
+/// Runs `graph` over `schedule`, from the arena of `plan` when given.
+fn execute(
+    graph: &Graph,
+    facts: &Facts,
+    mut inputs: BTreeMap<String, Tensor>,
+    schedule: &[NodeId],
+    plan: Option<&Plan>,
+    opset: i64,
+) -> Result<RunResult, ExecError> {
+    let dims = bind_inputs(graph, &inputs)?;
+    let timeline = memplan_sim::Timeline::build(graph, facts, schedule)
         .map_err(|e| ExecError::Schedule(e.to_string()))?;
     let stats = MemStats::new();
     let start = Instant::now();
@@ -191,6 +332,15 @@ pub fn run_with_opset(
         }
     }
     stats.add(resident);
+    let placed = match plan {
+        Some(p) => Some(Placed::new(graph, p, &dims, &stats)?),
+        None => None,
+    };
+    let mut report = placed.as_ref().map(|p| PlanReport {
+        arena_bytes: p.plan.arena_bytes,
+        planned_peak_bytes: p.plan.arena_bytes + resident,
+        ..PlanReport::default()
+    });
 
     // Last step reading each value; graph outputs are never freed.
     let mut last_read: Vec<Option<usize>> = vec![None; graph.values.len()];
@@ -240,13 +390,14 @@ pub fn run_with_opset(
                     }),
             })
             .collect::<Result<_, _>>()?;
+        let view = timeline.node_is_view[nid.index()];
         let ctx = OpCtx {
             node,
             opset,
-            view: timeline.node_is_view[nid.index()],
+            view,
             stats: &stats,
         };
-        let outs = f(&ctx, &ins).map_err(|e| match e {
+        let node_err = |e: OpFail| match e {
             OpFail::Unsupported(m) => ExecError::Node {
                 node: label(),
                 msg: format!("unsupported: {m}"),
@@ -255,13 +406,78 @@ pub fn run_with_opset(
                 node: label(),
                 msg: e.to_string(),
             },
-        })?;
+        };
+        // The planned range of each output slot (in-place output 0: the dead input's).
+        let mut want: Vec<Option<(usize, usize)>> = vec![None; node.outputs.len()];
+        let mut done_in_place = None;
+        if let Some(p) = &placed {
+            let ip = p.inplace[nid.index()];
+            let mut queue = std::collections::VecDeque::new();
+            for (slot, o) in node.outputs.iter().enumerate() {
+                let Some(v) = o else { continue };
+                match (p.range[v.index()], ip) {
+                    (Some(r), Some(_)) if slot == 0 => {
+                        want[0] = Some(r);
+                        queue.push_back(None);
+                    }
+                    (Some(r), _) => {
+                        want[slot] = Some(r);
+                        queue.push_back(Some(r));
+                    }
+                    (None, _) if slot == 0 && view => {}
+                    (None, _) => queue.push_back(None),
+                }
+            }
+            {
+                let mut c = arena::lock(&stats.cursor);
+                c.arena = Some(p.arena.clone());
+                c.outputs = queue;
+                c.scratch = p.scratch[nid.index()];
+                c.scratch_top = 0;
+            }
+            if let Some((slot, (off, len))) = ip {
+                done_in_place =
+                    inplace::run(&ctx, f, &ins, slot, &p.arena, off, len).map_err(node_err)?;
+                if done_in_place.is_none() {
+                    // The queue made above sends output 0 to the heap; it is copied over the dead
+                    // input once the op has returned.
+                    if let Some(r) = report.as_mut() {
+                        r.inplace_copied.push(label());
+                    }
+                }
+            }
+        }
+        let mut outs = match done_in_place {
+            Some(t) => {
+                if let Some(r) = report.as_mut() {
+                    r.inplace_done += 1;
+                }
+                vec![t]
+            }
+            None => f(&ctx, &ins).map_err(node_err)?,
+        };
+        drop(ins);
+        if let Some(p) = &placed {
+            {
+                let mut c = arena::lock(&stats.cursor);
+                c.arena = None;
+                c.outputs.clear();
+                c.scratch = None;
+                if let Some(r) = report.as_mut() {
+                    r.misses
+                        .extend(c.misses.drain(..).map(|m| format!("node {}: {m}", label())));
+                }
+            }
+            place_outputs(&p.arena, &want, &mut outs, &stats)
+                .map_err(|msg| ExecError::Node { node: label(), msg })?;
+        }
         for (slot, o) in node.outputs.iter().enumerate() {
             if let Some(v) = o {
-                let t = outs.get(slot).cloned().ok_or_else(|| ExecError::Node {
+                let mut t = outs.get(slot).cloned().ok_or_else(|| ExecError::Node {
                     node: label(),
                     msg: format!("produced {} outputs, output {slot} is missing", outs.len()),
                 })?;
+                t.freeze();
                 values[v.index()] = Some(t);
             }
         }
@@ -271,22 +487,75 @@ pub fn run_with_opset(
         }
     }
     let seconds = start.elapsed().as_secs_f64();
+    let peak_bytes = stats.peak();
 
     let mut outputs = Vec::new();
     for &o in &graph.outputs {
         let name = graph.value(o).name.clone();
-        let t = values[o.index()]
+        let mut t = values[o.index()]
             .clone()
             .ok_or_else(|| ExecError::MissingOutput { name: name.clone() })?;
+        if placed.is_some() && t.arena_place().is_some() {
+            // Out of the arena, so that the arena is freed when the run returns.
+            t = t.to_owned_buffer(None).map_err(|e| ExecError::Node {
+                node: format!("output '{name}'"),
+                msg: e.to_string(),
+            })?;
+        }
         outputs.push((name, t));
     }
     Ok(RunResult {
         outputs,
-        peak_bytes: stats.peak(),
+        peak_bytes,
         resident_bytes: resident,
         dims,
         seconds,
+        plan: report,
     })
+}
+
+/// Puts every output with a planned range (`want[slot]`) at that range: an output the op made
+/// elsewhere (a heap buffer, another range) is copied there. Outputs sitting in another planned
+/// range are first moved to the heap, so no copy overwrites an output not yet copied.
+fn place_outputs(
+    arena: &Arc<Arena>,
+    want: &[Option<(usize, usize)>],
+    outs: &mut [Tensor],
+    stats: &Arc<MemStats>,
+) -> Result<(), String> {
+    let at = |t: &Tensor, r: (usize, usize)| {
+        t.arena_place()
+            .is_some_and(|(a, o, l)| Arc::ptr_eq(a, arena) && (o, l) == r)
+    };
+    let misplaced: Vec<usize> = want
+        .iter()
+        .enumerate()
+        .filter(|(k, w)| w.is_some_and(|r| outs.get(*k).is_some_and(|t| !at(t, r))))
+        .map(|(k, _)| k)
+        .collect();
+    for &k in &misplaced {
+        if outs[k].arena_place().is_some() {
+            outs[k] = outs[k]
+                .to_owned_buffer(Some(stats))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    for &k in &misplaced {
+        let Some((off, len)) = want[k] else { continue };
+        let t = &outs[k];
+        if t.bytes().len() != len {
+            return Err(format!(
+                "output {k} has {} B but the plan reserves {len} B (a plan for other dims?)",
+                t.bytes().len()
+            ));
+        }
+        // SAFETY: `(off, len)` is output k's planned range, live from this step on; nothing else
+        // reaches it now (arena invariant: the node's inputs, dead or not, are not borrowed, and
+        // the only other tensors over it are dead inputs written over in place, never read again).
+        unsafe { arena.range_mut(off, len) }.copy_from_slice(t.bytes());
+        outs[k] = Tensor::arena_range(t.dtype, &t.shape.clone(), arena.clone(), off, len, false);
+    }
+    Ok(())
 }
 
 /// A weight as a tensor: zero-copy over the model bytes when aligned.

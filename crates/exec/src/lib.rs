@@ -1,15 +1,19 @@
 //! memplan-exec: the CPU executor.
 //!
-//! - [`interp::run`]: runs a graph over a schedule with the simulator's lifetimes and views.
+//! - [`interp::run`]: runs a graph over a schedule with the simulator's lifetimes and views;
+//!   [`interp::run_planned`] runs it from one arena at a checked plan's offsets ([`arena`], [`inplace`]).
 //! - [`tensor::Tensor`]: dense tensors over counted buffers or zero-copy model bytes.
 //! - [`mem`]: per-run tensor-memory accounting and a process-wide counting allocator.
 //! - [`ops`]: op implementations over [`kernels`].
 
+pub mod arena;
+pub mod inplace;
 pub mod interp;
 pub mod kernels;
 pub mod mem;
 pub mod ops;
 pub mod tensor;
 
-pub use interp::{run, ExecError, RunOptions, RunResult};
+pub use inplace::supports_inplace;
+pub use interp::{run, run_planned, ExecError, PlanReport, RunOptions, RunResult};
 pub use tensor::Tensor;

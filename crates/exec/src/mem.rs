@@ -7,7 +7,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use crate::arena::{self, Arena, Cursor};
 
 /// Alignment of every buffer.
 pub const BUF_ALIGN: usize = 64;
@@ -17,6 +19,8 @@ pub const BUF_ALIGN: usize = 64;
 pub struct MemStats {
     current: AtomicU64,
     peak: AtomicU64,
+    /// In a planned run, the arena ranges the current node's op may take (see [`crate::arena`]).
+    pub(crate) cursor: Mutex<Cursor>,
 }
 
 impl MemStats {
@@ -93,6 +97,11 @@ impl Buf {
         self.len == 0
     }
 
+    /// The start of the allocation (dangling when empty).
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: `ptr` is valid for `len` initialized (zeroed or written) bytes, or dangling with len 0.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
@@ -118,7 +127,8 @@ impl Drop for Buf {
     }
 }
 
-/// A scratch vector for kernels, charged to the run's stats while alive.
+/// A scratch vector for kernels, charged to the run's stats while alive. In a planned run it is
+/// taken from the node's planned scratch range when it fits (see [`crate::arena::Cursor`]).
 pub fn scratch<T: bytemuck::Pod>(
     n: usize,
     stats: Option<&Arc<MemStats>>,
@@ -126,26 +136,82 @@ pub fn scratch<T: bytemuck::Pod>(
     let bytes = n
         .checked_mul(std::mem::size_of::<T>())
         .ok_or(AllocError(usize::MAX))?;
+    if let Some(s) = stats {
+        let mut c = arena::lock(&s.cursor);
+        if c.arena.is_some() {
+            if let Some((arena, offset)) = c.take_scratch(bytes, std::mem::align_of::<T>()) {
+                drop(c);
+                // SAFETY: the range is the node's planned scratch (disjoint from every other live
+                // buffer, module invariant of `arena`) minus the scratch still in use below it.
+                unsafe { arena.range_mut(offset, bytes) }.fill(0);
+                return Ok(ScratchBuf {
+                    mem: ScratchMem::Arena {
+                        arena,
+                        offset,
+                        len: bytes,
+                        stats: s.clone(),
+                    },
+                    _t: std::marker::PhantomData,
+                });
+            }
+        }
+    }
     Ok(ScratchBuf {
-        buf: Buf::zeroed(bytes, stats)?,
+        mem: ScratchMem::Heap(Buf::zeroed(bytes, stats)?),
         _t: std::marker::PhantomData,
     })
 }
 
-/// Typed view of a scratch [`Buf`].
+#[derive(Debug)]
+enum ScratchMem {
+    Heap(Buf),
+    /// `len` bytes at `offset` of a planned run's arena, given back to the cursor when dropped.
+    Arena {
+        arena: Arc<Arena>,
+        offset: usize,
+        len: usize,
+        stats: Arc<MemStats>,
+    },
+}
+
+/// Typed view of a scratch buffer.
 #[derive(Debug)]
 pub struct ScratchBuf<T> {
-    buf: Buf,
+    mem: ScratchMem,
     _t: std::marker::PhantomData<T>,
 }
 
 impl<T: bytemuck::Pod> ScratchBuf<T> {
     pub fn as_slice(&self) -> &[T] {
-        bytemuck::cast_slice(self.buf.as_bytes())
+        match &self.mem {
+            ScratchMem::Heap(b) => bytemuck::cast_slice(b.as_bytes()),
+            // SAFETY: this scratch range belongs to this buffer alone while it lives (the cursor
+            // hands it out once), and `&self` excludes a concurrent `as_mut_slice`.
+            ScratchMem::Arena {
+                arena, offset, len, ..
+            } => bytemuck::cast_slice(unsafe { arena.range(*offset, *len) }),
+        }
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [T] {
-        bytemuck::cast_slice_mut(self.buf.as_bytes_mut())
+        match &mut self.mem {
+            ScratchMem::Heap(b) => bytemuck::cast_slice_mut(b.as_bytes_mut()),
+            // SAFETY: as in `as_slice`; `&mut self` makes the access exclusive.
+            ScratchMem::Arena {
+                arena, offset, len, ..
+            } => bytemuck::cast_slice_mut(unsafe { arena.range_mut(*offset, *len) }),
+        }
+    }
+}
+
+impl Drop for ScratchMem {
+    fn drop(&mut self) {
+        if let ScratchMem::Arena {
+            offset, len, stats, ..
+        } = self
+        {
+            arena::lock(&stats.cursor).release_scratch(*offset, *len);
+        }
     }
 }
 

@@ -1,11 +1,13 @@
 //! Run-time tensors: element type, concrete shape, and bytes that are either a counted [`Buf`]
-//! (shared by views through an `Arc`) or borrowed model bytes (weights, zero-copy when aligned).
+//! (shared by views through an `Arc`), a range of a planned run's [`Arena`], or borrowed model bytes
+//! (weights, zero-copy when aligned).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use memplan_ir::DataType;
 
+use crate::arena::{self, Arena};
 use crate::mem::{AllocError, Buf, MemStats};
 
 #[derive(Clone, Debug)]
@@ -16,9 +18,22 @@ enum Data {
         offset: usize,
         len: usize,
     },
+    /// `len` bytes at `offset` of a planned run's arena. The range is writable only through the
+    /// tensor holding the sole handle to `write` (the one the interpreter made for the op producing
+    /// the value; clones and views share the handle, so none of them can write).
+    Arena {
+        arena: Arc<Arena>,
+        offset: usize,
+        len: usize,
+        write: Option<Arc<WriteToken>>,
+    },
     /// Model bytes (little-endian, aligned for the element type).
     Bytes(Bytes),
 }
+
+/// The right to write an arena range (see [`Data::Arena`]).
+#[derive(Debug)]
+struct WriteToken;
 
 /// A dense row-major tensor. Cloning shares the bytes.
 #[derive(Clone, Debug)]
@@ -150,6 +165,83 @@ impl Tensor {
         Ok(t)
     }
 
+    /// A zeroed output tensor: in a planned run, the next planned output range of the current node
+    /// when it has exactly this size (see [`crate::arena::Cursor`]); otherwise a counted heap buffer.
+    pub fn zeros_planned(
+        dtype: DataType,
+        shape: &[usize],
+        stats: &Arc<MemStats>,
+    ) -> Result<Tensor, TensorError> {
+        let n: usize = shape.iter().product();
+        let len = n
+            .checked_mul(elem_size(dtype)?)
+            .ok_or(AllocError(usize::MAX))?;
+        let slot = {
+            let mut c = arena::lock(&stats.cursor);
+            if c.arena.is_some() {
+                c.take_output(len)
+            } else {
+                None
+            }
+        };
+        match slot {
+            Some((arena, offset)) => {
+                let mut t = Tensor::arena_range(dtype, shape, arena, offset, len, true);
+                t.bytes_mut()?.fill(0);
+                Ok(t)
+            }
+            None => Tensor::zeros(dtype, shape, Some(stats)),
+        }
+    }
+
+    /// A tensor over `offset..offset + len` of `arena`, writable when `writable`.
+    ///
+    /// The caller (the interpreter) guarantees the arena invariant (see [`crate::arena`]): a range
+    /// made writable here is reached by nothing else while this tensor can write it.
+    pub(crate) fn arena_range(
+        dtype: DataType,
+        shape: &[usize],
+        arena: Arc<Arena>,
+        offset: usize,
+        len: usize,
+        writable: bool,
+    ) -> Tensor {
+        Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Data::Arena {
+                arena,
+                offset,
+                len,
+                write: writable.then(|| Arc::new(WriteToken)),
+            },
+        }
+    }
+
+    /// Drops the right to write (arena tensors); the interpreter freezes every value it stores.
+    pub(crate) fn freeze(&mut self) {
+        if let Data::Arena { write, .. } = &mut self.data {
+            *write = None;
+        }
+    }
+
+    /// The arena and byte range this tensor occupies, if it lives in an arena.
+    pub(crate) fn arena_place(&self) -> Option<(&Arc<Arena>, usize, usize)> {
+        match &self.data {
+            Data::Arena {
+                arena, offset, len, ..
+            } => Some((arena, *offset, *len)),
+            _ => None,
+        }
+    }
+
+    /// A copy in a fresh heap buffer charged to `stats` (if any).
+    pub fn to_owned_buffer(&self, stats: Option<&Arc<MemStats>>) -> Result<Tensor, TensorError> {
+        let mut t = Tensor::zeros(self.dtype, &self.shape, stats)?;
+        t.bytes_mut()?.copy_from_slice(self.bytes());
+        Ok(t)
+    }
+
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
@@ -162,6 +254,11 @@ impl Tensor {
     pub fn bytes(&self) -> &[u8] {
         match &self.data {
             Data::Buf { buf, offset, len } => &buf.as_bytes()[*offset..*offset + *len],
+            // SAFETY: a writable arena tensor's range is reached only through that tensor (arena
+            // invariant), and its `bytes_mut` borrows it mutably, so no `&mut` overlaps this slice.
+            Data::Arena {
+                arena, offset, len, ..
+            } => unsafe { arena.range(*offset, *len) },
             Data::Bytes(b) => b,
         }
     }
@@ -172,6 +269,22 @@ impl Tensor {
             Data::Buf { buf, offset, len } => {
                 let b = Arc::get_mut(buf).ok_or(TensorError::Shared)?;
                 Ok(&mut b.as_bytes_mut()[*offset..*offset + *len])
+            }
+            Data::Arena {
+                arena,
+                offset,
+                len,
+                write,
+            } => {
+                write
+                    .as_mut()
+                    .and_then(Arc::get_mut)
+                    .ok_or(TensorError::Shared)?;
+                // SAFETY: this tensor holds the sole write handle, which the interpreter makes only
+                // for the op producing the value planned at this range, while nothing else reaches
+                // the range (arena invariant); clones and views share the handle and cannot write,
+                // and `&mut self` excludes reads through this tensor.
+                Ok(unsafe { arena.range_mut(*offset, *len) })
             }
             Data::Bytes(_) => Err(TensorError::Shared),
         }
@@ -230,6 +343,17 @@ impl Tensor {
                 offset: offset + off,
                 len: want,
             },
+            Data::Arena {
+                arena,
+                offset,
+                write,
+                ..
+            } => Data::Arena {
+                arena: arena.clone(),
+                offset: offset + off,
+                len: want,
+                write: write.clone(),
+            },
             Data::Bytes(b) => Data::Bytes(b.slice(off..off + want)),
         };
         Ok(Tensor {
@@ -239,15 +363,29 @@ impl Tensor {
         })
     }
 
-    /// Whether this tensor's bytes live in a counted buffer (not borrowed model bytes).
+    /// Whether this tensor's bytes live in a counted buffer or arena (not borrowed model bytes).
     pub fn is_owned_buffer(&self) -> bool {
-        matches!(self.data, Data::Buf { .. })
+        matches!(self.data, Data::Buf { .. } | Data::Arena { .. })
     }
 
     /// Whether `self` and `other` share the same underlying buffer.
     pub fn shares_buffer(&self, other: &Tensor) -> bool {
         match (&self.data, &other.data) {
             (Data::Buf { buf: a, .. }, Data::Buf { buf: b, .. }) => Arc::ptr_eq(a, b),
+            (
+                Data::Arena {
+                    arena: a,
+                    offset: oa,
+                    len: la,
+                    ..
+                },
+                Data::Arena {
+                    arena: b,
+                    offset: ob,
+                    len: lb,
+                    ..
+                },
+            ) => Arc::ptr_eq(a, b) && oa < &(ob + lb) && ob < &(oa + la),
             _ => false,
         }
     }

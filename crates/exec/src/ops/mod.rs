@@ -109,14 +109,22 @@ pub struct OpCtx<'a> {
 }
 
 impl OpCtx<'_> {
-    /// A zeroed output tensor charged to the run.
+    /// A zeroed output tensor charged to the run. In a planned run it is the next planned output
+    /// range of this node when the size matches (outputs are expected in output order), else a
+    /// counted heap buffer that the interpreter copies into the planned range afterwards.
     pub fn alloc(&self, dtype: DataType, shape: &[usize]) -> Result<Tensor, OpFail> {
-        Ok(Tensor::zeros(dtype, shape, Some(self.stats))?)
+        Ok(Tensor::zeros_planned(dtype, shape, self.stats)?)
     }
 
-    /// A typed output tensor filled from `values`.
+    /// A typed output tensor filled from `values` (placed like [`OpCtx::alloc`]).
     pub fn from_vec<T: Element>(&self, shape: &[usize], values: &[T]) -> Result<Tensor, OpFail> {
-        Ok(Tensor::from_vec(shape, values, Some(self.stats))?)
+        let n: usize = shape.iter().product();
+        if n != values.len() {
+            return Ok(Tensor::from_vec(shape, values, Some(self.stats))?);
+        }
+        let mut t = Tensor::zeros_planned(T::DTYPE, shape, self.stats)?;
+        t.data_mut::<T>()?.copy_from_slice(values);
+        Ok(t)
     }
 
     /// A counted scratch buffer of `n` elements, alive until dropped (see `mem::scratch`).
