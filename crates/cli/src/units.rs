@@ -36,21 +36,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v.round() as u64)
 }
 
-/// `1.50 GiB` style rendering with binary units.
-pub fn human(bytes: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < U.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.2} {}", U[i])
-    }
-}
+/// `1.5 GiB` style rendering with binary units (the estimate report's own).
+pub use memplan_sim::estimate::human_bytes as human;
 
 /// Parses repeated `NAME=VALUE` dim assignments.
 pub fn parse_dims(items: &[String]) -> Result<BTreeMap<String, i64>, String> {
@@ -93,7 +80,7 @@ mod tests {
     #[test]
     fn human_units() {
         assert_eq!(human(512), "512 B");
-        assert_eq!(human(3 << 29), "1.50 GiB");
+        assert_eq!(human(3 << 29), "1.5 GiB");
     }
 
     #[test]

@@ -411,6 +411,8 @@ pub struct Facts {
     pub aliases: Vec<Alias>,
     /// The topological order used.
     pub order: Vec<NodeId>,
+    /// The default-domain opset the rules ran at (op semantics, and so scratch, may depend on it).
+    pub opset: i64,
 }
 
 impl Facts {
@@ -560,6 +562,7 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
         skipped,
         aliases,
         order,
+        opset,
     })
 }
 
@@ -615,6 +618,13 @@ fn declared_fact(graph: &Graph, v: ValueId, symbols: &SymbolTable) -> Fact {
 
 /// Declared dim names on graph outputs and value_info (e.g. `Addz_out_dim_1` from legacy exports) that
 /// are not input symbols are matched to the inferred dims; each distinct name is reported once.
+/// Whether a declared dim name is itself a spelling of `e` (dynamo exports name dims `B*S` or
+/// `Min(2048, S)`): such a name is no alias worth reporting.
+fn spells(name: &str, e: &Expr) -> bool {
+    let name = name.replace("Max(", "max(").replace("Min(", "min(");
+    name.parse::<Expr>().is_ok_and(|p| &p == e)
+}
+
 fn unify_declared_outputs(graph: &Graph, values: &[Fact], symbols: &SymbolTable) -> Vec<Alias> {
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
@@ -630,7 +640,7 @@ fn unify_declared_outputs(graph: &Graph, values: &[Fact], symbols: &SymbolTable)
         }
         for (d, e) in dims.iter().zip(shape) {
             if let DeclDim::Param(p) = &d.dim {
-                if !symbols.declared.contains(p) && !seen.contains_key(p) {
+                if !symbols.declared.contains(p) && !seen.contains_key(p) && !spells(p, e) {
                     seen.insert(p.clone(), e.to_string());
                     order.push(p.clone());
                 }
@@ -644,4 +654,20 @@ fn unify_declared_outputs(graph: &Graph, values: &[Fact], symbols: &SymbolTable)
             name,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dim_names_that_spell_their_expression_are_not_aliases() {
+        let bs = Expr::sym("B") * Expr::sym("S");
+        assert!(spells("B*S", &bs));
+        assert!(spells("S*B", &bs));
+        let m = Expr::min_of(&[Expr::sym("S"), Expr::from(2048)]).unwrap();
+        assert!(spells("Min(2048, S)", &m));
+        assert!(!spells("Addz_out_dim_1", &Expr::sym("N")));
+        assert!(!spells("B*S", &Expr::sym("B")));
+    }
 }
