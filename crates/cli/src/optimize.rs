@@ -2,6 +2,11 @@
 //! writes the graph with its nodes in the planned order and the plan as JSON, and reports the peak
 //! after each pass.
 //!
+//! With `--budget`, a model whose plan does not fit is first chunked (`memplan_plan::chunk`): regions
+//! of it are rewritten to run slice by slice, as standard ONNX, until the planned peak fits, with
+//! the least predicted slowdown. When nothing fits, the report gives the lowest peak reached and the
+//! tensors live at it.
+//!
 //! With `-o`, the plan written by `--plan-out` is for the written model (node indices follow its
 //! node list); without it, for the input model. Either way it has passed the independent checker,
 //! and with `-o` it is checked again against the model read back from disk.
@@ -13,13 +18,14 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
-use memplan_ir::graph::NodeId;
+use memplan_ir::graph::{Model, NodeId};
 use memplan_ir::infer::Facts;
-use memplan_plan::{Options, Report};
+use memplan_plan::chunk::{chunk_to_budget, ChunkOptions, ChunkStep};
+use memplan_plan::{Options, Outcome, Pass, Report};
 
 use crate::commands::load;
 use crate::table::Table;
-use crate::units::{human, parse_dims};
+use crate::units::{human, parse_dims, parse_size};
 
 #[derive(Args, Debug)]
 pub struct OptimizeArgs {
@@ -34,6 +40,14 @@ pub struct OptimizeArgs {
     /// Write the plan (schedule, buffers with arena offsets, in-place decisions) as JSON.
     #[arg(long = "plan-out", value_name = "PLAN.json")]
     pub plan_out: Option<PathBuf>,
+    /// Memory budget, e.g. 512MiB or 2GB: chunk the graph until the planned peak (arena plus
+    /// weights and inputs) fits.
+    #[arg(long)]
+    pub budget: Option<String>,
+    /// With --budget: the chunk counts chunking may choose from (comma-separated; default
+    /// 2,4,8,16,32,64).
+    #[arg(long, value_name = "K,K,...", value_delimiter = ',')]
+    pub chunks: Vec<usize>,
     /// Time for the exact schedule search, in milliseconds.
     #[arg(long, default_value_t = 300, value_name = "MS")]
     pub exact_ms: u64,
@@ -49,8 +63,96 @@ struct JsonReport<'a> {
     output: Option<String>,
     plan: Option<String>,
     plan_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fits: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chunking: Option<&'a ChunkReport>,
     #[serde(flatten)]
     report: &'a Report,
+}
+
+/// What chunking did, for the report.
+#[derive(serde::Serialize)]
+struct ChunkReport {
+    steps: Vec<ChunkStep>,
+    /// Simulated peak (graph order) before and after chunking.
+    simulated_peak_before: u64,
+    simulated_peak_after: u64,
+    /// Candidates predicted, and the time the search took.
+    candidates: usize,
+    chunk_ms: f64,
+    /// Predicted extra run time of the rewrite (cost model), in seconds.
+    predicted_seconds: f64,
+    /// When the budget is not met: the largest tensors live at the (simulated) peak.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    live_at_peak: Vec<LiveTensor>,
+}
+
+#[derive(serde::Serialize)]
+struct LiveTensor {
+    name: String,
+    bytes: u64,
+}
+
+/// Chunks `model` until its plan fits `budget`: chunk to the budget (simulated peak), plan, and
+/// if the plan still does not fit, chunk again to a target lowered by the excess (three rounds at
+/// most). Returns the chunked model, its plan and the chunking report.
+fn chunk_and_plan(
+    model: &Model,
+    dims: &BTreeMap<String, i64>,
+    budget: u64,
+    chunks: &[usize],
+    opts: &Options,
+) -> Result<(Model, Outcome, ChunkReport)> {
+    let t0 = Instant::now();
+    let mut target = budget;
+    let mut last = None;
+    let mut copts = ChunkOptions::default();
+    if !chunks.is_empty() {
+        if chunks.iter().any(|&k| k < 2) {
+            bail!("--chunks: every chunk count must be at least 2");
+        }
+        copts.chunk_counts = chunks.to_vec();
+    }
+    for _ in 0..3 {
+        copts.budget = Some(target);
+        let c = chunk_to_budget(model, dims, &copts).map_err(|e| anyhow!("chunking: {e}"))?;
+        let facts =
+            memplan_ir::infer_model(&c.model).map_err(|e| anyhow!("the chunked model: {e}"))?;
+        let out = memplan_plan::optimize(&c.model.graph, &facts, dims, opts)
+            .context("planning the chunked model")?;
+        let planned = out.report.peak_bytes_after;
+        let report = ChunkReport {
+            predicted_seconds: c.steps.iter().map(|s| s.predicted_seconds).sum(),
+            simulated_peak_before: c.peak_before,
+            simulated_peak_after: c.peak_after,
+            candidates: c.evaluated,
+            chunk_ms: t0.elapsed().as_secs_f64() * 1e3,
+            live_at_peak: if planned > budget {
+                c.live
+                    .iter()
+                    .take(8)
+                    .map(|(name, bytes)| LiveTensor {
+                        name: name.clone(),
+                        bytes: *bytes,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            steps: c.steps,
+        };
+        let done = planned <= budget || c.peak_after > target;
+        let excess = planned.saturating_sub(budget);
+        last = Some((c.model, out, report));
+        if done || excess >= target {
+            break;
+        }
+        target -= excess;
+    }
+    last.ok_or_else(|| anyhow!("chunking made no attempt"))
 }
 
 /// Every symbol of the model must be given, and every given name must be a symbol.
@@ -95,10 +197,49 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
         exact_time: Duration::from_millis(a.exact_ms),
         ..Options::default()
     };
+    let budget = a
+        .budget
+        .as_deref()
+        .map(parse_size)
+        .transpose()
+        .map_err(|e| anyhow!("--budget: {e}"))?;
+    if budget.is_none() && !a.chunks.is_empty() {
+        bail!("--chunks applies to chunking, which --budget asks for");
+    }
     let t0 = Instant::now();
-    let out = memplan_plan::optimize(&model.graph, &facts, &dims, &opts)
+    let mut out = memplan_plan::optimize(&model.graph, &facts, &dims, &opts)
         .with_context(|| format!("{}", a.model.display()))?;
+    let mut chunking = None;
+    let mut model = model;
+    if let Some(b) = budget.filter(|&b| out.report.peak_bytes_after > b) {
+        let (m, o, c) = chunk_and_plan(&model, &dims, b, &a.chunks, &opts)
+            .with_context(|| format!("{}", a.model.display()))?;
+        // Passes: the original graph order, each chunking step, then the planner's passes over
+        // the chunked graph (after its own graph order).
+        let mut passes = vec![out.report.passes[0].clone()];
+        for (i, s) in c.steps.iter().enumerate() {
+            passes.push(Pass {
+                name: format!(
+                    "chunk {}: {} nodes ({} .. {}) in {} chunks",
+                    i + 1,
+                    s.nodes,
+                    s.first,
+                    s.last,
+                    s.chunks
+                ),
+                peak_bytes: s.peak_after,
+            });
+        }
+        passes.extend(o.report.passes.iter().skip(1).cloned());
+        let before = out.report.peak_bytes_before;
+        out = o;
+        out.report.passes = passes;
+        out.report.peak_bytes_before = before;
+        model = m;
+        chunking = Some(c);
+    }
     let plan_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let fits = budget.map(|b| out.report.peak_bytes_after <= b);
 
     let mut plan = out.plan;
     if let Some(path) = &a.output {
@@ -125,6 +266,9 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
             output: a.output.as_ref().map(|p| p.display().to_string()),
             plan: a.plan_out.as_ref().map(|p| p.display().to_string()),
             plan_ms,
+            budget_bytes: budget,
+            fits,
+            chunking: chunking.as_ref(),
             report: r,
         };
         println!("{}", serde_json::to_string_pretty(&j)?);
@@ -176,6 +320,36 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
         human(r.resident_bytes),
         r.inplace
     ));
+    if let (Some(b), Some(f)) = (budget, fits) {
+        s.push_str(&format!(
+            "budget     {}: {}\n",
+            human(b),
+            if f { "fits" } else { "does not fit" }
+        ));
+    }
+    if let Some(c) = &chunking {
+        s.push_str(&format!(
+            "chunking   {} step(s) in {:.0} ms ({} candidates), simulated peak {} -> {}, predicted +{:.1} ms\n",
+            c.steps.len(),
+            c.chunk_ms,
+            c.candidates,
+            human(c.simulated_peak_before),
+            human(c.simulated_peak_after),
+            c.predicted_seconds * 1e3
+        ));
+        if !c.live_at_peak.is_empty() {
+            let live: Vec<String> = c
+                .live_at_peak
+                .iter()
+                .map(|l| format!("{} {}", l.name, human(l.bytes)))
+                .collect();
+            s.push_str(&format!(
+                "lowest     {} planned; live at the peak: {}\n",
+                human(r.peak_bytes_after),
+                live.join(", ")
+            ));
+        }
+    }
     s.push_str("\nschedules\n");
     let mut t = Table::new(
         &[

@@ -33,7 +33,9 @@ pub struct RunArgs {
     /// All inputs from an .npz archive (keys = input names).
     #[arg(long, value_name = "FILE.npz")]
     pub inputs_npz: Option<PathBuf>,
-    /// Draw the inputs not given at random (see `memplan run --help` in the docs for ranges).
+    /// Draw the inputs not given at random: floats standard normal, bools fair coins, integers used as
+    /// indices (Gather, GatherND, ScatterND, ...) uniform in [0, indexed axis extent), other integers in
+    /// [0, --int-high)
     #[arg(long)]
     pub random: bool,
     /// Seed for --random.
@@ -70,6 +72,10 @@ pub struct RunArgs {
     /// Print JSON instead of the report.
     #[arg(long)]
     pub json: bool,
+    /// Also report the time spent per op type (summed over the nodes, from the run whose time is
+    /// reported), slowest first.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// A small deterministic PRNG (splitmix64) for random inputs.
@@ -269,6 +275,37 @@ fn compare(
     })
 }
 
+/// Time spent in one op type over a run.
+struct OpTime {
+    op: String,
+    nodes: usize,
+    seconds: f64,
+}
+
+/// Per-op-type time from per-node times, slowest first (ties by name).
+fn op_profile(g: &Graph, node_seconds: &[f64]) -> Vec<OpTime> {
+    let mut by_op: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
+    for (n, &t) in g.nodes.iter().zip(node_seconds) {
+        let e = by_op.entry(n.op.as_str()).or_default();
+        e.0 += 1;
+        e.1 += t;
+    }
+    let mut v: Vec<OpTime> = by_op
+        .into_iter()
+        .map(|(op, (nodes, seconds))| OpTime {
+            op: op.to_string(),
+            nodes,
+            seconds,
+        })
+        .collect();
+    v.sort_by(|x, y| {
+        y.seconds
+            .total_cmp(&x.seconds)
+            .then_with(|| x.op.cmp(&y.op))
+    });
+    v
+}
+
 pub fn run(a: RunArgs) -> Result<()> {
     let (model, facts) = crate::commands::load(&a.model)?;
     if let Some(s) = facts.skipped.first() {
@@ -376,13 +413,17 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut res = run_once(given.clone())?;
     let process_peak = memplan_exec::mem::heap_peak().saturating_sub(heap_before);
     if a.repeat > 1 {
-        let mut times = vec![res.seconds];
+        let mut runs = vec![(res.seconds, std::mem::take(&mut res.node_seconds))];
         for _ in 1..a.repeat {
-            times.push(run_once(given.clone())?.seconds);
+            let r = run_once(given.clone())?;
+            runs.push((r.seconds, r.node_seconds));
         }
-        times.sort_by(f64::total_cmp);
-        res.seconds = times[times.len() / 2];
+        runs.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let median = runs.swap_remove(runs.len() / 2);
+        res.seconds = median.0;
+        res.node_seconds = median.1;
     }
+    let profile = op_profile(g, &res.node_seconds);
 
     let mut mismatches = Vec::new();
     if let Some(p) = &a.compare {
@@ -414,8 +455,16 @@ pub fn run(a: RunArgs) -> Result<()> {
             "outputs": outputs,
             "compared": a.compare.is_some(),
             "mismatches": mismatches,
+            "scratch_mismatches": res.scratch_mismatches,
             "planned": false,
         });
+        if a.profile {
+            j["profile"] = profile
+                .iter()
+                .map(|p| serde_json::json!({"op": p.op, "nodes": p.nodes, "seconds": p.seconds}))
+                .collect::<Vec<_>>()
+                .into();
+        }
         if let Some(r) = &res.plan {
             j["planned"] = true.into();
             j["arena_bytes"] = r.arena_bytes.into();
@@ -470,6 +519,9 @@ pub fn run(a: RunArgs) -> Result<()> {
                 println!("note          {m}");
             }
         }
+        for m in &res.scratch_mismatches {
+            println!("note          scratch: {m}");
+        }
         println!(
             "process peak  {}  (heap high-water mark during the run)",
             human(process_peak)
@@ -480,6 +532,17 @@ pub fn run(a: RunArgs) -> Result<()> {
             String::new()
         };
         println!("time          {:.4} s{runs}", res.seconds);
+        if a.profile {
+            for p in &profile {
+                println!(
+                    "op time       {:<22} {:>9.4} s  {:>5.1}%  ({} nodes)",
+                    p.op,
+                    p.seconds,
+                    100.0 * p.seconds / res.seconds.max(1e-12),
+                    p.nodes
+                );
+            }
+        }
         for (n, t) in &res.outputs {
             println!("output        {n}  {} {:?}", t.dtype.onnx_name(), t.shape);
         }

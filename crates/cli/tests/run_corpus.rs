@@ -60,6 +60,12 @@ fn corpus_runs_match_onnxruntime_and_the_estimate() {
         let dim_flags: Vec<String> = dims.iter().map(|d| format!("--dim={d}")).collect();
         est_args.extend(dim_flags.iter().map(String::as_str));
         let est = json_of(&est_args);
+        assert_eq!(
+            run["scratch_mismatches"].as_array().unwrap().len(),
+            0,
+            "{stem}: {}",
+            run["scratch_mismatches"]
+        );
         let measured = run["peak_bytes"].as_u64().unwrap() as f64;
         let predicted = est["peak_bytes"].as_u64().unwrap() as f64;
         assert!(

@@ -51,6 +51,13 @@ pub struct RunResult {
     pub seconds: f64,
     /// For a planned run ([`run_planned`]): the arena and how the run kept to the plan.
     pub plan: Option<PlanReport>,
+    /// Nodes whose kernel held a different amount of scratch at once than the op table's scratch
+    /// rule gives at the run's dims (one line each, naming the node and both sizes). Empty when
+    /// the simulator's scratch is the executor's.
+    pub scratch_mismatches: Vec<String>,
+    /// Wall time of each node's op call (in-place runs and planned-output copies included), by
+    /// `NodeId` index; zero for nodes the schedule did not run.
+    pub node_seconds: Vec<f64>,
 }
 
 /// Options of a run.
@@ -177,7 +184,9 @@ pub fn run_with_opset(
 /// allocated once and charged once, so the measured peak is the planned arena plus the resident
 /// weights and inputs, unless an op allocates outside the plan: such cases are listed in
 /// [`PlanReport`] and the output is copied into its planned range (results stay bit-identical).
-/// Graph outputs are returned as copies outside the arena (not charged; the arena is freed on return).
+/// Graph outputs are returned where the plan put them, in the arena, which is freed when the last
+/// of them is dropped: nothing is copied, so the process heap holds the arena and nothing that grows
+/// with the dims.
 pub fn run_planned(
     graph: &Graph,
     facts: &Facts,
@@ -215,6 +224,8 @@ struct Placed<'p> {
     scratch: Vec<Option<(usize, usize)>>,
     /// Per node: the in-place decision as (input slot, range).
     inplace: Vec<Option<(usize, (usize, usize))>>,
+    /// Per node: a `Concat` assembled in place (its inputs already fill its output's range).
+    assembled: Vec<bool>,
 }
 
 impl<'p> Placed<'p> {
@@ -260,6 +271,37 @@ impl<'p> Placed<'p> {
                 }
             }
         }
+        // The inputs of an assembled Concat sit in their parts of the output's range.
+        let mut assembled = vec![false; graph.nodes.len()];
+        for a in &plan.assembled {
+            let whole = by_name
+                .get(a.output.as_str())
+                .and_then(|y| range[y.index()]);
+            let Some((off, len)) = whole else {
+                return Err(ExecError::Plan(format!(
+                    "assembled Concat output '{}' has no buffer",
+                    a.output
+                )));
+            };
+            for p in &a.parts {
+                let (po, ps) = (usize_of(p.offset)?, usize_of(p.size)?);
+                let v = by_name.get(p.value.as_str()).copied();
+                match v {
+                    Some(v) if po.checked_add(ps).is_some_and(|e| e <= len) => {
+                        range[v.index()] = Some((off + po, ps));
+                    }
+                    _ => {
+                        return Err(ExecError::Plan(format!(
+                            "assembled part '{}' does not fit its output '{}'",
+                            p.value, a.output
+                        )))
+                    }
+                }
+            }
+            if let Some(x) = assembled.get_mut(a.node as usize) {
+                *x = true;
+            }
+        }
         let mut inplace = vec![None; graph.nodes.len()];
         for ip in &plan.inplace {
             let node = graph.node(NodeId(ip.node));
@@ -286,8 +328,53 @@ impl<'p> Placed<'p> {
             range,
             scratch,
             inplace,
+            assembled,
         })
     }
+}
+
+/// The output of an assembled `Concat` (see [`memplan_plan::Assembled`]): its inputs were written
+/// into their parts of its planned range, so it is that range, read as the joined shape.
+fn assembled_output(
+    node: &memplan_ir::graph::Node,
+    ins: &[Option<&Tensor>],
+    arena: &Arc<Arena>,
+    range: Option<(usize, usize)>,
+) -> Result<Tensor, String> {
+    let (off, len) = range.ok_or("the output has no planned range")?;
+    let first = ins
+        .first()
+        .copied()
+        .flatten()
+        .ok_or("an assembled Concat has inputs")?;
+    let rank = first.shape.len();
+    let axis = match node.attr("axis") {
+        Some(memplan_ir::graph::AttrValue::Int(a)) => *a,
+        _ => 0,
+    };
+    let axis = if axis < 0 { axis + rank as i64 } else { axis };
+    let axis = usize::try_from(axis)
+        .ok()
+        .filter(|&a| a < rank)
+        .ok_or("axis out of range")?;
+    let mut shape = first.shape.clone();
+    shape[axis] = ins.iter().flatten().map(|t| t.shape[axis]).sum();
+    let bytes = first
+        .dtype
+        .bytes_for(shape.iter().product::<usize>() as u64);
+    if bytes != len as u64 {
+        return Err(format!(
+            "the joined inputs take {bytes} B but the plan reserves {len} B"
+        ));
+    }
+    Ok(Tensor::arena_range(
+        first.dtype,
+        &shape,
+        arena.clone(),
+        off,
+        len,
+        false,
+    ))
 }
 
 /// Runs `graph` over `schedule`, from the arena of `plan` when given.
@@ -356,6 +443,16 @@ fn execute(
     for &o in &graph.outputs {
         keep[o.index()] = true;
     }
+    // The op table's scratch per node, in bytes at the run's dims (`None`: none declared, or the
+    // size depends on symbols the inputs do not bind).
+    let mut declared_scratch: Vec<Option<u64>> = vec![Some(0); graph.nodes.len()];
+    for b in &timeline.buffers {
+        if let (memplan_sim::Category::Scratch, Some(n)) = (b.category, b.producer) {
+            declared_scratch[n.index()] = b.size.eval_map(&dims).ok().map(|x| x.max(0) as u64);
+        }
+    }
+    let mut scratch_mismatches = Vec::new();
+    let mut node_seconds = vec![0.0f64; graph.nodes.len()];
     let mut frees: Vec<Vec<ValueId>> = vec![Vec::new(); schedule.len()];
     for v in graph.value_ids() {
         if keep[v.index()] || !matches!(graph.value(v).kind, ValueKind::Node { .. }) {
@@ -397,6 +494,8 @@ fn execute(
             view,
             stats: &stats,
         };
+        stats.take_scratch_high();
+        let node_start = Instant::now();
         let node_err = |e: OpFail| match e {
             OpFail::Unsupported(m) => ExecError::Node {
                 node: label(),
@@ -447,16 +546,35 @@ fn execute(
                 }
             }
         }
-        let mut outs = match done_in_place {
-            Some(t) => {
+        let assembled = placed
+            .as_ref()
+            .filter(|p| p.assembled[nid.index()])
+            .map(|p| {
+                let y = node.outputs.first().copied().flatten();
+                assembled_output(node, &ins, &p.arena, y.and_then(|y| p.range[y.index()]))
+                    .map_err(|msg| ExecError::Node { node: label(), msg })
+            })
+            .transpose()?;
+        let mut outs = match (assembled, done_in_place) {
+            (Some(t), _) => vec![t],
+            (None, Some(t)) => {
                 if let Some(r) = report.as_mut() {
                     r.inplace_done += 1;
                 }
                 vec![t]
             }
-            None => f(&ctx, &ins).map_err(node_err)?,
+            (None, None) => f(&ctx, &ins).map_err(node_err)?,
         };
         drop(ins);
+        let held = stats.take_scratch_high();
+        if let Some(want) = declared_scratch[nid.index()] {
+            if held != want {
+                scratch_mismatches.push(format!(
+                    "node {}: the kernel held {held} B of scratch at once, the op table declares {want} B",
+                    label()
+                ));
+            }
+        }
         if let Some(p) = &placed {
             {
                 let mut c = arena::lock(&stats.cursor);
@@ -482,6 +600,7 @@ fn execute(
             }
         }
         drop(outs);
+        node_seconds[nid.index()] = node_start.elapsed().as_secs_f64();
         for &v in &frees[s] {
             values[v.index()] = None;
         }
@@ -492,16 +611,9 @@ fn execute(
     let mut outputs = Vec::new();
     for &o in &graph.outputs {
         let name = graph.value(o).name.clone();
-        let mut t = values[o.index()]
+        let t = values[o.index()]
             .clone()
             .ok_or_else(|| ExecError::MissingOutput { name: name.clone() })?;
-        if placed.is_some() && t.arena_place().is_some() {
-            // Out of the arena, so that the arena is freed when the run returns.
-            t = t.to_owned_buffer(None).map_err(|e| ExecError::Node {
-                node: format!("output '{name}'"),
-                msg: e.to_string(),
-            })?;
-        }
         outputs.push((name, t));
     }
     Ok(RunResult {
@@ -511,6 +623,8 @@ fn execute(
         dims,
         seconds,
         plan: report,
+        scratch_mismatches,
+        node_seconds,
     })
 }
 

@@ -19,6 +19,9 @@ pub const BUF_ALIGN: usize = 64;
 pub struct MemStats {
     current: AtomicU64,
     peak: AtomicU64,
+    /// Kernel scratch held now, and its high-water mark since [`MemStats::take_scratch_high`].
+    scratch_now: AtomicU64,
+    scratch_high: AtomicU64,
     /// In a planned run, the arena ranges the current node's op may take (see [`crate::arena`]).
     pub(crate) cursor: Mutex<Cursor>,
 }
@@ -46,13 +49,36 @@ impl MemStats {
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
     }
+
+    /// The most kernel scratch held at once since the last call, which restarts the count from
+    /// the scratch held now. The interpreter calls it around each node to compare the kernel's
+    /// scratch with the op table's rule.
+    pub fn take_scratch_high(&self) -> u64 {
+        let now = self.scratch_now.load(Ordering::Relaxed);
+        self.scratch_high.swap(now, Ordering::Relaxed)
+    }
+
+    fn scratch_add(&self, n: u64) {
+        let now = self.scratch_now.fetch_add(n, Ordering::Relaxed) + n;
+        self.scratch_high.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn scratch_sub(&self, n: u64) {
+        self.scratch_now.fetch_sub(n, Ordering::Relaxed);
+    }
 }
+
+/// Buffers at least this large are mapped from the kernel directly ([`map_zeroed`]) instead of
+/// going through the global allocator.
+const MAP_MIN: usize = 1 << 20;
 
 /// A zero-initialized, 64-byte-aligned heap buffer charged to a [`MemStats`] while it lives.
 #[derive(Debug)]
 pub struct Buf {
     ptr: NonNull<u8>,
     len: usize,
+    /// Allocated by [`map_zeroed`] (freed by [`unmap`]) rather than the global allocator.
+    mapped: bool,
     stats: Option<Arc<MemStats>>,
 }
 
@@ -70,9 +96,13 @@ pub struct AllocError(pub usize);
 impl Buf {
     /// Allocates `len` zeroed bytes charged to `stats` (if any).
     pub fn zeroed(len: usize, stats: Option<&Arc<MemStats>>) -> Result<Buf, AllocError> {
+        let mut mapped = false;
         let ptr = if len == 0 {
             // A dangling, well-aligned pointer for empty buffers; never dereferenced for reads beyond 0.
             NonNull::new(BUF_ALIGN as *mut u8).ok_or(AllocError(len))?
+        } else if let Some(p) = map_zeroed(len) {
+            mapped = true;
+            p
         } else {
             let layout = Layout::from_size_align(len, BUF_ALIGN).map_err(|_| AllocError(len))?;
             // SAFETY: `layout` has non-zero size.
@@ -85,6 +115,7 @@ impl Buf {
         Ok(Buf {
             ptr,
             len,
+            mapped,
             stats: stats.cloned(),
         })
     }
@@ -115,7 +146,10 @@ impl Buf {
 
 impl Drop for Buf {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.mapped {
+            // SAFETY: mapped by `map_zeroed(self.len)`, which returned this pointer.
+            unsafe { unmap(self.ptr, self.len) };
+        } else if self.len > 0 {
             if let Ok(layout) = Layout::from_size_align(self.len, BUF_ALIGN) {
                 // SAFETY: allocated in `zeroed` with this exact layout.
                 unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
@@ -127,6 +161,151 @@ impl Drop for Buf {
     }
 }
 
+/// Huge-page size (x86-64 transparent huge pages).
+const HUGE: usize = 2 << 20;
+/// Freed mapped buffers kept for reuse, at most this many bytes in all.
+const POOL_MAX: usize = 1 << 30;
+
+/// The length actually mapped for a buffer of `len` bytes: whole huge pages from 2 MiB on, else
+/// whole 4 KiB pages. Buffers are reused by this length.
+fn mapped_len(len: usize) -> Option<usize> {
+    let unit = if len >= HUGE { HUGE } else { 4096 };
+    len.checked_next_multiple_of(unit)
+}
+
+/// Freed mapped buffers `(mapped length, address)`, oldest first, and their total length.
+struct Pool {
+    free: Vec<(usize, usize)>,
+    bytes: usize,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    free: Vec::new(),
+    bytes: 0,
+});
+
+fn pool() -> std::sync::MutexGuard<'static, Pool> {
+    POOL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `len` zeroed bytes of mapped memory, 64-byte aligned (2 MiB aligned from 2 MiB on, with
+/// transparent huge pages requested), counted in the process heap counters like a global
+/// allocation. `None` for small sizes or when mapping fails (the caller falls back to the global
+/// allocator).
+///
+/// A buffer of the same mapped length freed earlier is reused (zeroed by `memset`), like an
+/// onnxruntime arena: first touch of fresh pages, which the kernel must zero and, in a VM, the host
+/// must back, costs several times a user-space `memset`. Otherwise the memory is fresh anonymous
+/// pages, zero already. Pooled buffers are not counted (they hold no tensor); at most [`POOL_MAX`]
+/// bytes are pooled, the oldest unmapped first.
+#[cfg(target_os = "linux")]
+fn map_zeroed(len: usize) -> Option<NonNull<u8>> {
+    if len < MAP_MIN {
+        return None;
+    }
+    let mlen = mapped_len(len)?;
+    let reused = {
+        let mut p = pool();
+        let hit = p.free.iter().rposition(|&(l, _)| l == mlen);
+        hit.map(|i| {
+            let (l, addr) = p.free.remove(i);
+            p.bytes -= l;
+            addr
+        })
+    };
+    let start = match reused {
+        Some(addr) => {
+            // SAFETY: the pooled mapping `addr..addr + mlen` is owned by the pool alone (it left
+            // it just above) and is readable and writable.
+            unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
+            addr
+        }
+        None => {
+            eprintln!("DEBUG fresh {mlen}");
+            map_fresh(mlen)?
+        }
+    };
+    let now = HEAP_CURRENT.fetch_add(len as u64, Ordering::Relaxed) + len as u64;
+    HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+    NonNull::new(start as *mut u8)
+}
+
+/// A fresh anonymous mapping of `mlen` bytes (a multiple of pages, of huge pages from 2 MiB on,
+/// then aligned to them); its address.
+#[cfg(target_os = "linux")]
+fn map_fresh(mlen: usize) -> Option<usize> {
+    let huge = mlen >= HUGE;
+    let total = mlen.checked_add(if huge { HUGE } else { 0 })?;
+    // SAFETY: an anonymous private mapping with no address hint touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            total,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let base = p as usize;
+    if !huge {
+        return Some(base);
+    }
+    // Keep the 2 MiB-aligned `start..start + mlen` and unmap the rest (all page multiples).
+    let start = base.next_multiple_of(HUGE);
+    // SAFETY: both cut ranges lie inside the mapping just made and nothing refers to them.
+    unsafe {
+        if start > base {
+            libc::munmap(p, start - base);
+        }
+        if base + total > start + mlen {
+            libc::munmap(
+                (start + mlen) as *mut libc::c_void,
+                base + total - start - mlen,
+            );
+        }
+        libc::madvise(start as *mut libc::c_void, mlen, libc::MADV_HUGEPAGE);
+    }
+    Some(start)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn map_zeroed(_len: usize) -> Option<NonNull<u8>> {
+    None
+}
+
+/// Returns a buffer of [`map_zeroed`] to the pool, unmapping the oldest pooled buffers beyond
+/// [`POOL_MAX`].
+///
+/// # Safety
+/// `ptr` must come from `map_zeroed(len)` and not be used afterwards.
+#[cfg(target_os = "linux")]
+unsafe fn unmap(ptr: NonNull<u8>, len: usize) {
+    HEAP_CURRENT.fetch_sub(len as u64, Ordering::Relaxed);
+    let Some(mlen) = mapped_len(len) else { return };
+    let mut evict = Vec::new();
+    {
+        let mut p = pool();
+        p.free.push((mlen, ptr.as_ptr() as usize));
+        p.bytes += mlen;
+        while p.bytes > POOL_MAX && !p.free.is_empty() {
+            let (l, addr) = p.free.remove(0);
+            p.bytes -= l;
+            evict.push((l, addr));
+        }
+    }
+    for (l, addr) in evict {
+        // SAFETY: a whole mapping of `map_fresh` that the pool owned alone and no longer lists.
+        unsafe { libc::munmap(addr as *mut libc::c_void, l) };
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+unsafe fn unmap(_ptr: NonNull<u8>, _len: usize) {}
+
 /// A scratch vector for kernels, charged to the run's stats while alive. In a planned run it is
 /// taken from the node's planned scratch range when it fits (see [`crate::arena::Cursor`]).
 pub fn scratch<T: bytemuck::Pod>(
@@ -136,6 +315,10 @@ pub fn scratch<T: bytemuck::Pod>(
     let bytes = n
         .checked_mul(std::mem::size_of::<T>())
         .ok_or(AllocError(usize::MAX))?;
+    let counted = stats.map(|s| {
+        s.scratch_add(bytes as u64);
+        (s.clone(), bytes as u64)
+    });
     if let Some(s) = stats {
         let mut c = arena::lock(&s.cursor);
         if c.arena.is_some() {
@@ -151,13 +334,24 @@ pub fn scratch<T: bytemuck::Pod>(
                         len: bytes,
                         stats: s.clone(),
                     },
+                    counted,
                     _t: std::marker::PhantomData,
                 });
             }
         }
     }
+    let mem = match Buf::zeroed(bytes, stats) {
+        Ok(b) => ScratchMem::Heap(b),
+        Err(e) => {
+            if let Some((s, n)) = counted {
+                s.scratch_sub(n);
+            }
+            return Err(e);
+        }
+    };
     Ok(ScratchBuf {
-        mem: ScratchMem::Heap(Buf::zeroed(bytes, stats)?),
+        mem,
+        counted,
         _t: std::marker::PhantomData,
     })
 }
@@ -178,7 +372,17 @@ enum ScratchMem {
 #[derive(Debug)]
 pub struct ScratchBuf<T> {
     mem: ScratchMem,
+    /// The stats whose scratch count holds this buffer's bytes.
+    counted: Option<(Arc<MemStats>, u64)>,
     _t: std::marker::PhantomData<T>,
+}
+
+impl<T> Drop for ScratchBuf<T> {
+    fn drop(&mut self) {
+        if let Some((s, n)) = &self.counted {
+            s.scratch_sub(*n);
+        }
+    }
 }
 
 impl<T: bytemuck::Pod> ScratchBuf<T> {
@@ -305,10 +509,34 @@ mod tests {
     }
 
     #[test]
+    fn scratch_high_water_is_per_window() {
+        let s = MemStats::new();
+        let a = scratch::<f32>(100, Some(&s)).unwrap();
+        let b = scratch::<f64>(10, Some(&s)).unwrap();
+        drop(a);
+        let c = scratch::<u8>(30, Some(&s)).unwrap();
+        assert_eq!(s.take_scratch_high(), 480);
+        // The next window starts from what is still held (b and c).
+        drop(c);
+        assert_eq!(s.take_scratch_high(), 110);
+        drop(b);
+        assert_eq!(s.take_scratch_high(), 80);
+        assert_eq!(s.take_scratch_high(), 0);
+    }
+
+    #[test]
     fn buffers_are_aligned_and_zeroed() {
         let b = Buf::zeroed(1000, None).unwrap();
         assert_eq!(b.as_bytes().as_ptr() as usize % BUF_ALIGN, 0);
         assert!(b.as_bytes().iter().all(|&x| x == 0));
         assert!(Buf::zeroed(0, None).unwrap().is_empty());
+        // Mapped sizes: just below and above the huge-page size, and not a whole number of pages.
+        for len in [MAP_MIN, (2 << 20) - 4096, (2 << 20) + 1, (5 << 20) + 12345] {
+            let mut b = Buf::zeroed(len, None).unwrap();
+            assert_eq!(b.as_bytes().as_ptr() as usize % BUF_ALIGN, 0);
+            assert!(b.as_bytes().iter().all(|&x| x == 0));
+            b.as_bytes_mut().fill(7);
+            assert_eq!(b.as_bytes()[len - 1], 7);
+        }
     }
 }

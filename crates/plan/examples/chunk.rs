@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use memplan_plan::chunk::{chunk_to_budget, simulate, ChunkOptions};
+use memplan_plan::chunk::{chunk_to_budget, ChunkOptions};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -24,28 +24,32 @@ fn main() -> ExitCode {
     }
     let run = || -> Result<(), String> {
         let model = memplan_onnx::import(&args[0]).map_err(|e| e.to_string())?;
-        let (before, _, _) = simulate(&model, &dims).map_err(|e| e.to_string())?;
         let t = std::time::Instant::now();
-        let (out, steps) = chunk_to_budget(&model, &dims, &opts).map_err(|e| e.to_string())?;
-        let (after, node, facts) = simulate(&out, &dims).map_err(|e| e.to_string())?;
-        for s in &steps {
+        let out = chunk_to_budget(&model, &dims, &opts).map_err(|e| e.to_string())?;
+        for s in &out.steps {
             println!(
-                "step: {} nodes x {} chunks (extent {}): {} -> {}",
-                s.nodes.len(),
+                "step: {} nodes ({} .. {}) x {} chunks (extent {}): {} -> {}, copies {} B, +{:.1} ms",
+                s.nodes,
+                s.first,
+                s.last,
                 s.chunks,
                 s.extent,
                 s.peak_before,
-                s.peak_after
+                s.peak_after,
+                s.copied_bytes,
+                s.predicted_seconds * 1e3
             );
         }
-        let at = node.map(|n| out.graph.node(n).label(n)).unwrap_or_default();
         println!(
-            "peak {before} -> {after} ({:.3}x) in {:.2}s; now at {at}",
-            after as f64 / before as f64,
-            t.elapsed().as_secs_f64()
+            "peak {} -> {} ({:.3}x) in {:.2}s, {} candidates; live at the peak: {:?}",
+            out.peak_before,
+            out.peak_after,
+            out.peak_after as f64 / out.peak_before as f64,
+            t.elapsed().as_secs_f64(),
+            out.evaluated,
+            &out.live[..out.live.len().min(4)]
         );
-        let _ = facts;
-        memplan_onnx::save(&out, &args[1], memplan_onnx::default_mode(&out))
+        memplan_onnx::save(&out.model, &args[1], memplan_onnx::default_mode(&out.model))
             .map_err(|e| e.to_string())
     };
     match run() {

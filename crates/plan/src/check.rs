@@ -15,8 +15,12 @@
 //!    the output written over it in place, at that node's step, at the same offset with the same size;
 //! 5. an in-place write goes to output 0 of an op that lists that input as overwritable, over a buffer
 //!    of exactly the output's size and dtype that is not resident (graph input, weight), holds no
-//!    graph output, and whose every other reader (through views too) has run before;
-//! 6. the arena is the highest `offset + size`, and the resident bytes are the weights and inputs.
+//!    graph output, whose every other reader (through views too) has run before, and that no other
+//!    input slot of the node reads (the same value twice is allowed for elementwise ops);
+//! 6. the arena is the highest `offset + size`, and the resident bytes are the weights and inputs;
+//! 7. an assembled `Concat` is one the op allows, over its own inputs in order at the offsets their
+//!    sizes give; each input (with its views) then shares the output's buffer, which is made at the
+//!    first step making any of its values.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -95,6 +99,8 @@ pub enum PlanError {
         output: String,
         rule: String,
     },
+    #[error("assembled Concat {node}: {rule}")]
+    Assembled { node: String, rule: String },
     #[error("arena: the plan says {plan} B but its buffers end at {want} B")]
     Arena { plan: u64, want: u64 },
     #[error("resident bytes: the plan says {plan} B but the weights and inputs take {want} B")]
@@ -230,6 +236,8 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
         }
     }
     let is_output: BTreeSet<ValueId> = graph.outputs.iter().copied().collect();
+    // Rule 7: assembled concatenations; their inputs (and views of them) join the output's storage.
+    assembled(graph, facts, plan, &is_output, &mut storage)?;
     // Per owner: members (owner first), whether it holds a graph output, first and last step.
     let mut members: BTreeMap<ValueId, Vec<ValueId>> = BTreeMap::new();
     for st in &plan.schedule {
@@ -243,10 +251,17 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
     let mut life: BTreeMap<ValueId, (usize, usize)> = BTreeMap::new();
     let mut pinned: BTreeSet<ValueId> = BTreeSet::new();
     for (&own, ms) in &members {
-        let ValueKind::Node { node: p, .. } = graph.values[own.index()].kind else {
+        // Made at the first step making any of its values (an assembled input comes before the
+        // output it is part of).
+        let made = ms
+            .iter()
+            .filter_map(|m| match graph.values[m.index()].kind {
+                ValueKind::Node { node: p, .. } => Some(pos[p.index()]),
+                _ => None,
+            });
+        let Some(f) = made.min() else {
             continue;
         };
-        let f = pos[p.index()];
         life.insert(own, (f, f));
         if ms.iter().any(|m| is_output.contains(m)) {
             pinned.insert(own);
@@ -475,13 +490,14 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
             x.is_some_and(|x| graph.values[x.index()].name == ip.input)
                 && overwritable.contains(slot)
         });
-        let Some((_, Some(input))) = slot else {
+        let Some((slot, Some(input))) = slot else {
             return Err(bad(format!(
                 "{} may not overwrite that input (overwritable slots: {overwritable:?})",
                 node.op
             )));
         };
         let input = *input;
+        let elementwise = ops::lookup(node).is_some_and(|d| d.mem.inplace_elementwise);
         if storage[out.index()] != Storage::Owned(out) {
             return Err(bad("the output is a view, it owns no buffer".into()));
         }
@@ -492,6 +508,18 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
         };
         if pinned.contains(&src) {
             return Err(bad("the input's buffer holds a graph output".into()));
+        }
+        let shared = node.inputs.iter().enumerate().any(|(k, y)| {
+            y.is_some_and(|y| {
+                k != slot
+                    && storage[y.index()] == Storage::Owned(src)
+                    && (y != input || !elementwise)
+            })
+        });
+        if shared {
+            return Err(bad(
+                "another input of the node reads the overwritten buffer".into(),
+            ));
         }
         let s = pos[nd];
         if life[&src].1 != s {
@@ -605,6 +633,118 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
     Ok(())
 }
 
+/// Rule 7: every assembled `Concat` is one the op allows (each input a contiguous run of the
+/// output), its parts are its inputs in order, each a distinct value that owns its storage (made by
+/// a node, not a view, not resident), is no graph output, is made by no assembled `Concat` and
+/// belongs to no other one, at offsets that are the running sum of the parts' sizes, which add up
+/// to the output's. Then each part, and every view of it, shares the output's storage.
+fn assembled(
+    graph: &Graph,
+    facts: &Facts,
+    plan: &Plan,
+    is_output: &BTreeSet<ValueId>,
+    storage: &mut [Storage],
+) -> Result<(), PlanError> {
+    if plan.assembled.is_empty() {
+        return Ok(());
+    }
+    let n = graph.nodes.len();
+    let size_of = |v: ValueId| -> Option<u64> {
+        let e = facts.values.get(v.index())?.bytes()?;
+        e.eval_map(&plan.dims).ok().map(|x| x.max(0) as u64)
+    };
+    let nodes: BTreeSet<usize> = plan.assembled.iter().map(|a| a.node as usize).collect();
+    let mut part_of: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    for a in &plan.assembled {
+        let nd = a.node as usize;
+        let bad = |rule: String| PlanError::Assembled {
+            node: if nd < n {
+                graph.nodes[nd].label(memplan_ir::NodeId(a.node))
+            } else {
+                format!("#{}", a.node)
+            },
+            rule,
+        };
+        if nd >= n {
+            return Err(bad("no such node".into()));
+        }
+        let node = &graph.nodes[nd];
+        let fact = |v: &Option<ValueId>| v.and_then(|v| facts.values.get(v.index()));
+        let ins: Vec<_> = node.inputs.iter().map(fact).collect();
+        let outs: Vec<_> = node.outputs.iter().map(fact).collect();
+        if !ops::axes::concat_in_place(node, &ins, &outs) {
+            return Err(bad(
+                "not a Concat whose inputs are contiguous runs of its output".into(),
+            ));
+        }
+        let Some(y) = node.outputs.first().copied().flatten() else {
+            return Err(bad("no output".into()));
+        };
+        if graph.values[y.index()].name != a.output {
+            return Err(bad(format!("its output is not '{}'", a.output)));
+        }
+        let names: Vec<&str> = node
+            .inputs
+            .iter()
+            .map(|i| i.map_or("", |v| graph.values[v.index()].name.as_str()))
+            .collect();
+        let listed: Vec<&str> = a.parts.iter().map(|p| p.value.as_str()).collect();
+        if names != listed {
+            return Err(bad(format!(
+                "parts [{}] are not its inputs [{}]",
+                listed.join(", "),
+                names.join(", ")
+            )));
+        }
+        let mut offset = 0u64;
+        for (p, v) in a.parts.iter().zip(node.input_ids()) {
+            if storage[v.index()] != Storage::Owned(v) {
+                return Err(bad(format!(
+                    "part '{}' is a view, a weight or a graph input",
+                    p.value
+                )));
+            }
+            let made_by_assembled = match graph.values[v.index()].kind {
+                ValueKind::Node { node: q, .. } => nodes.contains(&q.index()),
+                _ => true,
+            };
+            if made_by_assembled || is_output.contains(&v) {
+                return Err(bad(format!(
+                    "part '{}' is a graph output or made by an assembled Concat",
+                    p.value
+                )));
+            }
+            if part_of.insert(v, y).is_some() {
+                return Err(bad(format!("part '{}' is assembled twice", p.value)));
+            }
+            if size_of(v) != Some(p.size) || p.offset != offset {
+                return Err(bad(format!(
+                    "part '{}' at offset {} with {} B, but the parts before it end at {offset} and it has {:?} B",
+                    p.value,
+                    p.offset,
+                    p.size,
+                    size_of(v)
+                )));
+            }
+            offset += p.size;
+        }
+        if size_of(y) != Some(offset) {
+            return Err(bad(format!(
+                "the parts take {offset} B but the output {:?} B",
+                size_of(y)
+            )));
+        }
+    }
+    for s in storage.iter_mut() {
+        if let Storage::Owned(o) = *s {
+            if let Some(&y) = part_of.get(&o) {
+                *s = Storage::Owned(y);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Scratch bytes node `nd` needs at `dims`, from the op table.
 fn scratch_bytes(
     graph: &Graph,
@@ -619,7 +759,7 @@ fn scratch_bytes(
     let fact = |v: &Option<ValueId>| v.and_then(|v| facts.values.get(v.index()));
     let ins: Vec<_> = node.inputs.iter().map(fact).collect();
     let outs: Vec<_> = node.outputs.iter().map(fact).collect();
-    f(node, &ins, &outs)
+    f(node, facts.opset, &ins, &outs)
         .eval_map(dims)
         .map(|x| x.max(0) as u64)
         .map_err(|e| format!("scratch size unknown at the plan's dims ({e:?})"))

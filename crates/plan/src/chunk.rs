@@ -1,27 +1,40 @@
 //! Chunking: compute a region of the graph slice by slice along an axis that nothing in the region
 //! mixes, so only one slice of its intermediates is alive at a time.
 //!
-//! The rewrite is plain ONNX: for each chunk, `Slice` nodes cut the region's inputs (zero-copy views
-//! when the slice is contiguous), the region's nodes are cloned over the slices, and a `Concat` per
-//! region output joins the chunks under the output's original name, so consumers are untouched. The
-//! rewritten graph is made for the given dims (chunk boundaries are constants).
+//! The rewrite is plain ONNX, unrolled ([`rewrite`]): for each chunk, `Slice` nodes cut the region's
+//! inputs (zero-copy views when the slice is contiguous), the region's nodes are cloned over the
+//! slices, and a `Concat` per region output joins the chunks under the output's original name, so
+//! consumers are untouched. Unrolled rather than a `Loop`: every runtime runs it without
+//! control flow, each chunk's nodes are ordinary nodes that memplan plans (in place, arena offsets)
+//! like any other, and a `Concat` along a leading axis is assembled in place by the planner, so
+//! the chunks write straight into the output. The cost is a graph that grows with the chunk count
+//! (a few dozen chunks of a few hundred nodes at most), and constants made for the given dims.
 //!
 //! Exactness: every op in a region splits along its axis per [`memplan_ir::ops::axes`], so each
 //! output element is computed by the same op over the same input elements; with kernels that compute
 //! each element the same way whatever slice they are given, outputs are bit-identical.
 //!
-//! Policy ([`chunk_to_budget`]): find the step of the peak, seed a region at its node on its largest
-//! splittable axis, grow it along producers and consumers that pass the axis through, and keep the
-//! prefix of the growth and the chunk count with the lowest simulated peak (ties: fewer chunks);
-//! repeat at the new peak until the budget is met or nothing helps.
+//! Policy ([`chunk_to_budget`]): at the step of the simulated peak, seed regions at the running
+//! node and at the producers of the largest live buffers, on their largest axes; grow each breadth
+//! first along nodes that pass the axis through; for every prefix of the growth that is convex and
+//! every chunk count, predict the rewrite's peak ([`predict`], exact, without building it) and its
+//! cost (nodes added, bytes copied; [`CostModel`]). Keep the cheapest candidate that brings the
+//! live bytes around the region under the budget, or else the one that brings them lowest; apply
+//! it and repeat at the new peak until the budget is met or nothing helps. "Around the region"
+//! (from its first new node to its last) and not the global peak: when two regions tie at the
+//! peak, chunking either one leaves the global peak where it is, but is still progress.
+
+mod predict;
+mod region;
+mod rewrite;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Node, NodeId, ValueId, ValueKind};
+use memplan_ir::graph::{Model, NodeId, ValueId};
 use memplan_ir::infer::{infer_model, Facts};
-use memplan_ir::ops::axes::{axis_flow, AxisFlow};
-use memplan_ir::{Fact, TensorData};
-use memplan_sim::{peak::concrete_peak, Timeline};
+
+use predict::{predict, Base, Prediction};
+pub use rewrite::apply;
 
 /// Why chunking could not be planned or applied.
 #[derive(Debug, thiserror::Error)]
@@ -34,8 +47,8 @@ pub enum ChunkError {
     Region(String),
 }
 
-/// A region to chunk: its nodes, the axis each value it touches is split along (`None`: read whole),
-/// and the number of chunks.
+/// A region to chunk: its nodes, the axis each value it touches is split along (`None`: read
+/// whole), and the number of chunks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Region {
     pub nodes: BTreeSet<NodeId>,
@@ -43,470 +56,54 @@ pub struct Region {
     pub chunks: usize,
 }
 
+/// A simple cost model of the rewrite: each node added costs a fixed overhead, each byte copied
+/// costs its share of memory bandwidth.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct CostModel {
+    /// Seconds per node run (dispatch, output allocation, thread fan-out).
+    pub node_seconds: f64,
+    /// Bytes copied per second (read and written once).
+    pub copy_bytes_per_second: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel {
+            node_seconds: 20e-6,
+            copy_bytes_per_second: 4e9,
+        }
+    }
+}
+
+impl CostModel {
+    /// Predicted extra seconds of a rewrite that adds `added` nodes, removes `removed` and copies
+    /// `copied` bytes.
+    pub fn seconds(&self, added: usize, removed: usize, copied: u64) -> f64 {
+        added.saturating_sub(removed) as f64 * self.node_seconds
+            + copied as f64 / self.copy_bytes_per_second
+    }
+}
+
 /// One applied chunking step, for the report.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct ChunkStep {
-    /// Names of the region's nodes, in graph order.
-    pub nodes: Vec<String>,
+    /// Number of nodes in the region, and the first and last of them (names, node order).
+    pub nodes: usize,
+    pub first: String,
+    pub last: String,
+    /// The region's outputs (names).
+    pub outputs: Vec<String>,
     pub chunks: usize,
     /// The extent of the split axis.
     pub extent: i64,
+    /// Simulated peak before and after the step (graph order).
     pub peak_before: u64,
     pub peak_after: u64,
-}
-
-fn flows(g: &Graph, f: &Facts, n: NodeId) -> Option<Vec<Vec<AxisFlow>>> {
-    let node = g.node(n);
-    if node.subgraphs().next().is_some() {
-        return None;
-    }
-    let ins: Vec<Option<&Fact>> = node.inputs.iter().map(|i| i.map(|v| f.get(v))).collect();
-    let outs: Vec<Option<&Fact>> = node.outputs.iter().map(|o| o.map(|v| f.get(v))).collect();
-    axis_flow(node, &ins, &outs)
-}
-
-/// The peak of `model` at `dims`, with the node of the peak step.
-pub fn simulate(
-    model: &Model,
-    dims: &BTreeMap<String, i64>,
-) -> Result<(u64, Option<NodeId>, Facts), ChunkError> {
-    let (score, node, facts) = score(model, dims)?;
-    Ok((score.0, node, facts))
-}
-
-/// The peak and the number of steps whose live bytes are within 10% of it (which breaks ties
-/// between plans with the same peak: a second region that reaches the same peak must still be
-/// chunked, and chunking the first leaves fewer steps near the peak).
-fn score(
-    model: &Model,
-    dims: &BTreeMap<String, i64>,
-) -> Result<((u64, usize), Option<NodeId>, Facts), ChunkError> {
-    let facts = infer_model(model).map_err(|e| ChunkError::Infer(e.to_string()))?;
-    let t = Timeline::build(&model.graph, &facts, &facts.order)
-        .map_err(|e| ChunkError::Sim(e.to_string()))?;
-    let p = concrete_peak(&t, dims).map_err(|e| ChunkError::Sim(e.to_string()))?;
-    let node = p.peak_step.map(|s| facts.order[s]);
-    let near = p
-        .per_step
-        .iter()
-        .filter(|&&b| b as f64 >= 0.9 * p.peak_bytes as f64)
-        .count();
-    Ok(((p.peak_bytes, near), node, facts))
-}
-
-/// Tries to add node `n` to the region with output `slot` split along `axis`; returns the axes its
-/// values need, or `None` when it cannot join consistently.
-fn join(
-    g: &Graph,
-    f: &Facts,
-    n: NodeId,
-    slot: usize,
-    axis: usize,
-    axes: &BTreeMap<ValueId, Option<usize>>,
-) -> Option<Vec<(ValueId, Option<usize>)>> {
-    let fl = flows(g, f, n)?;
-    let node = g.node(n);
-    let AxisFlow::Split(ins) = fl.get(slot)?.get(axis)? else {
-        return None;
-    };
-    let mut want = Vec::new();
-    for (i, inp) in node.inputs.iter().enumerate() {
-        let Some(v) = *inp else { continue };
-        let a = ins.get(i).copied().flatten();
-        // A constant operand that must be sliced cannot be: keep such nodes out.
-        if a.is_some() && !matches!(g.value(v).kind, ValueKind::Node { .. } | ValueKind::Input) {
-            return None;
-        }
-        want.push((v, a));
-    }
-    // Every output must split along a known axis; use the flow of each output slot that maps input
-    // slot 0's axis the same way (outputs of one node share the split).
-    for (k, out) in node.outputs.iter().enumerate() {
-        let Some(v) = *out else { continue };
-        if k == slot {
-            want.push((v, Some(axis)));
-            continue;
-        }
-        let ax = fl
-            .get(k)?
-            .iter()
-            .position(|fa| matches!(fa, AxisFlow::Split(x) if x == ins))?;
-        want.push((v, Some(ax)));
-    }
-    for &(v, a) in &want {
-        if let Some(&have) = axes.get(&v) {
-            if have != a {
-                return None;
-            }
-        }
-    }
-    Some(want)
-}
-
-/// Grows a region from `seed` (output 0 split along `axis`), breadth first, returning the nodes in
-/// the order they joined with the axes after each addition.
-fn grow(
-    g: &Graph,
-    f: &Facts,
-    seed: NodeId,
-    axis: usize,
-    max_nodes: usize,
-) -> Vec<(NodeId, BTreeMap<ValueId, Option<usize>>)> {
-    let consumers = g.consumers();
-    let mut axes = BTreeMap::new();
-    let Some(first) = join(g, f, seed, 0, axis, &axes) else {
-        return Vec::new();
-    };
-    axes.extend(first);
-    let mut nodes: BTreeSet<NodeId> = [seed].into();
-    let mut steps = vec![(seed, axes.clone())];
-    let mut frontier = vec![seed];
-    while let Some(n) = frontier.pop() {
-        if nodes.len() >= max_nodes {
-            break;
-        }
-        let node = g.node(n);
-        let mut cands: Vec<(NodeId, usize, usize)> = Vec::new();
-        // Producers of split inputs.
-        for v in node.input_ids() {
-            if let (Some(Some(a)), Some(p)) = (axes.get(&v), g.producer(v)) {
-                if let ValueKind::Node { slot, .. } = g.value(v).kind {
-                    cands.push((p, slot as usize, *a));
-                }
-            }
-        }
-        // Consumers of split outputs.
-        for v in node.output_ids() {
-            let Some(Some(a)) = axes.get(&v).copied() else {
-                continue;
-            };
-            for &c in &consumers[v.index()] {
-                let Some(fl) = flows(g, f, c) else { continue };
-                let slot_in = g.node(c).inputs.iter().position(|i| *i == Some(v));
-                let Some(slot_in) = slot_in else { continue };
-                if let Some(o) = fl.first().and_then(|o0| {
-                    o0.iter().position(|fa| matches!(fa, AxisFlow::Split(x) if x.get(slot_in).copied().flatten() == Some(a)))
-                }) {
-                    cands.push((c, 0, o));
-                }
-            }
-        }
-        for (c, slot, a) in cands {
-            if nodes.contains(&c) || nodes.len() >= max_nodes {
-                continue;
-            }
-            if let Some(want) = join(g, f, c, slot, a, &axes) {
-                axes.extend(want);
-                nodes.insert(c);
-                steps.push((c, axes.clone()));
-                frontier.insert(0, c);
-            }
-        }
-    }
-    steps
-}
-
-fn int_init(g: &mut Graph, name: String, v: i64) -> ValueId {
-    g.add_initializer(TensorData::from_i64(name, vec![1], &[v]))
-}
-
-fn fresh(_g: &Graph, taken: &mut BTreeSet<String>, base: &str) -> String {
-    let mut name = base.to_string();
-    let mut k = 1;
-    while taken.contains(&name) {
-        k += 1;
-        name = format!("{base}_{k}");
-    }
-    taken.insert(name.clone());
-    name
-}
-
-/// Rewrites `model` so that `region` runs in `region.chunks` slices (see the module docs).
-pub fn apply(
-    model: &Model,
-    facts: &Facts,
-    dims: &BTreeMap<String, i64>,
-    region: &Region,
-) -> Result<Model, ChunkError> {
-    let g = &model.graph;
-    let err = |m: String| ChunkError::Region(m);
-    let consumers = g.consumers();
-    let is_output: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
-    let made_inside = |v: ValueId| g.producer(v).is_some_and(|p| region.nodes.contains(&p));
-    // The split extent, from any split value.
-    let (&sv, &sa) = region
-        .axes
-        .iter()
-        .find_map(|(v, a)| a.as_ref().map(|a| (v, a)))
-        .ok_or_else(|| err("no split value".into()))?;
-    let extent = facts
-        .get(sv)
-        .shape
-        .as_ref()
-        .and_then(|s| s.get(sa))
-        .ok_or_else(|| err("split value has no shape".into()))?;
-    let extent = extent
-        .eval_map(dims)
-        .map_err(|e| err(format!("extent: {e}")))?;
-    let k = region.chunks.clamp(1, extent.max(1) as usize) as i64;
-    let step = (extent + k - 1) / k;
-    let mut bounds: Vec<(i64, i64)> = (0..k)
-        .map(|c| (c * step, ((c + 1) * step).min(extent)))
-        .filter(|(a, b)| a < b)
-        .collect();
-    // A last chunk of extent 1 joins the previous one: extent-1 operands can take other kernel paths.
-    if bounds.len() > 1 && bounds[bounds.len() - 1].1 - bounds[bounds.len() - 1].0 == 1 {
-        let last = bounds.pop().unwrap_or_default();
-        if let Some(prev) = bounds.last_mut() {
-            prev.1 = last.1;
-        }
-    }
-
-    let mut out = g.clone();
-    let mut taken: BTreeSet<String> = g.values.iter().map(|v| v.name.clone()).collect();
-    // Region outputs: made inside, read outside or graph outputs.
-    let region_outputs: Vec<ValueId> = g
-        .value_ids()
-        .filter(|&v| made_inside(v))
-        .filter(|&v| {
-            is_output.contains(&v)
-                || consumers[v.index()]
-                    .iter()
-                    .any(|c| !region.nodes.contains(c))
-        })
-        .collect();
-    let order: Vec<NodeId> = facts
-        .order
-        .iter()
-        .copied()
-        .filter(|n| region.nodes.contains(n))
-        .collect();
-    let mut pieces: BTreeMap<ValueId, Vec<ValueId>> = BTreeMap::new();
-    let mut new_nodes: Vec<Node> = Vec::new();
-    let first_new = g.nodes.len();
-    let push_node = |out: &mut Graph,
-                     new_nodes: &mut Vec<Node>,
-                     mut node: Node,
-                     outs: &[String]|
-     -> Vec<ValueId> {
-        let nid = NodeId::from_index(first_new + new_nodes.len());
-        let ids: Vec<ValueId> = outs
-            .iter()
-            .enumerate()
-            .map(|(slot, name)| {
-                out.add_value(
-                    name.clone(),
-                    ValueKind::Node {
-                        node: nid,
-                        slot: slot as u32,
-                    },
-                )
-            })
-            .collect();
-        node.outputs = ids.iter().map(|&v| Some(v)).collect();
-        new_nodes.push(node);
-        ids
-    };
-    let blank =
-        |name: String, op: &str, inputs: Vec<Option<ValueId>>, attrs: Vec<Attribute>| Node {
-            name,
-            op: op.into(),
-            domain: String::new(),
-            overload: String::new(),
-            inputs,
-            outputs: Vec::new(),
-            attrs,
-            doc: String::new(),
-            metadata: Vec::new(),
-        };
-    for (c, &(lo, hi)) in bounds.iter().enumerate() {
-        let mut map: BTreeMap<ValueId, ValueId> = BTreeMap::new();
-        for &n in &order {
-            let node = g.node(n);
-            let mut inputs = Vec::with_capacity(node.inputs.len());
-            for (slot, inp) in node.inputs.iter().enumerate() {
-                let Some(v) = *inp else {
-                    inputs.push(None);
-                    continue;
-                };
-                if let Some(&m) = map.get(&v) {
-                    inputs.push(Some(m));
-                    continue;
-                }
-                let a = region.axes.get(&v).copied().flatten();
-                let mapped = match a {
-                    None => v,
-                    Some(ax) => {
-                        let base = format!("{}__chunk{c}", g.value(v).name);
-                        let s =
-                            int_init(&mut out, fresh(g, &mut taken, &format!("{base}_start")), lo);
-                        let e =
-                            int_init(&mut out, fresh(g, &mut taken, &format!("{base}_end")), hi);
-                        let x = int_init(
-                            &mut out,
-                            fresh(g, &mut taken, &format!("{base}_axis")),
-                            ax as i64,
-                        );
-                        let name = fresh(g, &mut taken, &base);
-                        let sl = blank(
-                            format!("{name}_slice"),
-                            "Slice",
-                            vec![Some(v), Some(s), Some(e), Some(x)],
-                            Vec::new(),
-                        );
-                        push_node(&mut out, &mut new_nodes, sl, &[name])[0]
-                    }
-                };
-                // Reshape's target is a constant of the whole shape: give each chunk its own.
-                let mapped = if node.op == "Reshape" && slot == 1 {
-                    let shape = facts
-                        .get(node.outputs[0].ok_or_else(|| err("Reshape without output".into()))?)
-                        .shape
-                        .clone()
-                        .ok_or_else(|| err("Reshape output shape unknown".into()))?;
-                    let ax = region
-                        .axes
-                        .get(&node.outputs[0].unwrap_or(v))
-                        .copied()
-                        .flatten()
-                        .ok_or_else(|| err("Reshape output not split".into()))?;
-                    let mut vals = Vec::new();
-                    for (i, d) in shape.iter().enumerate() {
-                        vals.push(if i == ax {
-                            hi - lo
-                        } else {
-                            d.eval_map(dims).map_err(|e| err(e.to_string()))?
-                        });
-                    }
-                    let name = fresh(g, &mut taken, &format!("{}__chunk{c}_shape", node.name));
-                    out.add_initializer(TensorData::from_i64(name, vec![vals.len() as u64], &vals))
-                } else {
-                    mapped
-                };
-                map.insert(v, mapped);
-                inputs.push(Some(mapped));
-            }
-            let outs: Vec<String> = node
-                .outputs
-                .iter()
-                .map(|o| {
-                    o.map(|v| fresh(g, &mut taken, &format!("{}__chunk{c}", g.value(v).name)))
-                        .unwrap_or_default()
-                })
-                .collect();
-            let mut clone = blank(
-                format!("{}__chunk{c}", node.name),
-                &node.op,
-                inputs,
-                node.attrs.clone(),
-            );
-            clone.domain = node.domain.clone();
-            let ids = push_node(&mut out, &mut new_nodes, clone, &outs);
-            for (o, id) in node.outputs.iter().zip(ids) {
-                if let Some(v) = o {
-                    map.insert(*v, id);
-                    if region_outputs.contains(v) {
-                        pieces.entry(*v).or_default().push(id);
-                    }
-                }
-            }
-            // Reshape's shape operand was replaced per chunk; forget it so the next node maps afresh.
-            if node.op == "Reshape" {
-                if let Some(Some(s)) = node.inputs.get(1) {
-                    map.remove(s);
-                }
-            }
-        }
-    }
-    // Concat each region output under its original value id: consumers stay as they are.
-    let mut concat_of: BTreeMap<ValueId, Node> = BTreeMap::new();
-    for &v in &region_outputs {
-        let ax = region
-            .axes
-            .get(&v)
-            .copied()
-            .flatten()
-            .ok_or_else(|| err(format!("region output '{}' is not split", g.value(v).name)))?;
-        let ins = pieces
-            .get(&v)
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .map(Some)
-            .collect();
-        let attrs = vec![Attribute {
-            name: "axis".into(),
-            value: AttrValue::Int(ax as i64),
-            doc: String::new(),
-        }];
-        let mut node = blank(format!("{}__concat", g.value(v).name), "Concat", ins, attrs);
-        node.outputs = vec![Some(v)];
-        concat_of.insert(v, node);
-    }
-    // Assemble: old nodes outside the region keep their ids' order; the chunk nodes and concats follow
-    // the last region node; a topological sort that keeps file order where valid fixes the rest.
-    let mut nodes: Vec<Node> = Vec::new();
-    let mut value_owner: Vec<(ValueId, usize, u32)> = Vec::new();
-    let last_region = order.iter().map(|n| n.index()).max().unwrap_or(0);
-    for (i, node) in g.nodes.iter().enumerate() {
-        if !region.nodes.contains(&NodeId::from_index(i)) {
-            nodes.push(node.clone());
-        }
-        if i == last_region {
-            nodes.extend(new_nodes.iter().cloned());
-            nodes.extend(concat_of.values().cloned());
-        }
-    }
-    for (i, n) in nodes.iter().enumerate() {
-        for (slot, o) in n.outputs.iter().enumerate() {
-            if let Some(v) = o {
-                value_owner.push((*v, i, slot as u32));
-            }
-        }
-    }
-    out.nodes = nodes;
-    for (v, i, slot) in value_owner {
-        out.values[v.index()].kind = ValueKind::Node {
-            node: NodeId::from_index(i),
-            slot,
-        };
-    }
-    // Values only the region read or made inside it are gone: drop their value_info entries.
-    let live: BTreeSet<ValueId> = out
-        .nodes
-        .iter()
-        .flat_map(|n| n.input_ids().chain(n.output_ids()))
-        .chain(out.inputs.iter().copied())
-        .chain(out.outputs.iter().copied())
-        .collect();
-    out.value_info.retain(|v| live.contains(v));
-    let order = out.topo_order().map_err(|e| err(e.to_string()))?;
-    let out = reorder(&out, &order);
-    Ok(Model {
-        graph: out,
-        ..model.clone()
-    })
-}
-
-/// The graph with its nodes in `order`; values no node produces any more (the region's
-/// intermediates) are left unreferenced, without a name, as outer-scope placeholders.
-fn reorder(g: &Graph, order: &[NodeId]) -> Graph {
-    let mut out = crate::reorder(g, order);
-    let produced: BTreeSet<ValueId> = out.nodes.iter().flat_map(|n| n.output_ids()).collect();
-    for v in out.value_ids() {
-        if matches!(out.value(v).kind, ValueKind::Node { .. }) && !produced.contains(&v) {
-            out.values[v.index()].kind = ValueKind::Outer;
-            out.values[v.index()].name = String::new();
-        }
-    }
-    out
-}
-
-/// Whether score `a` beats `b`: a peak lower by more than 0.1%, or a peak within 0.1% (chunking adds
-/// a few bytes of slice bounds) with fewer steps near it.
-fn better(a: (u64, usize), b: (u64, usize)) -> bool {
-    let tol = b.0 / 1000;
-    a.0 + tol < b.0 || (a.0 <= b.0 + tol && a.1 < b.1)
+    /// Bytes copied by slices that are not views and by concatenations not assembled in place.
+    pub copied_bytes: u64,
+    pub added_nodes: usize,
+    /// Predicted extra run time, per the cost model.
+    pub predicted_seconds: f64,
 }
 
 /// Options of [`chunk_to_budget`].
@@ -520,6 +117,9 @@ pub struct ChunkOptions {
     pub max_region: usize,
     /// At most this many chunking steps.
     pub max_steps: usize,
+    /// Count a `Concat` along a leading axis as assembled in place (what planned runs do).
+    pub assemble: bool,
+    pub cost: CostModel,
 }
 
 impl Default for ChunkOptions {
@@ -528,128 +128,437 @@ impl Default for ChunkOptions {
             budget: None,
             chunk_counts: vec![2, 4, 8, 16, 32, 64],
             max_region: 400,
-            max_steps: 8,
+            max_steps: 16,
+            assemble: true,
+            cost: CostModel::default(),
         }
     }
 }
 
-/// Chunks `model` at `dims` until the peak fits `opts.budget` or no region lowers it further.
-pub fn chunk_to_budget(
+/// What [`chunk_to_budget`] did.
+#[derive(Clone, Debug)]
+pub struct Chunked {
+    /// The rewritten model, nodes in topological order.
+    pub model: Model,
+    pub steps: Vec<ChunkStep>,
+    /// Simulated peak before and after (graph order).
+    pub peak_before: u64,
+    pub peak_after: u64,
+    /// Buffers live at the final peak (owning value, or scratch), largest first.
+    pub live: Vec<(String, u64)>,
+    /// Candidates predicted.
+    pub evaluated: usize,
+}
+
+/// The peak of `model` at `dims`, simulated in its topological order (with concatenations
+/// assembled in place when `assemble`).
+pub fn simulate(
     model: &Model,
     dims: &BTreeMap<String, i64>,
-    opts: &ChunkOptions,
-) -> Result<(Model, Vec<ChunkStep>), ChunkError> {
-    let mut cur = model.clone();
-    let mut steps = Vec::new();
-    for _ in 0..opts.max_steps {
-        let (cur_score, node, facts) = score(&cur, dims)?;
-        let peak = cur_score.0;
-        if opts.budget.is_some_and(|b| peak <= b) {
-            break;
+    assemble: bool,
+) -> Result<u64, ChunkError> {
+    let (m, facts) = sorted(model)?;
+    Ok(Base::new(&m.graph, &facts, dims, assemble)?.peak)
+}
+
+/// The model with its node list in topological order, and its facts.
+fn sorted(model: &Model) -> Result<(Model, Facts), ChunkError> {
+    let infer = |m: &Model| infer_model(m).map_err(|e| ChunkError::Infer(e.to_string()));
+    let facts = infer(model)?;
+    if facts.order.iter().enumerate().all(|(i, n)| n.index() == i) {
+        return Ok((model.clone(), facts));
+    }
+    let m = Model {
+        graph: crate::reorder(&model.graph, &facts.order),
+        ..model.clone()
+    };
+    let facts = infer(&m)?;
+    Ok((m, facts))
+}
+
+/// A candidate rewrite and what it is predicted to give.
+struct Candidate {
+    region: Region,
+    pred: Prediction,
+    extent: i64,
+    seconds: f64,
+}
+
+/// Prefix lengths of a growth of `n` nodes to try: all of it, then shrinking by a quarter.
+fn prefix_lengths(n: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut l = n;
+    while l > 0 {
+        if out.last() != Some(&l) {
+            out.push(l);
         }
-        let Some(seed) = node else { break };
-        let g = &cur.graph;
-        // Axes of the seed's output 0, largest extent first.
+        l = l * 3 / 4;
+    }
+    out
+}
+
+/// The seeds at the peak: the node running there, then the producers of the largest buffers live
+/// there.
+fn seeds(base: &Base) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    if let Some(s) = base.peak_step {
+        out.push(NodeId::from_index(s));
+    }
+    for (name, _) in base.live.iter().take(3) {
+        if let Some(p) = base.g.find_value(name).and_then(|v| base.g.producer(v)) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Predicts chunking `nodes` into `chunks` chunks.
+fn evaluate(
+    base: &Base,
+    opts: &ChunkOptions,
+    nodes: &BTreeSet<NodeId>,
+    axes: &BTreeMap<ValueId, Option<usize>>,
+    extent: i64,
+    chunks: usize,
+    evaluated: &mut usize,
+) -> Option<Candidate> {
+    if rewrite::bounds(extent, chunks).len() < 2 {
+        return None;
+    }
+    let region = Region {
+        nodes: nodes.clone(),
+        axes: axes.clone(),
+        chunks,
+    };
+    let em = rewrite::emit(base.g, base.facts, base.dims, &base.consumers, &region).ok()?;
+    *evaluated += 1;
+    let pred = predict(base, &region, &em, opts.assemble).ok()?;
+    let seconds = opts.cost.seconds(pred.added, nodes.len(), pred.copied);
+    Some(Candidate {
+        region,
+        pred,
+        extent: em.extent,
+        seconds,
+    })
+}
+
+/// The best rewrite at the current peak, if any lowers the live bytes there.
+fn search(
+    base: &Base,
+    opts: &ChunkOptions,
+    frozen: &[bool],
+    evaluated: &mut usize,
+) -> Option<Candidate> {
+    choose(base, opts, candidates(base, opts, frozen, evaluated))
+}
+
+/// The rewrites predicted at the current peak: per seed and axis, every convex prefix of the
+/// growth at a middle chunk count, then every count for the two best prefixes.
+fn candidates(
+    base: &Base,
+    opts: &ChunkOptions,
+    frozen: &[bool],
+    evaluated: &mut usize,
+) -> Vec<Candidate> {
+    let g = base.g;
+    let mut cands: Vec<Candidate> = Vec::new();
+    let mut tried: BTreeSet<(BTreeSet<NodeId>, Vec<(ValueId, Option<usize>)>)> = BTreeSet::new();
+    for seed in seeds(base) {
         let Some(out0) = g.node(seed).outputs.first().copied().flatten() else {
-            break;
+            continue;
         };
-        let Some(shape) = facts.get(out0).shape.clone() else {
-            break;
+        let Some(shape) = base.facts.get(out0).shape.as_ref() else {
+            continue;
         };
         let mut seed_axes: Vec<(i64, usize)> = shape
             .iter()
             .enumerate()
-            .filter_map(|(i, d)| d.eval_map(dims).ok().filter(|&e| e > 1).map(|e| (e, i)))
+            .filter_map(|(i, d)| {
+                d.eval_map(base.dims)
+                    .ok()
+                    .filter(|&e| e > 1)
+                    .map(|e| (e, i))
+            })
             .collect();
         // Largest extent first; among equal extents the outer axis, whose slices are contiguous.
         seed_axes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        let mut best: Option<((u64, usize), Model, ChunkStep)> = None;
         for &(extent, axis) in seed_axes.iter().take(3) {
-            let growth = grow(g, &facts, seed, axis, opts.max_region);
-            if std::env::var_os("MEMPLAN_DEBUG_CHUNK").is_some() {
-                eprintln!(
-                    "seed {} axis {axis} (extent {extent}): region grows to {} nodes",
-                    g.node(seed).name,
-                    growth.len()
-                );
+            let growth = region::grow(
+                g,
+                base.facts,
+                &base.consumers,
+                seed,
+                axis,
+                opts.max_region,
+                frozen,
+            );
+            let mut prefixes = Vec::new();
+            for len in prefix_lengths(growth.len()) {
+                let all: BTreeSet<NodeId> = growth[..len].iter().map(|(n, _)| *n).collect();
+                let nodes = region::convex_part(g, &base.consumers, &all);
+                if nodes.is_empty() {
+                    continue;
+                }
+                let axes: BTreeMap<ValueId, Option<usize>> = growth[..len]
+                    .iter()
+                    .filter(|(n, _)| nodes.contains(n))
+                    .flat_map(|(_, a)| a.iter().copied())
+                    .collect();
+                if !tried.insert((nodes.clone(), axes.iter().map(|(v, a)| (*v, *a)).collect())) {
+                    continue;
+                }
+                prefixes.push((nodes, axes));
             }
-            // Evaluate a few prefixes of the growth, from the largest down.
-            let n = growth.len();
-            let mut prefixes: Vec<usize> = vec![n];
-            let mut p = n;
-            while p > 1 {
-                p /= 2;
-                prefixes.push(p);
+            // Phase one: every prefix at a middle chunk count; phase two: every count for the
+            // two best prefixes.
+            let Some(&mid) = opts.chunk_counts.get(opts.chunk_counts.len() / 2) else {
+                return cands;
+            };
+            let mut scored: Vec<(u64, usize)> = Vec::new();
+            for (i, (nodes, axes)) in prefixes.iter().enumerate() {
+                if let Some(c) = evaluate(base, opts, nodes, axes, extent, mid, evaluated) {
+                    scored.push((c.pred.local, i));
+                    cands.push(c);
+                }
             }
-            // Pick the growth prefix at a middle chunk count, then the count for that prefix.
-            let mid = opts.chunk_counts[opts.chunk_counts.len() / 2];
-            let mut best_len: Option<((u64, usize), usize)> = None;
-            for phase in 0..2 {
-                let tries: Vec<(usize, usize)> = match (phase, best_len) {
-                    (0, _) => prefixes.iter().map(|&l| (l, mid)).collect(),
-                    (_, Some((_, l))) => opts
-                        .chunk_counts
-                        .iter()
-                        .filter(|&&c| c != mid)
-                        .map(|&c| (l, c))
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                for (len, chunks) in tries {
-                    if len == 0 || chunks as i64 > extent {
+            scored.sort();
+            for &(_, i) in scored.iter().take(2) {
+                let (nodes, axes) = &prefixes[i];
+                let mut seen_bounds = BTreeSet::from([rewrite::bounds(extent, mid)]);
+                for &chunks in &opts.chunk_counts {
+                    if !seen_bounds.insert(rewrite::bounds(extent, chunks)) {
                         continue;
                     }
-                    let nodes: BTreeSet<NodeId> = growth[..len].iter().map(|(n, _)| *n).collect();
-                    let region = Region {
-                        nodes: nodes.clone(),
-                        axes: growth[len - 1].1.clone(),
-                        chunks,
-                    };
-                    let debug = std::env::var_os("MEMPLAN_DEBUG_CHUNK").is_some();
-                    let evaluated = apply(&cur, &facts, dims, &region)
-                        .and_then(|m| score(&m, dims).map(|(p, _, _)| (p, m)));
-                    let (p, m) = match evaluated {
-                        Ok(x) => x,
-                        Err(e) => {
-                            if debug {
-                                eprintln!("  len {len} x{chunks}: {e}");
-                            }
-                            continue;
+                    if let Some(c) = evaluate(base, opts, nodes, axes, extent, chunks, evaluated) {
+                        // More chunks only cost more once the region fits.
+                        let fits = opts.budget.is_some_and(|b| c.pred.local <= b);
+                        cands.push(c);
+                        if fits {
+                            break;
                         }
-                    };
-                    if debug {
-                        eprintln!("  len {len} x{chunks}: {p:?} vs {cur_score:?}");
-                    }
-                    if phase == 0 && best_len.is_none_or(|(bp, _)| better(p, bp)) {
-                        best_len = Some((p, len));
-                    }
-                    if better(p, cur_score) && best.as_ref().is_none_or(|(bp, _, _)| better(p, *bp))
-                    {
-                        let mut names: Vec<String> =
-                            nodes.iter().map(|n| g.node(*n).name.clone()).collect();
-                        names.sort();
-                        best = Some((
-                            p,
-                            m,
-                            ChunkStep {
-                                nodes: names,
-                                chunks,
-                                extent,
-                                peak_before: peak,
-                                peak_after: p.0,
-                            },
-                        ));
                     }
                 }
             }
         }
-        match best {
-            Some((_, m, s)) => {
-                cur = m;
-                steps.push(s);
-            }
-            None => break,
-        }
     }
-    Ok((cur, steps))
+    cands
+}
+
+/// The candidate to apply (see the module docs), if any makes progress: the global peak does not
+/// grow (beyond the slice bounds' bytes) and the live bytes around the region drop by at least 1%.
+fn choose(base: &Base, opts: &ChunkOptions, mut cands: Vec<Candidate>) -> Option<Candidate> {
+    let p = base.peak;
+    let tol = p / 1000;
+    cands.retain(|c| c.pred.peak <= p + tol && c.pred.local + p / 100 < p);
+    let cheapest = |v: Vec<Candidate>| {
+        v.into_iter().min_by(|a, b| {
+            a.seconds
+                .total_cmp(&b.seconds)
+                .then(a.pred.local.cmp(&b.pred.local))
+        })
+    };
+    if let Some(b) = opts.budget {
+        let (fit, rest): (Vec<Candidate>, Vec<Candidate>) =
+            cands.into_iter().partition(|c| c.pred.local <= b);
+        if !fit.is_empty() {
+            return cheapest(fit);
+        }
+        cands = rest;
+    }
+    // As low as possible: the lowest local peak, and within 2% of the peak of it, the cheapest.
+    let low = cands.iter().map(|c| c.pred.local).min()?;
+    let near: Vec<Candidate> = cands
+        .into_iter()
+        .filter(|c| c.pred.local <= low + p / 50)
+        .collect();
+    cheapest(near)
+}
+
+/// Chunks `model` at `dims` until its simulated peak fits `opts.budget` or no region lowers it
+/// further.
+pub fn chunk_to_budget(
+    model: &Model,
+    dims: &BTreeMap<String, i64>,
+    opts: &ChunkOptions,
+) -> Result<Chunked, ChunkError> {
+    let (mut cur, mut facts) = sorted(model)?;
+    let mut steps: Vec<ChunkStep> = Vec::new();
+    let mut peak_before = None;
+    let mut evaluated = 0;
+    // Names of the nodes chunking made.
+    let mut made: BTreeSet<String> = BTreeSet::new();
+    loop {
+        let base = Base::new(&cur.graph, &facts, dims, opts.assemble)?;
+        peak_before.get_or_insert(base.peak);
+        if let Some(s) = steps.last_mut() {
+            s.peak_after = base.peak;
+        }
+        let done = opts.budget.is_some_and(|b| base.peak <= b) || steps.len() >= opts.max_steps;
+        let best = if done {
+            None
+        } else {
+            let frozen: Vec<bool> = cur
+                .graph
+                .nodes
+                .iter()
+                .map(|n| made.contains(&n.name))
+                .collect();
+            search(&base, opts, &frozen, &mut evaluated)
+        };
+        let Some(best) = best else {
+            let (peak_after, live) = (base.peak, base.live.clone());
+            drop(base);
+            return Ok(Chunked {
+                model: cur,
+                steps,
+                peak_before: peak_before.unwrap_or(peak_after),
+                peak_after,
+                live,
+                evaluated,
+            });
+        };
+        let g = &cur.graph;
+        let name = |n: Option<&NodeId>| n.map(|&n| g.node(n).name.clone()).unwrap_or_default();
+        let region = &best.region;
+        let em = rewrite::emit(g, &facts, dims, &base.consumers, region)?;
+        let step = ChunkStep {
+            nodes: region.nodes.len(),
+            first: name(region.nodes.first()),
+            last: name(region.nodes.last()),
+            outputs: em
+                .outputs
+                .iter()
+                .map(|&v| g.value(v).name.clone())
+                .collect(),
+            chunks: em.bounds.len(),
+            extent: best.extent,
+            peak_before: base.peak,
+            peak_after: best.pred.peak,
+            copied_bytes: best.pred.copied,
+            added_nodes: best.pred.added,
+            predicted_seconds: best.seconds,
+        };
+        drop(base);
+        let next = apply(&cur, &facts, dims, region)?;
+        let old: BTreeSet<&str> = cur.graph.nodes.iter().map(|n| n.name.as_str()).collect();
+        let new: Vec<String> = next
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| !old.contains(n.name.as_str()))
+            .map(|n| n.name.clone())
+            .collect();
+        made.extend(new);
+        facts = infer_model(&next).map_err(|e| ChunkError::Infer(e.to_string()))?;
+        cur = next;
+        steps.push(step);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    fn repo() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    /// Every corpus model (both exporters) with the dims of its smallest fixture.
+    fn corpus() -> Vec<(String, Model, BTreeMap<String, i64>)> {
+        let dir = repo().join("tests/fixtures/ort_shapes");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let mut out: Vec<(String, Model, BTreeMap<String, i64>)> = Vec::new();
+        for f in files {
+            let stem = f.file_stem().unwrap().to_str().unwrap().to_string();
+            let (model, _) = stem.rsplit_once('.').unwrap();
+            let j: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+            let dims: BTreeMap<String, i64> = j["dims"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_i64().unwrap()))
+                .collect();
+            if let Some(prev) = out.iter_mut().find(|(m, _, _)| m == model) {
+                if dims.values().sum::<i64>() < prev.2.values().sum::<i64>() {
+                    prev.2 = dims;
+                }
+                continue;
+            }
+            let path = repo().join(format!("tests/corpus/models/{model}.onnx"));
+            let m = memplan_onnx::import(&path).unwrap();
+            out.push((model.to_string(), m, dims));
+        }
+        out
+    }
+
+    /// The prediction is the simulator's peak of the rewrite once built and re-inferred, for every
+    /// candidate of the first search step on every corpus model, with and without concatenations
+    /// assembled in place.
+    #[test]
+    fn predictions_are_the_simulated_peak_of_the_rewrite() {
+        let mut checked = 0;
+        for (name, model, dims) in corpus() {
+            let (m, facts) = sorted(&model).unwrap();
+            for assemble in [false, true] {
+                let opts = ChunkOptions {
+                    assemble,
+                    ..ChunkOptions::default()
+                };
+                let base = Base::new(&m.graph, &facts, &dims, assemble).unwrap();
+                let frozen = vec![false; m.graph.nodes.len()];
+                let cands = candidates(&base, &opts, &frozen, &mut 0);
+                for c in &cands {
+                    let out = apply(&m, &facts, &dims, &c.region).unwrap();
+                    let f2 = infer_model(&out).unwrap();
+                    let b2 = Base::new(&out.graph, &f2, &dims, assemble).unwrap();
+                    let first_diff = (0..b2.per_step.len())
+                        .find(|&s| c.pred.per_step.get(s) != Some(&b2.per_step[s]));
+                    assert_eq!(
+                        (c.pred.peak, c.pred.per_step.len()),
+                        (b2.peak, b2.per_step.len()),
+                        "{name} (assemble {assemble}): {} nodes in {} chunks; steps first differ at {:?}",
+                        c.region.nodes.len(),
+                        c.region.chunks,
+                        first_diff.map(|s| (
+                            s,
+                            out.graph.nodes[s].label(NodeId::from_index(s)),
+                            c.pred.per_step.get(s),
+                            b2.per_step[s]
+                        ))
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100, "only {checked} candidates");
+    }
+
+    /// The rewrite keeps names unique and leaves no value without a producer or a role.
+    #[test]
+    fn the_rewrite_is_a_clean_graph() {
+        let (name, model, dims) = corpus()
+            .into_iter()
+            .find(|(n, _, _)| n == "of3_tri_att_start")
+            .unwrap();
+        let out = chunk_to_budget(&model, &dims, &ChunkOptions::default()).unwrap();
+        assert!(!out.steps.is_empty(), "{name}");
+        assert!(out.peak_after < out.peak_before);
+        let g = &out.model.graph;
+        let mut names = BTreeSet::new();
+        for v in &g.values {
+            assert!(!v.name.is_empty(), "an unnamed value");
+            assert!(names.insert(v.name.clone()), "'{}' twice", v.name);
+        }
+        let facts = infer_model(&out.model).unwrap();
+        assert!(facts.skipped.is_empty());
+        assert_eq!(simulate(&out.model, &dims, true).unwrap(), out.peak_after);
+    }
 }

@@ -397,7 +397,8 @@ pub fn check_random(e: &mut impl Entropy, max_nodes: usize) -> Result<Coverage, 
             return Err(format!("not a topological order: {o:?}"));
         }
         let ids: Vec<memplan_ir::NodeId> = o.iter().map(|&v| memplan_ir::NodeId(v)).collect();
-        let t = memplan_sim::Timeline::build(g, &facts, &ids).map_err(|x| x.to_string())?;
+        let t =
+            memplan_sim::Timeline::build_assembled(g, &facts, &ids).map_err(|x| x.to_string())?;
         let cp = memplan_sim::peak::concrete_peak(&t, dims).map_err(|x| x.to_string())?;
         if cp.peak_bytes != plain.peak(o) + p.resident {
             return Err(format!(

@@ -1,9 +1,10 @@
 //! In-place reuse: a node's output 0 takes over the buffer of an input that dies at that node.
 //!
-//! The op table says which inputs an op may overwrite (`Mem::inplace`). The planner takes the first
-//! listed input whose buffer (reached directly or through views) has exactly the output's byte size
-//! and dtype, whose every other reader has already run, that holds no graph output, input or weight,
-//! and that no other input of the node reads through a different value (a view of it).
+//! The op table says which inputs an op may overwrite (`Mem::inplace`); the executor runs every such
+//! decision in place. The planner takes the first listed input whose buffer (reached directly or
+//! through views) has exactly the output's byte size and dtype, whose every other reader has already
+//! run, that holds no graph output, input or weight, and that no other input slot of the node reads
+//! (elementwise ops may read the same value twice, see `Mem::inplace_elementwise`).
 
 use std::collections::BTreeMap;
 
@@ -75,10 +76,16 @@ pub fn candidates(
             {
                 continue;
             }
-            let other_view = node
-                .input_ids()
-                .any(|y| y != x && p.value_buf[y.index()] == Some(b));
-            if !other_view {
+            // Elementwise ops stage their reads, so the same value may come in twice; other ops
+            // read their other inputs while writing, so nothing else may reach the buffer.
+            let shared = node.inputs.iter().enumerate().any(|(k, y)| {
+                y.is_some_and(|y| {
+                    k != slot
+                        && p.value_buf[y.index()] == Some(b)
+                        && (y != x || !def.mem.inplace_elementwise)
+                })
+            });
+            if !shared {
                 out[v].push((slot, x, b));
             }
         }

@@ -31,7 +31,7 @@ use memplan_sim::timeline::{SimError, Timeline};
 
 pub use check::{check, PlanError};
 pub use model::Problem;
-pub use plan::{Buffer, BufferKind, InPlace, Plan, Step};
+pub use plan::{Assembled, Buffer, BufferKind, InPlace, Part, Plan, Step};
 
 /// Knobs of [`optimize`].
 #[derive(Clone, Debug)]
@@ -396,6 +396,29 @@ fn build_plan(graph: &Graph, p: &Problem, ev: &Evaluated, dims: &BTreeMap<String
                 node: d.node,
                 input: graph.values[d.input.index()].name.clone(),
                 output: graph.values[d.output.index()].name.clone(),
+            })
+            .collect(),
+        assembled: p
+            .assembled
+            .iter()
+            .map(|(node, y, parts)| {
+                let mut offset = 0;
+                Assembled {
+                    node: *node,
+                    output: graph.values[y.index()].name.clone(),
+                    parts: parts
+                        .iter()
+                        .map(|&(v, size)| {
+                            let part = Part {
+                                value: graph.values[v.index()].name.clone(),
+                                offset,
+                                size,
+                            };
+                            offset += size;
+                            part
+                        })
+                        .collect(),
+                }
             })
             .collect(),
         align: place::ALIGN,

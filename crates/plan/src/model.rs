@@ -7,6 +7,11 @@
 //! buffers and scratch; after the step, `v`'s scratch is freed, and so is every buffer whose readers
 //! have all run, unless it is pinned (a graph output, live to the end). A buffer nobody reads is
 //! freed right after the step that makes it. Resident bytes (weights, inputs) are a constant.
+//!
+//! Concatenations the simulator can assemble in place ([`memplan_sim::timeline::assemblable`])
+//! are: the output's buffer is made by the producer of the first input and holds every input, and
+//! the inputs' producers are ordered (each after the previous input's), so that producer runs first
+//! in every schedule.
 
 use std::collections::BTreeMap;
 
@@ -54,6 +59,9 @@ pub struct Problem {
     pub reuse: Vec<Vec<(usize, memplan_ir::ValueId, Buf)>>,
     /// Whether peaks count in-place reuse (a reusing step allocates nothing for output 0).
     pub inplace_aware: bool,
+    /// Concatenations assembled in place: the `Concat` node, its output, and its inputs with their
+    /// sizes in bytes (input `i` starts where input `i - 1` ends).
+    pub assembled: Vec<(u32, memplan_ir::ValueId, Vec<(memplan_ir::ValueId, u64)>)>,
 }
 
 impl Problem {
@@ -64,8 +72,28 @@ impl Problem {
         order: &[NodeId],
         dims: &BTreeMap<String, i64>,
     ) -> Result<Problem, SimError> {
-        let t = Timeline::build(graph, facts, order)?;
+        let concats = memplan_sim::timeline::assemblable(graph, facts);
+        let t = Timeline::build_with(graph, facts, order, &concats)?;
         let sizes = eval_sizes(&t, dims)?;
+        let mut assembled = Vec::with_capacity(concats.len());
+        for &c in &concats {
+            let node = graph.node(c);
+            let Some(Some(y)) = node.outputs.first().copied() else {
+                continue;
+            };
+            let mut parts = Vec::with_capacity(node.inputs.len());
+            for v in node.input_ids() {
+                let b = facts.get(v).bytes().ok_or_else(|| SimError::UnknownSize {
+                    name: graph.value(v).name.clone(),
+                    what: "shape",
+                })?;
+                let b = b
+                    .eval_map(dims)
+                    .map_err(|e| SimError::Eval(format!("{e:?}")))?;
+                parts.push((v, b.max(0) as u64));
+            }
+            assembled.push((c.0, y, parts));
+        }
         let n = graph.nodes.len();
         // Timeline buffer id -> problem buffer id.
         let mut map: Vec<Option<Buf>> = vec![None; t.buffers.len()];
@@ -114,6 +142,16 @@ impl Problem {
                 }
             }
         }
+        // Each assembled input's producer runs after the previous input's.
+        for (_, _, parts) in &assembled {
+            for w in parts.windows(2) {
+                if let (Some(a), Some(b)) = (graph.producer(w[0].0), graph.producer(w[1].0)) {
+                    if a != b {
+                        preds[b.index()].push(a.0);
+                    }
+                }
+            }
+        }
         let mut succs: Vec<Vec<u32>> = vec![Vec::new(); n];
         for (c, ps) in preds.iter_mut().enumerate() {
             ps.sort_unstable();
@@ -147,6 +185,7 @@ impl Problem {
             graph_order: order.to_vec(),
             reuse: Vec::new(),
             inplace_aware: true,
+            assembled,
         };
         p.reuse = crate::inplace::candidates(graph, facts, &p, dims);
         Ok(p)

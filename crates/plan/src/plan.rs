@@ -55,6 +55,27 @@ pub struct InPlace {
     pub output: String,
 }
 
+/// A `Concat` assembled in place: each input is written by its producer straight into its part of
+/// the output's buffer, and the node itself copies nothing. The output's buffer lists the inputs
+/// among its values and lives from the first input's step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assembled {
+    /// The `Concat` node (graph index).
+    pub node: u32,
+    pub output: String,
+    /// The node's inputs in order, each at its byte offset in the output.
+    pub parts: Vec<Part>,
+}
+
+/// One input of an assembled `Concat`: where it sits in the output's buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    pub value: String,
+    /// Offset from the start of the output's buffer.
+    pub offset: u64,
+    pub size: u64,
+}
+
 /// A memory plan at concrete dims.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
@@ -64,6 +85,9 @@ pub struct Plan {
     /// Arena buffers, by first step, then by owner value order.
     pub buffers: Vec<Buffer>,
     pub inplace: Vec<InPlace>,
+    /// Concatenations assembled in place.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assembled: Vec<Assembled>,
     /// Every offset is a multiple of this.
     pub align: u64,
     /// The arena: the highest `offset + size`.
@@ -103,6 +127,9 @@ impl Plan {
         }
         for ip in &mut p.inplace {
             ip.node = map(ip.node);
+        }
+        for a in &mut p.assembled {
+            a.node = map(a.node);
         }
         p
     }
@@ -153,6 +180,23 @@ impl Plan {
             s.push_str("in place\n");
             for ip in &self.inplace {
                 let _ = writeln!(s, "  {}: {} over {}", label(ip.node), ip.output, ip.input);
+            }
+        }
+        if !self.assembled.is_empty() {
+            s.push_str("assembled in place\n");
+            for a in &self.assembled {
+                let parts: Vec<String> = a
+                    .parts
+                    .iter()
+                    .map(|p| format!("{} @{}", p.value, p.offset))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "  {}: {} = [{}]",
+                    label(a.node),
+                    a.output,
+                    parts.join(", ")
+                );
             }
         }
         s

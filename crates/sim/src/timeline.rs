@@ -4,6 +4,11 @@
 //! freed after the last step that reads it or any view of it. Weights and graph inputs are resident for
 //! the whole run; graph outputs live to the end. Views (Reshape, Squeeze, contiguous Slice, ...) share
 //! their source's buffer and cost nothing. Scratch of a step lives during that step only.
+//!
+//! [`Timeline::build_assembled`] also assembles concatenations in place (see [`assemblable`]): the
+//! output's buffer is allocated when the first input is made, each input is written into its part
+//! of it, and the `Concat` itself allocates and copies nothing. Plans do this; the plain executor
+//! and `estimate` do not.
 
 use memplan_ir::graph::{Graph, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
@@ -93,9 +98,89 @@ pub enum SimError {
     Eval(String),
 }
 
+/// The `Concat` nodes whose output can be assembled in place, in node order: the op allows it
+/// ([`memplan_ir::ops::axes::concat_in_place`]: each input is a contiguous run of the output), and
+/// each input is a distinct value made by a node that is not a view and not itself assembled, is
+/// no graph output, and is an input of no earlier assembled `Concat`; the inputs' producers come in
+/// the inputs' order in `facts.order` (so requiring that order of every schedule adds no cycle).
+/// Input `i` then occupies the output's bytes from the sum of the sizes of inputs `0..i` on.
+pub fn assemblable(graph: &Graph, facts: &Facts) -> Vec<NodeId> {
+    let mut pos = vec![usize::MAX; graph.nodes.len()];
+    for (s, n) in facts.order.iter().enumerate() {
+        if let Some(p) = pos.get_mut(n.index()) {
+            *p = s;
+        }
+    }
+    let fact = |v: &Option<ValueId>| v.map(|v| facts.get(v));
+    let is_output: std::collections::BTreeSet<ValueId> = graph.outputs.iter().copied().collect();
+    let mut taken: std::collections::BTreeSet<ValueId> = std::collections::BTreeSet::new();
+    let mut chosen: Vec<NodeId> = Vec::new();
+    let mut is_chosen = vec![false; graph.nodes.len()];
+    for &nid in &facts.order {
+        let node = graph.node(nid);
+        let ins: Vec<_> = node.inputs.iter().map(fact).collect();
+        let outs: Vec<_> = node.outputs.iter().map(fact).collect();
+        if !ops::axes::concat_in_place(node, &ins, &outs) {
+            continue;
+        }
+        let mut seen: std::collections::BTreeSet<ValueId> = std::collections::BTreeSet::new();
+        let mut prev = 0usize;
+        let ok = node.inputs.iter().all(|i| {
+            let Some(v) = *i else { return false };
+            let ValueKind::Node { node: q, slot } = graph.value(v).kind else {
+                return false;
+            };
+            let Some(&at) = pos.get(q.index()) else {
+                return false;
+            };
+            let qn = graph.node(q);
+            let q_view = slot == 0 && {
+                let qi: Vec<_> = qn.inputs.iter().map(fact).collect();
+                let qo: Vec<_> = qn.outputs.iter().map(fact).collect();
+                ops::is_view(qn, &qi, &qo)
+            };
+            let in_order = at >= prev;
+            prev = at;
+            seen.insert(v)
+                && !q_view
+                && !is_chosen[q.index()]
+                && !is_output.contains(&v)
+                && !taken.contains(&v)
+                && in_order
+                && facts.get(v).bytes().is_some()
+        });
+        if ok && node.outputs.first().copied().flatten().is_some() {
+            taken.extend(seen);
+            is_chosen[nid.index()] = true;
+            chosen.push(nid);
+        }
+    }
+    chosen
+}
+
 impl Timeline {
     /// Builds the lifetimes of every buffer for `schedule` (a topological order of all nodes).
     pub fn build(graph: &Graph, facts: &Facts, schedule: &[NodeId]) -> Result<Timeline, SimError> {
+        Self::build_with(graph, facts, schedule, &[])
+    }
+
+    /// [`Timeline::build`] with the [`assemblable`] concatenations assembled in place.
+    pub fn build_assembled(
+        graph: &Graph,
+        facts: &Facts,
+        schedule: &[NodeId],
+    ) -> Result<Timeline, SimError> {
+        Self::build_with(graph, facts, schedule, &assemblable(graph, facts))
+    }
+
+    /// [`Timeline::build`] with the `Concat` nodes `assembled` (which must be [`assemblable`])
+    /// assembled in place.
+    pub fn build_with(
+        graph: &Graph,
+        facts: &Facts,
+        schedule: &[NodeId],
+        assembled: &[NodeId],
+    ) -> Result<Timeline, SimError> {
         let n = graph.nodes.len();
         let mut pos = vec![usize::MAX; n];
         for (s, id) in schedule.iter().enumerate() {
@@ -135,6 +220,21 @@ impl Timeline {
             }
             o
         };
+
+        // The output each assembled part is written into.
+        let mut part_of: Vec<Option<ValueId>> = vec![None; graph.values.len()];
+        let mut is_assembled = vec![false; n];
+        for &c in assembled {
+            let Some(node) = graph.nodes.get(c.index()) else {
+                continue;
+            };
+            if let Some(Some(y)) = node.outputs.first() {
+                is_assembled[c.index()] = true;
+                for v in node.input_ids() {
+                    part_of[v.index()] = Some(*y);
+                }
+            }
+        }
 
         // Resident buffers, in value order.
         let consumers = graph.consumers();
@@ -196,11 +296,23 @@ impl Timeline {
                     value_buf[v.index()] = src;
                     continue;
                 }
+                if is_assembled[nid.index()] && value_buf[v.index()].is_some() {
+                    continue; // made by its inputs
+                }
+                // A part of an assembled output: the output's buffer, taken by the first part.
+                let whole = part_of[v.index()];
+                if let Some(y) = whole {
+                    if let Some(b) = value_buf[y.index()] {
+                        value_buf[v.index()] = Some(b);
+                        continue;
+                    }
+                }
+                let owner = whole.unwrap_or(v);
                 let id = BufId(buffers.len() as u32);
                 buffers.push(Buffer {
-                    value: Some(v),
-                    size: size_of(v)?,
-                    category: if is_output[v.index()] {
+                    value: Some(owner),
+                    size: size_of(owner)?,
+                    category: if is_output[owner.index()] {
                         Category::Output
                     } else {
                         Category::Activation
@@ -211,9 +323,13 @@ impl Timeline {
                     last_reader: None,
                 });
                 value_buf[v.index()] = Some(id);
+                value_buf[owner.index()] = Some(id);
             }
-            if let Some(f) = ops::lookup(node).and_then(|d| d.mem.scratch) {
-                let size = f(node, &in_facts, &out_facts);
+            let scratch = ops::lookup(node)
+                .and_then(|d| d.mem.scratch)
+                .filter(|_| !is_assembled[nid.index()]);
+            if let Some(f) = scratch {
+                let size = f(node, facts.opset, &in_facts, &out_facts);
                 if size != Expr::zero() {
                     buffers.push(Buffer {
                         value: None,

@@ -28,6 +28,8 @@ impl_elem!(f32, f64, i64, i32, i16, i8, u8, u16, u32, u64, bool, f16, bf16);
 
 /// Outputs at least this large are split over rayon tasks.
 pub const PAR_THRESHOLD: usize = 1 << 15;
+/// Broadcast rows shorter than this are processed in blocks of the two innermost dims.
+const SHORT_ROW: usize = 16;
 /// Elements per rayon task once an output is split.
 const PAR_TASK: usize = 1 << 14;
 
@@ -145,13 +147,20 @@ impl<const K: usize> Layout<K> {
 
     /// Calls `row(i, offsets)` for rows `first..first + count` (`i` counts from 0), with each input's
     /// element offset of the row start. Index arithmetic is one division per call, then an odometer.
-    pub(crate) fn for_rows(
+    pub(crate) fn for_rows(&self, first: usize, count: usize, row: impl FnMut(usize, [usize; K])) {
+        self.for_blocks(1, first, count, row)
+    }
+
+    /// Like [`Layout::for_rows`] with a "row" made of the `inner_dims` innermost dims (1 or 2,
+    /// at most the rank).
+    pub(crate) fn for_blocks(
         &self,
+        inner_dims: usize,
         first: usize,
         count: usize,
         mut row: impl FnMut(usize, [usize; K]),
     ) {
-        let outer = &self.dims[..self.dims.len() - 1];
+        let outer = &self.dims[..self.dims.len().saturating_sub(inner_dims)];
         let mut idx = vec![0usize; outer.len()];
         let mut rem = first;
         for d in (0..outer.len()).rev() {
@@ -197,6 +206,94 @@ pub(crate) fn par_rows<O: Send>(
         .for_each(|(t, chunk)| body(t * rows_per_task, chunk));
 }
 
+/// `o[i] = f(a[i])`, compiled for AVX2 when the CPU has it (the same IEEE operations, only wider:
+/// the bits do not depend on which version runs).
+#[inline]
+pub(crate) fn map1<A: Copy, O>(a: &[A], o: &mut [O], f: &impl Fn(A) -> O) {
+    #[inline(always)]
+    fn body<A: Copy, O>(a: &[A], o: &mut [O], f: &impl Fn(A) -> O) {
+        for (o, &x) in o.iter_mut().zip(a) {
+            *o = f(x);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn wide<A: Copy, O>(a: &[A], o: &mut [O], f: &impl Fn(A) -> O) {
+            body(a, o, f)
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { wide(a, o, f) };
+        }
+    }
+    body(a, o, f)
+}
+
+/// `o[i] = f(a[i], b[i])`, multiversioned like [`map1`].
+#[inline]
+pub(crate) fn map2<A: Copy, B: Copy, O>(a: &[A], b: &[B], o: &mut [O], f: &impl Fn(A, B) -> O) {
+    #[inline(always)]
+    fn body<A: Copy, B: Copy, O>(a: &[A], b: &[B], o: &mut [O], f: &impl Fn(A, B) -> O) {
+        for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn wide<A: Copy, B: Copy, O>(a: &[A], b: &[B], o: &mut [O], f: &impl Fn(A, B) -> O) {
+            body(a, b, o, f)
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { wide(a, b, o, f) };
+        }
+    }
+    body(a, b, o, f)
+}
+
+/// `o[i] = f(a[i], b[i], c[i])`, multiversioned like [`map1`].
+#[inline]
+pub(crate) fn map3<A: Copy, B: Copy, C: Copy, O>(
+    a: &[A],
+    b: &[B],
+    c: &[C],
+    o: &mut [O],
+    f: &impl Fn(A, B, C) -> O,
+) {
+    #[inline(always)]
+    fn body<A: Copy, B: Copy, C: Copy, O>(
+        a: &[A],
+        b: &[B],
+        c: &[C],
+        o: &mut [O],
+        f: &impl Fn(A, B, C) -> O,
+    ) {
+        for (((o, &x), &y), &z) in o.iter_mut().zip(a).zip(b).zip(c) {
+            *o = f(x, y, z);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn wide<A: Copy, B: Copy, C: Copy, O>(
+            a: &[A],
+            b: &[B],
+            c: &[C],
+            o: &mut [O],
+            f: &impl Fn(A, B, C) -> O,
+        ) {
+            body(a, b, c, o, f)
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { wide(a, b, c, o, f) };
+        }
+    }
+    body(a, b, c, o, f)
+}
+
 /// `out[i] = f(a[i])` for equal-length slices.
 pub fn unary<A: Elem, O: Elem>(a: &[A], out: &mut [O], f: impl Fn(A) -> O + Sync) -> KResult<()> {
     if a.len() != out.len() {
@@ -206,11 +303,7 @@ pub fn unary<A: Elem, O: Elem>(a: &[A], out: &mut [O], f: impl Fn(A) -> O + Sync
             out.len()
         )));
     }
-    let run = |a: &[A], o: &mut [O]| {
-        for (o, &x) in o.iter_mut().zip(a) {
-            *o = f(x);
-        }
-    };
+    let run = |a: &[A], o: &mut [O]| map1(a, o, &f);
     if out.len() < PAR_THRESHOLD {
         run(a, out);
     } else {
@@ -246,11 +339,7 @@ pub fn binary<A: Elem, B: Elem, O: Elem>(
     }
     // Same shape (an input with as many elements as the output has the output's layout).
     if a.len() == n && b.len() == n {
-        let run = |a: &[A], b: &[B], o: &mut [O]| {
-            for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
-                *o = f(x, y);
-            }
-        };
+        let run = |a: &[A], b: &[B], o: &mut [O]| map2(a, b, o, &f);
         if n < PAR_THRESHOLD {
             run(a, b, out);
         } else {
@@ -272,6 +361,26 @@ pub fn binary<A: Elem, B: Elem, O: Elem>(
     let l = Layout::new(oshape, [ashape, bshape])?;
     let inner = l.inner();
     let [sa, sb] = l.inner_strides();
+    let rank = l.dims.len();
+    if inner < SHORT_ROW && rank >= 2 {
+        // Short rows: blocks of the two innermost dims, so that the per-row bookkeeping is paid once
+        // per block.
+        let d2 = l.dims[rank - 2];
+        let (sa2, sb2) = (l.strides[0][rank - 2], l.strides[1][rank - 2]);
+        let block = d2 * inner;
+        par_rows(out, block, |first, chunk| {
+            l.for_blocks(2, first, chunk.len() / block, |r, [oa, ob]| {
+                let o = &mut chunk[r * block..(r + 1) * block];
+                for (i2, o) in o.chunks_exact_mut(inner).enumerate() {
+                    let (pa, pb) = (oa + i2 * sa2, ob + i2 * sb2);
+                    for (i, o) in o.iter_mut().enumerate() {
+                        *o = f(a[pa + i * sa], b[pb + i * sb]);
+                    }
+                }
+            });
+        });
+        return Ok(());
+    }
     par_rows(out, inner, |first, chunk| {
         l.for_rows(first, chunk.len() / inner, |r, [oa, ob]| {
             let o = &mut chunk[r * inner..(r + 1) * inner];
@@ -282,23 +391,13 @@ pub fn binary<A: Elem, B: Elem, O: Elem>(
                 }
                 (0, _) => {
                     let x = a[oa];
-                    for (o, &y) in o.iter_mut().zip(&b[ob..ob + inner]) {
-                        *o = f(x, y);
-                    }
+                    map1(&b[ob..ob + inner], o, &|y| f(x, y));
                 }
                 (_, 0) => {
                     let y = b[ob];
-                    for (o, &x) in o.iter_mut().zip(&a[oa..oa + inner]) {
-                        *o = f(x, y);
-                    }
+                    map1(&a[oa..oa + inner], o, &|x| f(x, y));
                 }
-                _ => {
-                    for ((o, &x), &y) in
-                        o.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner])
-                    {
-                        *o = f(x, y);
-                    }
-                }
+                _ => map2(&a[oa..oa + inner], &b[ob..ob + inner], o, &f),
             }
         });
     });
@@ -365,11 +464,7 @@ pub fn ternary<A: Elem, B: Elem, C: Elem, O: Elem>(
     let l = Layout::new(oshape, [a.1, b.1, c.1])?;
     let (a, b, c) = (a.0, b.0, c.0);
     if a.len() == n && b.len() == n && c.len() == n {
-        let run = |a: &[A], b: &[B], c: &[C], o: &mut [O]| {
-            for (((o, &x), &y), &z) in o.iter_mut().zip(a).zip(b).zip(c) {
-                *o = f(x, y, z);
-            }
-        };
+        let run = |a: &[A], b: &[B], c: &[C], o: &mut [O]| map3(a, b, c, o, &f);
         if n < PAR_THRESHOLD {
             run(a, b, c, out);
         } else {
@@ -504,7 +599,8 @@ macro_rules! impl_arith_int {
 impl_arith_int!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 /// Float element types (f32, f64) with the transcendental functions ONNX needs. Everything is a scalar
-/// call per element: std (the platform libm) for exp/ln/tanh/sin/cos/powf, `libm` for erf.
+/// call per element: [`super::fastmath::exp_f32`] for f32 exp, std (the platform libm) for f64 exp and
+/// ln/tanh/sin/cos/powf, `libm` for erf.
 pub trait Float: Arith {
     fn from_f32(v: f32) -> Self;
     fn sqrt(self) -> Self;
@@ -523,7 +619,7 @@ pub trait Float: Arith {
 }
 
 macro_rules! impl_float {
-    ($($t:ty, $erf:path);*) => {$(
+    ($($t:ty, $erf:path, $exp:path);*) => {$(
         impl Arith for $t {
             const IS_FLOAT: bool = true;
             const ZERO: Self = 0.0;
@@ -550,7 +646,7 @@ macro_rules! impl_float {
         impl Float for $t {
             #[inline] fn from_f32(v: f32) -> Self { v as $t }
             #[inline] fn sqrt(self) -> Self { <$t>::sqrt(self) }
-            #[inline] fn exp(self) -> Self { <$t>::exp(self) }
+            #[inline(always)] fn exp(self) -> Self { $exp(self) }
             #[inline] fn ln(self) -> Self { <$t>::ln(self) }
             #[inline] fn tanh(self) -> Self { <$t>::tanh(self) }
             #[inline] fn sin(self) -> Self { <$t>::sin(self) }
@@ -564,7 +660,8 @@ macro_rules! impl_float {
         }
     )*};
 }
-impl_float!(f32, libm::erff; f64, libm::erf);
+// f32 exp is the vectorizable `fastmath::exp_f32` (within 2 ulp of correctly rounded).
+impl_float!(f32, libm::erff, super::fastmath::exp_f32; f64, libm::erf, f64::exp);
 
 /// Binary arithmetic ONNX operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

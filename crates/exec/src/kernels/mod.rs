@@ -4,6 +4,7 @@
 pub mod cast;
 pub mod conv;
 pub mod elementwise;
+pub mod fastmath;
 pub mod index;
 pub mod matmul;
 pub mod movement;

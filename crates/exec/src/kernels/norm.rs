@@ -67,9 +67,7 @@ fn par_rows<T: Float>(
 #[inline]
 pub fn softmax_seq<T: Float>(x: &[T], out: &mut [T], log: bool) {
     let m = max_seq(x);
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = (v - m).exp();
-    }
+    T::exp_shifted(x, m, out);
     let s = sum_seq(out);
     if log {
         let ls = s.ln();

@@ -93,10 +93,17 @@ pub trait ReduceElem: Copy + Send + Sync + PartialOrd + 'static {
     fn sqrt(self) -> Self;
     /// Whether the value is +-infinity.
     fn is_infinite(self) -> bool;
+    /// `out[i] = exp(xs[i] - shift)`, elementwise (each element the same as the scalar [`Self::exp`]).
+    #[inline]
+    fn exp_shifted(xs: &[Self], shift: Self, out: &mut [Self]) {
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = x.sub(shift).exp();
+        }
+    }
 }
 
 macro_rules! float_elem {
-    ($t:ty) => {
+    ($t:ty, $exp:path, $exp_shifted:path) => {
         impl ReduceElem for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -129,7 +136,7 @@ macro_rules! float_elem {
             }
             #[inline(always)]
             fn exp(self) -> Self {
-                <$t>::exp(self)
+                $exp(self)
             }
             #[inline(always)]
             fn ln(self) -> Self {
@@ -143,11 +150,26 @@ macro_rules! float_elem {
             fn is_infinite(self) -> bool {
                 <$t>::is_infinite(self)
             }
+            #[inline]
+            fn exp_shifted(xs: &[Self], shift: Self, out: &mut [Self]) {
+                $exp_shifted(xs, shift, out)
+            }
         }
     };
 }
-float_elem!(f32);
-float_elem!(f64);
+/// f64 `exp_shifted`: the trait's scalar loop.
+fn exp_shifted_f64(xs: &[f64], shift: f64, out: &mut [f64]) {
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = (x - shift).exp();
+    }
+}
+// f32 exp is the vectorizable `fastmath::exp_f32` (within 2 ulp); f64 stays on the platform libm.
+float_elem!(
+    f32,
+    super::fastmath::exp_f32,
+    super::fastmath::exp_shifted_slice
+);
+float_elem!(f64, f64::exp, exp_shifted_f64);
 
 macro_rules! int_elem {
     ($t:ty) => {
@@ -427,7 +449,18 @@ fn for_each_output<T: ReduceElem, U: Send>(
     let contiguous = g.reduced.len() <= 1 && g.reduced.first().is_none_or(|r| r.1 == 1);
     let outer = outer_offsets(&g.reduced);
     let (inner_e, inner_s) = g.reduced.last().copied().unwrap_or((1, 1));
+    // Contiguous sequences of consecutive outputs follow each other in `x` when the kept axes form
+    // one group (the reduced one is innermost).
+    let consecutive = contiguous && g.kept.len() <= 1 && g.red_len > 0;
     let run = |o0: usize, chunk: &mut [U]| {
+        if consecutive {
+            let from = o0 * g.red_len;
+            let seqs = x[from..from + chunk.len() * g.red_len].chunks_exact(g.red_len);
+            for (slot, seq) in chunk.iter_mut().zip(seqs) {
+                *slot = f(seq);
+            }
+            return;
+        }
         let mut scratch: Vec<T> = Vec::new();
         for (i, slot) in chunk.iter_mut().enumerate() {
             let base = kept_offset(&g.kept, o0 + i);

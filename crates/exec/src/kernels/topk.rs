@@ -3,7 +3,13 @@
 //! `sorted = 0` also returns this order, and the result is the same however rows are grouped.
 
 use super::matmul::{check_len, shape_err, KResult};
+use rayon::prelude::*;
 use std::cmp::Ordering;
+
+/// Up to this `k`, TopK selects by insertion (no use of the scratch index buffer).
+const SMALL_K: usize = 16;
+/// Inputs at least this large are split over rayon tasks by row (small-k path).
+const PAR_MIN: usize = 1 << 15;
 
 /// Orders `(value, index)` pairs for TopK: better first.
 #[inline]
@@ -29,13 +35,13 @@ fn better<T: PartialOrd>(
 
 /// TopK of `x` (`shape`) along `axis`: writes `k` values and i64 indices per row. `scratch` holds at
 /// least `shape[axis]` entries (the caller allocates and counts it).
-pub fn topk<T: Copy + PartialOrd>(
+pub fn topk<T: Copy + PartialOrd + Send + Sync>(
     x: &[T],
     shape: &[usize],
     axis: usize,
     k: usize,
     largest: bool,
-    is_nan: impl Fn(&T) -> bool + Copy,
+    is_nan: impl Fn(&T) -> bool + Copy + Sync,
     values: &mut [T],
     indices: &mut [i64],
     scratch: &mut [usize],
@@ -59,6 +65,45 @@ pub fn topk<T: Copy + PartialOrd>(
         return Err(shape_err("TopK output or scratch length mismatch"));
     }
     if k == 0 {
+        return Ok(());
+    }
+    if k <= SMALL_K {
+        // Selection by insertion into the k best so far: one comparison per element for most of
+        // them. Rows are independent, so contiguous rows (inner == 1) run in parallel.
+        let row = |o: usize, i: usize, vals: &mut [T], inds: &mut [i64], step: usize| {
+            let at = |j: usize| x[(o * n + j) * inner + i];
+            let mut best: Vec<(T, usize)> = Vec::with_capacity(k + 1);
+            for j in 0..n {
+                let c = (at(j), j);
+                if best.len() == k {
+                    match best.last() {
+                        Some(&w) if better(c, w, largest, is_nan) == Ordering::Less => {}
+                        _ => continue,
+                    }
+                    best.pop();
+                }
+                let pos = best.partition_point(|&b| better(b, c, largest, is_nan) == Ordering::Less);
+                best.insert(pos, c);
+            }
+            for (r, &(v, j)) in best.iter().enumerate() {
+                vals[r * step] = v;
+                inds[r * step] = j as i64;
+            }
+        };
+        if inner == 1 && outer > 1 && outer * n >= PAR_MIN && rayon::current_num_threads() > 1 {
+            values
+                .par_chunks_mut(k)
+                .zip(indices.par_chunks_mut(k))
+                .enumerate()
+                .for_each(|(o, (v, ix))| row(o, 0, v, ix, 1));
+        } else {
+            for o in 0..outer {
+                for i in 0..inner {
+                    let at = o * k * inner + i;
+                    row(o, i, &mut values[at..], &mut indices[at..], inner);
+                }
+            }
+        }
         return Ok(());
     }
     let idx = &mut scratch[..n];
@@ -86,6 +131,36 @@ pub fn topk<T: Copy + PartialOrd>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both selection paths (insertion for small k, select-and-sort above) against a full sort, on
+    /// rows with many ties and NaNs, along the last and a middle axis.
+    #[test]
+    fn all_k_match_a_full_sort() {
+        let vals = [0.5f32, -1.0, 2.0, f32::NAN, 0.5, -0.0, 0.0];
+        let (outer, n, inner) = (3usize, 40usize, 2usize);
+        let x: Vec<f32> = (0..outer * n * inner)
+            .map(|i| vals[(i * 7 + i / 5) % vals.len()])
+            .collect();
+        let nan = |v: &f32| v.is_nan();
+        for largest in [true, false] {
+            for k in [1, 2, 3, 16, 17, 40] {
+                let mut v = vec![0f32; outer * k * inner];
+                let mut ix = vec![0i64; v.len()];
+                let mut s = vec![0usize; n];
+                topk(&x, &[outer, n, inner], 1, k, largest, nan, &mut v, &mut ix, &mut s).unwrap();
+                for o in 0..outer {
+                    for i in 0..inner {
+                        let at = |j: usize| x[(o * n + j) * inner + i];
+                        let mut all: Vec<usize> = (0..n).collect();
+                        all.sort_by(|&a, &b| better((at(a), a), (at(b), b), largest, nan));
+                        for r in 0..k {
+                            assert_eq!(ix[(o * k + r) * inner + i], all[r] as i64, "k={k}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn ties_take_the_lower_index_and_nan_is_largest() {

@@ -130,7 +130,7 @@ pub trait Fl:
 }
 
 macro_rules! impl_fl {
-    ($t:ty, $erf:path) => {
+    ($t:ty, $erf:path, $exp:path) => {
         impl Fl for $t {
             #[inline(always)]
             fn c(v: f64) -> Self {
@@ -146,7 +146,7 @@ macro_rules! impl_fl {
             }
             #[inline(always)]
             fn exp(self) -> Self {
-                <$t>::exp(self)
+                $exp(self)
             }
             #[inline(always)]
             fn ln(self) -> Self {
@@ -235,8 +235,9 @@ macro_rules! impl_fl {
         }
     };
 }
-impl_fl!(f32, libm::erff);
-impl_fl!(f64, libm::erf);
+// f32 exp is the vectorizable `fastmath::exp_f32`, as in `kernels::elementwise`.
+impl_fl!(f32, libm::erff, crate::kernels::fastmath::exp_f32);
+impl_fl!(f64, libm::erf, f64::exp);
 
 #[inline(always)]
 fn maxf<T: Fl>(a: T, b: T) -> T {
@@ -405,10 +406,30 @@ fn run_unary<S: crate::kernels::elementwise::Elem, T: Fl>(
     Ok(())
 }
 
+/// Common f32 unary ops with the scalar function inlined into the loop (so that it vectorizes);
+/// the same per-element function as [`unary_fn`]. `false` when `op` is not one of them.
+fn unary_f32_inline(op: &str, x: &[f32], out: &mut [f32]) -> Result<bool, OpFail> {
+    use crate::kernels::fastmath::{exp_f32, sigmoid_f32};
+    match op {
+        "Sigmoid" => unary(x, out, sigmoid_f32)?,
+        "Exp" => unary(x, out, exp_f32)?,
+        "Relu" => unary(x, out, |v: f32| if v < 0.0 { 0.0 } else { v })?,
+        "Neg" => unary(x, out, |v: f32| -v)?,
+        "Abs" => unary(x, out, f32::abs)?,
+        "Sqrt" => unary(x, out, f32::sqrt)?,
+        "Reciprocal" => unary(x, out, |v: f32| 1.0 / v)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
 fn un(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
     let mut out = ctx.alloc(x.dtype, &x.shape)?;
     let op = ctx.node.op.as_str();
+    if x.dtype == DataType::F32 && unary_f32_inline(op, x.data()?, out.data_mut()?)? {
+        return Ok(vec![out]);
+    }
     match x.dtype {
         DataType::F32 => run_unary::<f32, f32>(ctx, x.data()?, out.data_mut()?, |v| v, |v| v)?,
         DataType::F64 => run_unary::<f64, f64>(ctx, x.data()?, out.data_mut()?, |v| v, |v| v)?,
@@ -540,10 +561,49 @@ fn arith(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     Ok(vec![out])
 }
 
+/// Pow of an f32 base by a one-element exponent of 2, 1 or 0.5, without `powf`: `x * x` (the
+/// correctly rounded square, which `powf` also returns), `x`, and `sqrt(x)` with `pow`'s values at
+/// -0 (+0) and -inf (+inf); `sqrt` is correctly rounded where `powf` may be 1 ulp off. `false` for
+/// any other exponent.
+fn pow_f32_special(a: &Tensor, b: &Tensor, out: &mut Tensor) -> Result<bool, OpFail> {
+    if b.numel() != 1 {
+        return Ok(false);
+    }
+    let e = match b.dtype {
+        DataType::F32 => b.data::<f32>()?[0] as f64,
+        DataType::F64 => b.data::<f64>()?[0],
+        DataType::I32 => b.data::<i32>()?[0] as f64,
+        DataType::I64 => b.data::<i64>()?[0] as f64,
+        _ => return Ok(false),
+    };
+    let (x, o) = (a.data::<f32>()?, out.data_mut::<f32>()?);
+    if e == 2.0 {
+        unary(x, o, |v: f32| v * v)?;
+    } else if e == 1.0 {
+        unary(x, o, |v: f32| v)?;
+    } else if e == 0.5 {
+        unary(x, o, |v: f32| {
+            if v == 0.0 {
+                0.0
+            } else if v == f32::NEG_INFINITY {
+                f32::INFINITY
+            } else {
+                v.sqrt()
+            }
+        })?;
+    } else {
+        return Ok(false);
+    }
+    Ok(true)
+}
+
 /// Pow: the exponent may have another numeric type than the base; the output has the base's type.
 fn pow(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let (a, b) = (req(inputs, 0)?, req(inputs, 1)?);
     let (mut out, os) = bcast_out(ctx, a.dtype, &[a, b])?;
+    if a.dtype == DataType::F32 && out.numel() == a.numel() && pow_f32_special(a, b, &mut out)? {
+        return Ok(vec![out]);
+    }
     if a.dtype == b.dtype && !matches!(a.dtype, DataType::F16 | DataType::BF16) {
         dispatch!(a.dtype, T => binary_op::<T>(BinaryOp::Pow, a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?, &os)?,
             [F32 => f32, F64 => f64, I32 => i32, I64 => i64],

@@ -7,10 +7,19 @@
 use half::{bf16, f16};
 use memplan_ir::DataType;
 
-use super::{axis, fail, raw, raw_mut, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn};
+use super::{
+    axis, cast_mut, copy_then, fail, raw, raw_mut, req, scalar_i64, unsupported, OpCtx, OpFail,
+    OpFn, OverwriteFn,
+};
 use crate::kernels::index as ix;
 use crate::kernels::topk::topk;
 use crate::tensor::{elem_size, Tensor};
+
+/// Ops whose output 0 is input 0 modified (see [`super::OverwriteFn`]).
+pub const OVERWRITE: &[(&str, OverwriteFn)] = &[
+    ("ScatterND", scatter_nd_over),
+    ("ScatterElements", scatter_elements_over),
+];
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("Gather", gather),
@@ -23,9 +32,12 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("NonZero", nonzero),
 ];
 
-fn indices(t: &Tensor) -> Result<Vec<i64>, OpFail> {
+/// Index values as i64: borrowed for i64 tensors (no copy that grows with the indices), converted
+/// for i32.
+fn indices(t: &Tensor) -> Result<std::borrow::Cow<'_, [i64]>, OpFail> {
     match t.dtype {
-        DataType::I64 | DataType::I32 => Ok(t.to_i64_vec()?),
+        DataType::I64 => Ok(std::borrow::Cow::Borrowed(t.data::<i64>()?)),
+        DataType::I32 => Ok(std::borrow::Cow::Owned(t.to_i64_vec()?)),
         d => fail(format!("indices must be int32 or int64, got {d}")),
     }
 }
@@ -76,23 +88,22 @@ fn reduction(ctx: &OpCtx) -> Result<ix::ScatterReduce, OpFail> {
     })
 }
 
-/// Applies updates at element offsets with a reduction, on a copy of the data.
+/// Applies updates at element offsets with a reduction, over `out` (which holds the data).
 fn scatter_apply(
     ctx: &OpCtx,
     x: &Tensor,
     upd: &Tensor,
     offs: &[usize],
     block: usize,
-) -> Result<Tensor, OpFail> {
+    out: &mut [u8],
+) -> Result<(), OpFail> {
     if upd.dtype != x.dtype {
         return fail(format!("updates are {} but data is {}", upd.dtype, x.dtype));
     }
-    let mut out = ctx.alloc(x.dtype, &x.shape)?;
-    out.bytes_mut()?.copy_from_slice(x.bytes());
     let red = reduction(ctx)?;
     if red == ix::ScatterReduce::None {
-        by_size!(elem_size(x.dtype)?, T => ix::scatter_blocks(raw_mut::<T>(&mut out)?, offs, block, raw::<T>(upd)?, |_, v| v)?);
-        return Ok(out);
+        by_size!(elem_size(x.dtype)?, T => ix::scatter_blocks(cast_mut::<T>(out)?, offs, block, raw::<T>(upd)?, |_, v| v)?);
+        return Ok(());
     }
     macro_rules! go {
         ($T:ty, $add:expr, $mul:expr) => {{
@@ -102,7 +113,7 @@ fn scatter_apply(
                 ix::ScatterReduce::Max => |a, b| if b > a { b } else { a },
                 _ => |a, b| if b < a { b } else { a },
             };
-            ix::scatter_blocks(out.data_mut::<$T>()?, offs, block, upd.data::<$T>()?, f)?
+            ix::scatter_blocks(cast_mut::<$T>(out)?, offs, block, upd.data::<$T>()?, f)?
         }};
     }
     match x.dtype {
@@ -122,10 +133,14 @@ fn scatter_apply(
         ),
         d => return unsupported(format!("scatter reduction on {d}")),
     }
-    Ok(out)
+    Ok(())
 }
 
 fn scatter_nd(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    copy_then(ctx, inputs, scatter_nd_over)
+}
+
+fn scatter_nd_over(ctx: &OpCtx, inputs: &[Option<&Tensor>], out: &mut [u8]) -> Result<(), OpFail> {
     let (x, it, upd) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
     let idx = indices(it)?;
     let (offs, block) = ix::nd_offsets(&x.shape, &idx, &it.shape, 0)?;
@@ -138,10 +153,18 @@ fn scatter_nd(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, Op
             upd.shape
         ));
     }
-    Ok(vec![scatter_apply(ctx, x, upd, &offs, block)?])
+    scatter_apply(ctx, x, upd, &offs, block, out)
 }
 
 fn scatter_elements(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    copy_then(ctx, inputs, scatter_elements_over)
+}
+
+fn scatter_elements_over(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    out: &mut [u8],
+) -> Result<(), OpFail> {
     let (x, it, upd) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
     if upd.shape != it.shape {
         return fail(format!(
@@ -151,7 +174,7 @@ fn scatter_elements(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     }
     let a = axis(ctx.int("axis", 0)?, x.rank())?;
     let offs = ix::elements_offsets(&x.shape, a, &indices(it)?, &it.shape)?;
-    Ok(vec![scatter_apply(ctx, x, upd, &offs, 1)?])
+    scatter_apply(ctx, x, upd, &offs, 1, out)
 }
 
 fn topk_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {

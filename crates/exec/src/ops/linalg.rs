@@ -638,30 +638,41 @@ fn contract<T: EinElem>(
     Ok((labels, dims, own))
 }
 
-/// Einsum on `T`; the result is a new tensor of `T` allocated through `ctx`.
+/// The Einsum output shape: each output label's largest extent among the inputs.
+fn einsum_out_shape(eq: &Equation, shapes: &[&[usize]]) -> Vec<usize> {
+    eq.output
+        .iter()
+        .map(|&l| {
+            eq.inputs
+                .iter()
+                .zip(shapes)
+                .flat_map(|(ls, s)| ls.iter().zip(s.iter()).filter(|(m, _)| **m == l))
+                .map(|(_, &d)| d)
+                .max()
+                .unwrap_or(1)
+        })
+        .collect()
+}
+
+/// Einsum on `T` into `out` (row-major, of shape `oshape` from [`einsum_out_shape`]).
 fn einsum_typed<T: EinElem>(
     ctx: &OpCtx,
     eq: &Equation,
     ins: &[(&[T], &[usize])],
-) -> Result<Tensor, OpFail> {
+    oshape: &[usize],
+    out: &mut [T],
+) -> Result<(), OpFail> {
     let arena = ScratchArena::<T>::new();
     let mut ops: Vec<Operand<'_, T>> = Vec::new();
     for ((data, shape), labels) in ins.iter().zip(&eq.inputs) {
         ops.push(Operand::new(data, shape, labels)?);
     }
-    // Output dims: each output label's largest extent among the inputs.
-    let oshape: Vec<usize> = eq
-        .output
-        .iter()
-        .map(|&l| ops.iter().filter_map(|o| o.dim(l)).max().unwrap_or(1))
-        .collect();
     let mut rest = ops.into_iter();
     let Some(mut acc) = rest.next() else {
         return fail("Einsum needs an input");
     };
     let remaining: Vec<Operand<'_, T>> = rest.collect();
     let n_rest = remaining.len();
-    let mut out = ctx.alloc(T::DTYPE, &oshape)?;
     for (i, b) in remaining.into_iter().enumerate() {
         let mut needed: Vec<u32> = eq.output.clone();
         // Labels of later operands stay needed (operands after `b`).
@@ -705,15 +716,7 @@ fn einsum_typed<T: EinElem>(
             order == eq.output && dims_match
         };
         let (labels, dims, buf) = if direct {
-            contract(
-                &a2,
-                &b2,
-                &needed,
-                &eq.output,
-                ctx,
-                Some(out.data_mut::<T>()?),
-                &arena,
-            )?
+            contract(&a2, &b2, &needed, &eq.output, ctx, Some(&mut *out), &arena)?
         } else {
             contract(&a2, &b2, &needed, &eq.output, ctx, None, &arena)?
         };
@@ -728,14 +731,14 @@ fn einsum_typed<T: EinElem>(
                     dims,
                 }
             }
-            None => return Ok(out),
+            None => return Ok(()),
         };
     }
     // Single operand, or a final result not in output order: sum out, then transpose into the output.
     let acc = sum_out(ctx, acc, &eq.output, &arena)?;
     let st: Vec<isize> = eq.output.iter().map(|&l| acc.stride(l)).collect();
-    strided_copy(acc.data, acc.base, &oshape, &st, out.data_mut::<T>()?)?;
-    Ok(out)
+    strided_copy(acc.data, acc.base, oshape, &st, out)?;
+    Ok(())
 }
 
 fn einsum_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
@@ -751,20 +754,23 @@ fn einsum_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
     };
     let ranks: Vec<usize> = ins.iter().map(|t| t.rank()).collect();
     let eq = parse_equation(&eqs, &ranks)?;
-    let out = match first.dtype {
+    let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
+    let oshape = einsum_out_shape(&eq, &shapes);
+    let mut out = ctx.alloc(first.dtype, &oshape)?;
+    match first.dtype {
         DataType::F32 => {
             let v: Vec<(&[f32], &[usize])> = ins
                 .iter()
                 .map(|t| Ok((t.data::<f32>()?, t.shape.as_slice())))
                 .collect::<Result<_, OpFail>>()?;
-            einsum_typed::<f32>(ctx, &eq, &v)?
+            einsum_typed::<f32>(ctx, &eq, &v, &oshape, out.data_mut()?)?
         }
         DataType::F64 => {
             let v: Vec<(&[f64], &[usize])> = ins
                 .iter()
                 .map(|t| Ok((t.data::<f64>()?, t.shape.as_slice())))
                 .collect::<Result<_, OpFail>>()?;
-            einsum_typed::<f64>(ctx, &eq, &v)?
+            einsum_typed::<f64>(ctx, &eq, &v, &oshape, out.data_mut()?)?
         }
         d if is_half(d) => {
             let wide: Vec<ScratchBuf<f32>> = ins
@@ -776,14 +782,13 @@ fn einsum_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
                 .zip(&ins)
                 .map(|(w, t)| (w.as_slice(), t.shape.as_slice()))
                 .collect();
-            // The f32 result is a scratch tensor (counted through the run's stats) rounded into the output.
-            let y = einsum_typed::<f32>(ctx, &eq, &v)?;
-            let mut out = ctx.alloc(d, &y.shape)?;
-            narrow(y.data::<f32>()?, &mut out)?;
-            out
+            // The f32 result is scratch, rounded into the output.
+            let mut y = ctx.scratch::<f32>(out.numel())?;
+            einsum_typed::<f32>(ctx, &eq, &v, &oshape, y.as_mut_slice())?;
+            narrow(y.as_slice(), &mut out)?;
         }
         d => return unsupported(format!("Einsum on {d}")),
-    };
+    }
     Ok(vec![out])
 }
 

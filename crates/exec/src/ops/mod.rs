@@ -279,6 +279,44 @@ pub fn axis(a: i64, rank: usize) -> Result<usize, OpFail> {
 /// An op implementation.
 pub type OpFn = fn(&OpCtx, &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>;
 
+/// An op whose output 0 is input 0 modified (Trilu, CumSum, Scatter*; `Mem::OVERWRITE` in the op
+/// table): it turns `out`, which holds input 0's bytes, into the output. It must not read input 0's
+/// data (only its type and shape), so that `out` may be input 0's own buffer when the op runs in
+/// place ([`crate::inplace`]).
+pub type OverwriteFn = fn(&OpCtx, &[Option<&Tensor>], &mut [u8]) -> Result<(), OpFail>;
+
+/// Runs an [`OverwriteFn`] on a new output that starts as a copy of input 0.
+pub fn copy_then(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    f: OverwriteFn,
+) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let mut out = ctx.alloc(x.dtype, &x.shape)?;
+    out.bytes_mut()?.copy_from_slice(x.bytes());
+    f(ctx, inputs, out.bytes_mut()?)?;
+    Ok(vec![out])
+}
+
+/// The overwrite form of an op (default domain), if it has one.
+pub fn overwrite(op: &str) -> Option<OverwriteFn> {
+    [index::OVERWRITE, movement::OVERWRITE, reduce::OVERWRITE]
+        .iter()
+        .flat_map(|fam| fam.iter())
+        .find(|(name, _)| *name == op)
+        .map(|(_, f)| *f)
+}
+
+/// `bytes` as elements of `T`.
+pub fn cast_mut<T: bytemuck::Pod>(bytes: &mut [u8]) -> Result<&mut [T], OpFail> {
+    bytemuck::try_cast_slice_mut(bytes).map_err(|e| {
+        OpFail::Invalid(format!(
+            "tensor bytes as {}: {e}",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
 fn table() -> &'static BTreeMap<&'static str, OpFn> {
     static T: OnceLock<BTreeMap<&'static str, OpFn>> = OnceLock::new();
     T.get_or_init(|| {

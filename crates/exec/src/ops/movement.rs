@@ -6,11 +6,15 @@
 use memplan_ir::DataType;
 
 use super::{
-    axis, dims_of, fail, opt, raw, raw_mut, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn,
+    axis, copy_then, dims_of, fail, opt, raw, raw_mut, req, scalar_i64, unsupported, OpCtx, OpFail,
+    OpFn, OverwriteFn,
 };
 use crate::kernels::elementwise::broadcast_shapes;
 use crate::kernels::movement::{self as mv, istrides};
 use crate::tensor::{elem_size, Tensor};
+
+/// Ops whose output 0 is input 0 modified (see [`super::OverwriteFn`]).
+pub const OVERWRITE: &[(&str, OverwriteFn)] = &[("Trilu", trilu_over)];
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("Transpose", transpose),
@@ -283,15 +287,40 @@ fn tile(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
 }
 
 fn trilu(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    copy_then(ctx, inputs, trilu_over)
+}
+
+/// Trilu over `out`, which holds the input: the elements outside the kept triangle become zero.
+fn trilu_over(ctx: &OpCtx, inputs: &[Option<&Tensor>], out: &mut [u8]) -> Result<(), OpFail> {
     let x = req(inputs, 0)?;
     let k = match opt(inputs, 1) {
         Some(t) => scalar_i64(t, "Trilu k")?,
         None => 0,
     };
     let upper = ctx.int("upper", 1)? != 0;
-    let mut out = ctx.alloc(x.dtype, &x.shape)?;
-    by_size!(elem_size(x.dtype)?, T => mv::trilu(raw::<T>(x)?, &x.shape, upper, k, 0 as T, raw_mut::<T>(&mut out)?)?);
-    Ok(vec![out])
+    let r = x.rank();
+    if r < 2 {
+        return fail(format!("Trilu needs rank >= 2, got {:?}", x.shape));
+    }
+    let (m, n) = (x.shape[r - 2], x.shape[r - 1]);
+    let es = elem_size(x.dtype)?;
+    if n == 0 || out.len() != x.numel() * es {
+        return if out.len() == x.numel() * es {
+            Ok(())
+        } else {
+            fail("Trilu output size mismatch")
+        };
+    }
+    for (row_i, row) in out.chunks_mut(n * es).enumerate() {
+        let i = (row_i % m.max(1)) as i64;
+        for (j, e) in row.chunks_mut(es).enumerate() {
+            let d = j as i64 - i;
+            if !(if upper { d >= k } else { d <= k }) {
+                e.fill(0);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn range(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
@@ -315,8 +344,11 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
             let n = ((b - a) + c - c.signum()) / c;
             let n = usize::try_from(n.max(0))
                 .map_err(|_| OpFail::Invalid("Range is too long".into()))?;
-            let vals: Vec<$t> = (0..n as i128).map(|i| (a + i * c) as $t).collect();
-            Ok(vec![ctx.from_vec::<$t>(&[n], &vals)?])
+            let mut out = ctx.alloc(<$t as crate::tensor::Element>::DTYPE, &[n])?;
+            for (i, o) in out.data_mut::<$t>()?.iter_mut().enumerate() {
+                *o = (a + i as i128 * c) as $t;
+            }
+            Ok(vec![out])
         }};
     }
     macro_rules! float_range {

@@ -19,11 +19,17 @@ use half::{bf16, f16};
 use memplan_ir::DataType;
 
 use super::linalg::{narrow, widen};
-use super::{axis, fail, opt, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn};
+use super::{
+    axis, cast_mut, copy_then, fail, opt, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn,
+    OverwriteFn,
+};
 use crate::kernels::movement::{istrides, strided_copy};
 use crate::kernels::norm::{layer_norm, rms_norm, softmax, NormStats};
 use crate::kernels::reduce::{arg_extreme, reduce, reduce_out_shape, ReduceElem, ReduceOp};
 use crate::tensor::Tensor;
+
+/// Ops whose output 0 is input 0 modified (see [`super::OverwriteFn`]).
+pub const OVERWRITE: &[(&str, OverwriteFn)] = &[("CumSum", cumsum_over)];
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("ReduceSum", reduce_op),
@@ -482,27 +488,32 @@ fn rms_norm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, O
 }
 
 fn cumsum_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    copy_then(ctx, inputs, cumsum_over)
+}
+
+/// CumSum over `out`, which holds the input: each element is read before it is written.
+fn cumsum_over(ctx: &OpCtx, inputs: &[Option<&Tensor>], out: &mut [u8]) -> Result<(), OpFail> {
     let x = req(inputs, 0)?;
     let a = axis(scalar_i64(req(inputs, 1)?, "CumSum axis")?, x.rank())?;
     let (excl, rev) = (ctx.int("exclusive", 0)? != 0, ctx.int("reverse", 0)? != 0);
-    let mut out = ctx.alloc(x.dtype, &x.shape)?;
     let outer: usize = x.shape[..a].iter().product();
     let d = x.shape[a];
     let inner: usize = x.shape[a + 1..].iter().product();
     macro_rules! go {
         ($T:ty, $add:expr, $zero:expr) => {{
-            let (xs, o) = (x.data::<$T>()?, out.data_mut::<$T>()?);
+            let o = cast_mut::<$T>(out)?;
             for b in 0..outer {
                 for i in 0..inner {
                     let mut acc: $T = $zero;
                     for s in 0..d {
                         let j = if rev { d - 1 - s } else { s };
                         let at = (b * d + j) * inner + i;
+                        let v = o[at];
                         if excl {
                             o[at] = acc;
-                            acc = $add(acc, xs[at]);
+                            acc = $add(acc, v);
                         } else {
-                            acc = $add(acc, xs[at]);
+                            acc = $add(acc, v);
                             o[at] = acc;
                         }
                     }
@@ -527,7 +538,7 @@ fn cumsum_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
         ),
         dt => return unsupported(format!("CumSum on {dt}")),
     }
-    Ok(vec![out])
+    Ok(())
 }
 
 #[cfg(test)]

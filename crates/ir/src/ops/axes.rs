@@ -214,20 +214,61 @@ pub fn axis_flow(
         n if n.starts_with("Reduce") || n == "ArgMax" || n == "ArgMin" => {
             let a = in_shape(0)?;
             let b = outputs[0]?.shape.as_deref()?;
-            // With keepdims the ranks agree and reduced axes have extent 1 in the output; without,
-            // the kept axes are the input axes whose extent survives, in order.
-            let keep = a.len() == b.len();
-            let reduced: Vec<bool> = if keep {
-                a.iter()
-                    .zip(b)
-                    .map(|(x, y)| x != y || *y == Expr::one())
-                    .collect()
-            } else {
-                return None;
+            let keep = attr_int(node, "keepdims", 1) != 0;
+            // Axes from the node; with keepdims and unknown axes, those whose extent changes or
+            // is 1 in the output.
+            let reduced = match reduced_axes(node, inputs, a.len()) {
+                Some(r) => r,
+                None if keep && a.len() == b.len() => (0..a.len())
+                    .filter(|&k| a[k] != b[k] || b[k] == Expr::one())
+                    .collect(),
+                None => return None,
             };
+            // Kept input axes, in order; with keepdims every axis stays (reduced ones as 1).
+            let kept: Vec<usize> = (0..a.len())
+                .filter(|k| keep || !reduced.contains(k))
+                .collect();
+            if kept.len() != r0 {
+                return None;
+            }
+            vec![kept
+                .iter()
+                .map(|&k| {
+                    if reduced.contains(&k) {
+                        AxisFlow::Mixed
+                    } else {
+                        let mut v = vec![None; inputs.len()];
+                        v[0] = Some(k);
+                        AxisFlow::Split(v)
+                    }
+                })
+                .collect()]
+        }
+        "Slice" => {
+            // Axes it cuts are mixed; the others pass through. Needs known `axes` (or none).
+            let a = in_shape(0)?;
+            let known = |k: usize| {
+                inputs
+                    .get(k)
+                    .copied()
+                    .flatten()
+                    .and_then(|f| f.value.as_ref())
+                    .and_then(|v| v.as_consts())
+            };
+            let starts = known(1)?;
+            let cut: Vec<usize> = match node.inputs.get(3).copied().flatten() {
+                None => (0..starts.len()).collect(),
+                Some(_) => known(3)?
+                    .iter()
+                    .map(|&x| norm(x, a.len()))
+                    .collect::<Option<Vec<_>>>()?,
+            };
+            if a.len() != r0 {
+                return None;
+            }
             vec![(0..r0)
                 .map(|o| {
-                    if reduced[o] {
+                    if cut.contains(&o) {
                         AxisFlow::Mixed
                     } else {
                         let mut v = vec![None; inputs.len()];
@@ -236,6 +277,17 @@ pub fn axis_flow(
                     }
                 })
                 .collect()]
+        }
+        "Expand" => {
+            // Broadcasting of input 0 to the output; the target shape is read whole (a chunked
+            // region gives each chunk its own).
+            let mut f = broadcast_flow(&inputs[..1], r0, &[]);
+            for x in &mut f {
+                if let AxisFlow::Split(v) = x {
+                    v.resize(inputs.len(), None);
+                }
+            }
+            vec![f]
         }
         "TopK" => {
             let axis = norm(attr_int(node, "axis", -1), r0)?;
@@ -253,6 +305,60 @@ pub fn axis_flow(
         _ => return None,
     };
     Some(flows)
+}
+
+/// Whether a `Concat` node's output can be assembled in place: each input written straight into
+/// its part of the output buffer, so the node itself copies nothing. True when every output dim
+/// before the axis is 1 (each input is then one contiguous run of the output, input `i` at byte
+/// offset `sum of the sizes of inputs 0..i`), there are at least two inputs, all present, and every
+/// shape is known.
+pub fn concat_in_place(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>]) -> bool {
+    if !node.is_onnx_domain() || node.op != "Concat" || inputs.len() < 2 {
+        return false;
+    }
+    let Some(out) = outputs
+        .first()
+        .copied()
+        .flatten()
+        .and_then(|f| f.shape.as_deref())
+    else {
+        return false;
+    };
+    let Some(axis) = norm(attr_int(node, "axis", 0), out.len()) else {
+        return false;
+    };
+    inputs
+        .iter()
+        .all(|f| f.is_some_and(|f| f.rank() == Some(out.len())))
+        && out[..axis].iter().all(|d| d.as_const() == Some(1))
+}
+
+/// The input axes a reduction reduces (ArgMax/ArgMin: its `axis`; Reduce*: `axes` from the attribute
+/// or input 1, all of them when empty), or `None` when they are not known or it reduces nothing.
+fn reduced_axes(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option<Vec<usize>> {
+    if !node.op.starts_with("Reduce") {
+        return Some(vec![norm(attr_int(node, "axis", 0), rank)?]);
+    }
+    let listed: Vec<i64> = match attr_ints(node, "axes") {
+        Some(v) => v,
+        None => match node.inputs.get(1).copied().flatten() {
+            Some(_) => inputs
+                .get(1)
+                .copied()
+                .flatten()?
+                .value
+                .as_ref()?
+                .as_consts()?,
+            None => Vec::new(),
+        },
+    };
+    if listed.is_empty() {
+        if attr_int(node, "noop_with_empty_axes", 0) != 0 {
+            return None;
+        }
+        return Some((0..rank).collect());
+    }
+    listed.iter().map(|&a| norm(a, rank)).collect()
 }
 
 /// Reshape-like ops: output axis `o` maps to input axis `a` when everything before them has the same

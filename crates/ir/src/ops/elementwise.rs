@@ -47,6 +47,7 @@ pub const DEFS: &[OpDef] = &[
         Mem {
             view: super::View::None,
             inplace: &[1, 2],
+            inplace_elementwise: true,
             scratch: None,
         },
     ),

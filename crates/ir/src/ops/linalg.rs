@@ -345,6 +345,7 @@ fn is_half(d: Option<DataType>) -> bool {
 /// `4 * (sum of input elements + output elements)`.
 fn matmul_scratch(
     _node: &crate::graph::Node,
+    _opset: i64,
     inputs: &[Option<&Fact>],
     outputs: &[Option<&Fact>],
 ) -> Expr {
@@ -530,6 +531,7 @@ impl SymOperand {
 /// widen every input and compute the result in f32). Symbolic dims are taken to be > 1.
 fn einsum_scratch(
     node: &crate::graph::Node,
+    _opset: i64,
     inputs: &[Option<&Fact>],
     outputs: &[Option<&Fact>],
 ) -> Expr {
@@ -720,7 +722,7 @@ mod scratch_tests {
             .map(|s| Fact::new(DataType::F32, s.clone()))
             .collect();
         let ins: Vec<Option<&Fact>> = facts.iter().map(Some).collect();
-        einsum_scratch(&node, &ins, &[]).to_string()
+        einsum_scratch(&node, 18, &ins, &[]).to_string()
     }
 
     #[test]

@@ -24,8 +24,11 @@ pub const DEFAULT_OPSET: i64 = 18;
 /// A shape/type rule: facts for each output slot, in order.
 pub type InferFn = fn(&mut InferCtx) -> Result<Vec<Fact>, OpError>;
 
-/// Scratch bytes an op's kernel allocates while it runs, from its input and output facts.
-pub type ScratchFn = fn(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>]) -> Expr;
+/// Scratch bytes an op's kernel allocates while it runs, from the node, the opset and its input and
+/// output facts: the high-water mark of the scratch the executor's kernel holds at once, for every
+/// value of the symbols (an extent that may or may not be 1 is decided with `min(d, 2) - 1`).
+pub type ScratchFn =
+    fn(node: &Node, opset: i64, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>]) -> Expr;
 
 /// How an op's output relates to its input's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,8 +46,14 @@ pub enum View {
 #[derive(Clone, Copy, Debug)]
 pub struct Mem {
     pub view: View,
-    /// Inputs whose buffer output 0 may overwrite when the input dies here and has the output's size.
+    /// Inputs whose buffer output 0 may overwrite when the input dies here and has the output's size
+    /// and type. The executor runs every such decision in place, without a copy.
     pub inplace: &'static [usize],
+    /// How the executor writes in place. `true`: elementwise (output element `i` reads only element
+    /// `i` of each input, broadcast inputs aside); the op runs on staged chunks, so the same value
+    /// may also be read through another input slot. `false`: output 0 starts as a copy of input 0
+    /// and is modified (Trilu, CumSum, Scatter*); no other input slot may read the overwritten buffer.
+    pub inplace_elementwise: bool,
     /// Scratch bytes the kernel allocates, if any.
     pub scratch: Option<ScratchFn>,
 }
@@ -53,21 +62,32 @@ impl Mem {
     pub const NEW: Mem = Mem {
         view: View::None,
         inplace: &[],
+        inplace_elementwise: false,
         scratch: None,
     };
     pub const ALIAS: Mem = Mem {
         view: View::Alias,
         inplace: &[],
+        inplace_elementwise: false,
         scratch: None,
     };
     pub const ELEMENTWISE: Mem = Mem {
         view: View::None,
         inplace: &[0, 1],
+        inplace_elementwise: true,
         scratch: None,
     };
     pub const UNARY: Mem = Mem {
         view: View::None,
         inplace: &[0],
+        inplace_elementwise: true,
+        scratch: None,
+    };
+    /// Output 0 is input 0 modified (Trilu, CumSum, Scatter*): it may take over input 0's buffer.
+    pub const OVERWRITE: Mem = Mem {
+        view: View::None,
+        inplace: &[0],
+        inplace_elementwise: false,
         scratch: None,
     };
 }
@@ -197,4 +217,76 @@ pub fn contiguous_region(dims: &[Expr], out: &[Expr]) -> bool {
         return true;
     };
     (0..k).all(|j| out[j].as_const() == Some(1)) && (k + 1..dims.len()).all(|j| dims[j] == out[j])
+}
+
+// ---- Helpers for scratch rules (what `exec` kernels allocate, mirrored exactly). ----
+
+/// Element count of a fact's shape.
+pub(crate) fn numel(f: Option<&Fact>) -> Option<Expr> {
+    Some(Expr::product(f?.shape.as_ref()?.iter()))
+}
+
+/// Bytes per element the kernels compute in: f16/bf16 widen to f32; `None` for types the float and
+/// integer kernels do not take.
+pub(crate) fn compute_size(d: crate::dtype::DataType) -> Option<i64> {
+    use crate::dtype::DataType as D;
+    match d {
+        D::F32 | D::I32 | D::F16 | D::BF16 => Some(4),
+        D::F64 | D::I64 => Some(8),
+        _ => None,
+    }
+}
+
+/// Whether the type is f16 or bf16 (widened to f32 in scratch by the kernels).
+pub(crate) fn is_half(d: crate::dtype::DataType) -> bool {
+    matches!(
+        d,
+        crate::dtype::DataType::F16 | crate::dtype::DataType::BF16
+    )
+}
+
+/// 1 when the extent `d` is greater than 1, else 0, for every value of its symbols (all >= 1):
+/// `min(d, 2) - 1`, folded to a constant when it can be proven.
+pub(crate) fn gt1(d: &Expr) -> Expr {
+    if let Some(c) = d.as_const() {
+        return Expr::int(i64::from(c > 1));
+    }
+    if d.prove_ge(&Expr::int(2)) == Some(true) {
+        return Expr::one();
+    }
+    d.min(&Expr::int(2)) - 1
+}
+
+/// The disjunction of 0/1 indicators: their max (0 when none).
+pub(crate) fn any_of(terms: Vec<Expr>) -> Expr {
+    let mut kept = Vec::new();
+    for t in terms {
+        match t.as_const() {
+            Some(0) => {}
+            Some(_) => return Expr::one(),
+            None => kept.push(t),
+        }
+    }
+    Expr::max_of(kept.iter()).unwrap_or_else(Expr::zero)
+}
+
+/// 1 when the executor transposes an input of `shape` before reducing the axes marked in `red` (a
+/// reduced axis of extent > 1 is followed by a kept axis of extent > 1), else 0.
+pub(crate) fn needs_transpose(shape: &[Expr], red: &[bool]) -> Expr {
+    let mut terms = Vec::new();
+    for i in 0..shape.len() {
+        if !red[i] {
+            continue;
+        }
+        let gi = gt1(&shape[i]);
+        if gi.is_zero() {
+            continue;
+        }
+        for j in i + 1..shape.len() {
+            if !red[j] {
+                terms.push(&gi * gt1(&shape[j]));
+            }
+        }
+    }
+    any_of(terms)
 }

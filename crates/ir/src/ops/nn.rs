@@ -6,27 +6,143 @@ use crate::dim::Expr;
 use crate::dtype::DataType;
 use crate::infer::{invalid, normalize_axis, Fact, InferCtx, OpError};
 
-use super::{Mem, OpDef};
+use super::{is_half, numel, Mem, OpDef};
+use crate::graph::{AttrValue, Node};
 
 const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
     OpDef { op, infer, mem }
 }
 
 pub const DEFS: &[OpDef] = &[
-    def("LayerNormalization", layer_norm, Mem::NEW),
-    def("RMSNormalization", layer_norm, Mem::NEW),
-    def("BatchNormalization", same_as_input, Mem::NEW),
-    def("InstanceNormalization", same_as_input, Mem::NEW),
+    def("LayerNormalization", layer_norm, with_scratch(norm_scratch)),
+    def("RMSNormalization", layer_norm, with_scratch(norm_scratch)),
+    def(
+        "BatchNormalization",
+        same_as_input,
+        with_scratch(widened_scratch),
+    ),
+    def(
+        "InstanceNormalization",
+        same_as_input,
+        with_scratch(widened_scratch),
+    ),
     def("GroupNormalization", same_as_input, Mem::NEW),
-    def("Conv", conv, Mem::NEW),
-    def("MaxPool", pool, Mem::NEW),
-    def("AveragePool", pool, Mem::NEW),
+    def("Conv", conv, with_scratch(conv_scratch)),
+    def("MaxPool", pool, with_scratch(widened_scratch)),
+    def("AveragePool", pool, with_scratch(widened_scratch)),
     def("LpPool", pool, Mem::NEW),
-    def("GlobalAveragePool", global_pool, Mem::NEW),
-    def("GlobalMaxPool", global_pool, Mem::NEW),
+    def(
+        "GlobalAveragePool",
+        global_pool,
+        with_scratch(widened_scratch),
+    ),
+    def("GlobalMaxPool", global_pool, with_scratch(widened_scratch)),
     def("GlobalLpPool", global_pool, Mem::NEW),
     def("Dropout", dropout, Mem::NEW),
 ];
+
+const fn with_scratch(f: super::ScratchFn) -> Mem {
+    Mem {
+        scratch: Some(f),
+        ..Mem::NEW
+    }
+}
+
+// ---- Scratch: what `exec::ops::nn` and `exec::ops::reduce` (the normalizations) allocate. ----
+//
+// f32/f64 kernels run on the tensors directly; f16/bf16 are widened to f32 in scratch (every float
+// input) and the result is computed in an f32 scratch buffer, then rounded into the output.
+
+/// Sum of the present facts' element counts; `None` when one is unknown.
+fn numel_sum<'a>(fs: impl IntoIterator<Item = &'a Option<&'a Fact>>) -> Option<Expr> {
+    let mut n = Expr::zero();
+    for f in fs.into_iter().flatten() {
+        n += numel(Some(f))?;
+    }
+    Some(n)
+}
+
+fn half_input(inputs: &[Option<&Fact>]) -> bool {
+    inputs
+        .first()
+        .copied()
+        .flatten()
+        .and_then(|f| f.dtype)
+        .is_some_and(is_half)
+}
+
+/// Batch/InstanceNormalization and the pools: f16/bf16 `4 * (sum of |inputs| + |Y|)`, else none.
+fn widened_scratch(
+    _node: &Node,
+    _opset: i64,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Expr {
+    if !half_input(inputs) {
+        return Expr::zero();
+    }
+    numel_sum(inputs.iter().chain(outputs.first()))
+        .map(|n| n * 4)
+        .unwrap_or_else(Expr::zero)
+}
+
+/// Layer/RMSNormalization: f16/bf16 `4 * (|X| + |Scale| + |B| + |Y|)` (the mean and inverse std
+/// outputs are outputs), else none.
+fn norm_scratch(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Expr {
+    let n = if node.op == "RMSNormalization" {
+        &inputs[..inputs.len().min(2)]
+    } else {
+        inputs
+    };
+    widened_scratch(node, opset, n, outputs)
+}
+
+/// Conv: the im2col buffer, `e * C/group * prod(kernel) * prod(Y spatial)`, none for a 1x1 stride-1
+/// unpadded kernel; f16/bf16 add `4 * (|X| + |W| + |B| + |Y|)`.
+fn conv_scratch(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Expr {
+    let col = || -> Option<Expr> {
+        let x = inputs.first().copied().flatten()?;
+        let w = inputs.get(1).copied().flatten()?.shape.as_ref()?;
+        let y = outputs.first().copied().flatten()?.shape.as_ref()?;
+        let e = super::compute_size(x.dtype?)?;
+        let c = x.shape.as_ref()?.get(1)?;
+        let ints = |name: &str| match node.attr(name) {
+            Some(AttrValue::Ints(v)) => v.clone(),
+            _ => Vec::new(),
+        };
+        let kernel: Vec<Expr> = match node.attr("kernel_shape") {
+            Some(AttrValue::Ints(v)) => v.iter().map(|&k| Expr::int(k)).collect(),
+            _ => w.get(2..)?.to_vec(),
+        };
+        let explicit = !matches!(
+            node.attr("auto_pad"),
+            Some(AttrValue::String(a)) if a.as_slice() != b"NOTSET"
+        );
+        let direct = kernel.iter().all(|k| k.as_const() == Some(1))
+            && ints("strides").iter().all(|&s| s == 1)
+            && (!explicit || ints("pads").iter().all(|&p| p == 0));
+        if direct {
+            return Some(Expr::zero());
+        }
+        let group = match node.attr("group") {
+            Some(AttrValue::Int(g)) if *g >= 1 => *g,
+            _ => 1,
+        };
+        let per_group = c.floor_div(&Expr::int(group));
+        Some(per_group * Expr::product(kernel.iter()) * Expr::product(y.get(2..)?.iter()) * e)
+    };
+    col().unwrap_or_else(Expr::zero) + widened_scratch(node, opset, inputs, outputs)
+}
 
 /// `LayerNormalization`/`RMSNormalization`: `Y` like `X`; the optional `Mean` and `InvStdDev` keep
 /// the leading `axis` dims and have 1 for the normalized ones, in `stash_type` (default float).

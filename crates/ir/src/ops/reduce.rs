@@ -9,31 +9,185 @@ use crate::dim::Expr;
 use crate::dtype::DataType;
 use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError, MAX_KNOWN_ELEMS};
 
-use super::{Mem, OpDef};
+use super::{compute_size, is_half, needs_transpose, numel, Mem, OpDef};
+use crate::graph::{AttrValue, Node};
 
 const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
     OpDef { op, infer, mem }
 }
 
 pub const DEFS: &[OpDef] = &[
-    def("ReduceSum", reduce, Mem::NEW),
-    def("ReduceMean", reduce, Mem::NEW),
-    def("ReduceMax", reduce, Mem::NEW),
-    def("ReduceMin", reduce, Mem::NEW),
-    def("ReduceProd", reduce, Mem::NEW),
-    def("ReduceL1", reduce, Mem::NEW),
-    def("ReduceL2", reduce, Mem::NEW),
-    def("ReduceLogSum", reduce, Mem::NEW),
-    def("ReduceLogSumExp", reduce, Mem::NEW),
-    def("ReduceSumSquare", reduce, Mem::NEW),
-    def("ArgMax", arg_reduce, Mem::NEW),
-    def("ArgMin", arg_reduce, Mem::NEW),
-    def("TopK", topk, Mem::NEW),
+    def("ReduceSum", reduce, REDUCE_MEM),
+    def("ReduceMean", reduce, REDUCE_MEM),
+    def("ReduceMax", reduce, REDUCE_MEM),
+    def("ReduceMin", reduce, REDUCE_MEM),
+    def("ReduceProd", reduce, REDUCE_MEM),
+    def("ReduceL1", reduce, REDUCE_MEM),
+    def("ReduceL2", reduce, REDUCE_MEM),
+    def("ReduceLogSum", reduce, REDUCE_MEM),
+    def("ReduceLogSumExp", reduce, REDUCE_MEM),
+    def("ReduceSumSquare", reduce, REDUCE_MEM),
+    def("ArgMax", arg_reduce, with_scratch(arg_scratch)),
+    def("ArgMin", arg_reduce, with_scratch(arg_scratch)),
+    def("TopK", topk, with_scratch(topk_scratch)),
     // The kernels write a new buffer; in-place variants are the executor's decision.
-    def("Softmax", along_axis, Mem::NEW),
-    def("LogSoftmax", along_axis, Mem::NEW),
+    def("Softmax", along_axis, with_scratch(softmax_scratch)),
+    def("LogSoftmax", along_axis, with_scratch(softmax_scratch)),
     def("Hardmax", along_axis, Mem::NEW),
 ];
+
+const REDUCE_MEM: Mem = with_scratch(reduce_scratch);
+
+const fn with_scratch(f: super::ScratchFn) -> Mem {
+    Mem {
+        scratch: Some(f),
+        ..Mem::NEW
+    }
+}
+
+// ---- Scratch: what `exec::ops::reduce` and `exec::ops::index` (TopK) allocate. ----
+//
+// The kernels read every reduced sequence contiguously: when a reduced axis of extent > 1 is followed
+// by a kept axis of extent > 1, the input is first transposed into scratch (`e * |X|`, `e` the
+// compute element size). f16/bf16 are widened to f32 in scratch first.
+
+fn int_attr(node: &Node, name: &str, default: i64) -> i64 {
+    match node.attr(name) {
+        Some(AttrValue::Int(v)) => *v,
+        _ => default,
+    }
+}
+
+/// `a` normalized against `rank`, if in range.
+fn norm_axis(a: i64, rank: usize) -> Option<usize> {
+    let r = rank as i64;
+    let x = if a < 0 { a + r } else { a };
+    (0..r).contains(&x).then_some(x as usize)
+}
+
+/// Reduce*: the transposed copy when needed; f16/bf16 add `4 * (|X| + |Y|)` (widened input and the
+/// f32 result). The axes are read as the executor reads them: from input 1 from opset 18 (13 for
+/// `ReduceSum`), else from the attribute.
+fn reduce_scratch(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Expr {
+    reduce_scratch_bytes(node, opset, inputs, outputs).unwrap_or_else(Expr::zero)
+}
+
+fn reduce_scratch_bytes(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Expr> {
+    let x = inputs.first().copied().flatten()?;
+    let (dt, shape) = (x.dtype?, x.shape.as_ref()?);
+    let e = compute_size(dt)?;
+    let nx = numel(Some(x))?;
+    let from_input = opset >= 18 || (node.op == "ReduceSum" && opset >= 13);
+    let axes: Vec<i64> = if from_input {
+        match inputs.get(1).copied().flatten() {
+            Some(f) => f.value.as_ref()?.as_consts()?,
+            None => Vec::new(),
+        }
+    } else {
+        match node.attr("axes") {
+            Some(AttrValue::Ints(v)) => v.clone(),
+            _ => Vec::new(),
+        }
+    };
+    let transpose = if axes.is_empty() {
+        Expr::zero()
+    } else {
+        let mut red = vec![false; shape.len()];
+        for &a in &axes {
+            red[norm_axis(a, shape.len())?] = true;
+        }
+        needs_transpose(shape, &red)
+    };
+    let mut bytes = transpose * e * &nx;
+    if is_half(dt) {
+        bytes += (nx + numel(outputs.first().copied().flatten())?) * 4;
+    }
+    Some(bytes)
+}
+
+/// ArgMax/ArgMin: the transposed copy when needed; f16/bf16 add `4 * |X|` (the widened input).
+fn arg_scratch(
+    node: &Node,
+    _opset: i64,
+    inputs: &[Option<&Fact>],
+    _outputs: &[Option<&Fact>],
+) -> Expr {
+    let bytes = || -> Option<Expr> {
+        let x = inputs.first().copied().flatten()?;
+        let (dt, shape) = (x.dtype?, x.shape.as_ref()?);
+        let e = compute_size(dt)?;
+        let nx = numel(Some(x))?;
+        let mut red = vec![false; shape.len()];
+        red[norm_axis(int_attr(node, "axis", 0), shape.len())?] = true;
+        let mut b = needs_transpose(shape, &red) * e * &nx;
+        if is_half(dt) {
+            b += nx * 4;
+        }
+        Some(b)
+    };
+    bytes().unwrap_or_else(Expr::zero)
+}
+
+/// Softmax/LogSoftmax (opset >= 13): the transposed input and the transposed result when the axis is
+/// followed by an axis of extent > 1, `2 * e * |X|`; before opset 13 the input is coerced to 2-D
+/// and needs none. f16/bf16 add `8 * |X|` (the widened input and the f32 result).
+fn softmax_scratch(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&Fact>],
+    _outputs: &[Option<&Fact>],
+) -> Expr {
+    let bytes = || -> Option<Expr> {
+        let x = inputs.first().copied().flatten()?;
+        let (dt, shape) = (x.dtype?, x.shape.as_ref()?);
+        if !matches!(
+            dt,
+            DataType::F32 | DataType::F64 | DataType::F16 | DataType::BF16
+        ) {
+            return None;
+        }
+        let e = compute_size(dt)?;
+        let nx = numel(Some(x))?;
+        let transpose = if opset < 13 || shape.is_empty() {
+            Expr::zero()
+        } else {
+            let mut red = vec![false; shape.len()];
+            red[norm_axis(int_attr(node, "axis", -1), shape.len())?] = true;
+            needs_transpose(shape, &red)
+        };
+        let mut b = transpose * (2 * e) * &nx;
+        if is_half(dt) {
+            b += nx * 8;
+        }
+        Some(b)
+    };
+    bytes().unwrap_or_else(Expr::zero)
+}
+
+/// TopK: the indices of one row along the axis, `8 * shape[axis]`.
+fn topk_scratch(
+    node: &Node,
+    _opset: i64,
+    inputs: &[Option<&Fact>],
+    _outputs: &[Option<&Fact>],
+) -> Expr {
+    let bytes = || -> Option<Expr> {
+        let shape = inputs.first().copied().flatten()?.shape.as_ref()?;
+        let a = norm_axis(int_attr(node, "axis", -1), shape.len())?;
+        Some(&shape[a] * 8)
+    };
+    bytes().unwrap_or_else(Expr::zero)
+}
 
 /// What a reduction does to the input's axes.
 enum Axes {
@@ -388,5 +542,59 @@ mod tests {
         t.node("tk", "TopK", &[Some(x), Some(k)], &["v", "i"], vec![]);
         let e = t.run(18).unwrap_err().to_string();
         assert!(e.contains("'tk' (TopK)") && e.contains("exceeds"), "{e}");
+    }
+
+    /// The scratch rules evaluated at `env`, per node in graph order.
+    fn scratch_at(t: &TestGraph, opset: i64, env: &[(&str, i64)]) -> Vec<i64> {
+        let f = t.run(opset).unwrap();
+        let env: std::collections::BTreeMap<String, i64> =
+            env.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        t.g.nodes
+            .iter()
+            .map(|n| {
+                let rule = crate::ops::lookup(n).unwrap().mem.scratch.unwrap();
+                let fact = |v: &Option<crate::ValueId>| v.map(|v| f.get(v));
+                let ins: Vec<_> = n.inputs.iter().map(fact).collect();
+                let outs: Vec<_> = n.outputs.iter().map(fact).collect();
+                rule(n, opset, &ins, &outs).eval_map(&env).unwrap()
+            })
+            .collect()
+    }
+
+    /// The transposed copy is counted exactly when a reduced axis of extent > 1 precedes a kept
+    /// axis of extent > 1, also when the extents are symbols that may be 1.
+    #[test]
+    fn reduction_scratch_follows_the_transpose_rule() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", F32, "B, S, 8");
+        let mid = t.ints("mid", &[1], &[1]);
+        let last = t.ints("last", &[1], &[-1]);
+        t.op("ReduceMax", &[x, mid], &["a"], vec![]);
+        t.op("ReduceMax", &[x, last], &["b"], vec![]);
+        t.op("ArgMax", &[x], &["c"], vec![a_int("axis", 0)]);
+        t.op("Softmax", &[x], &["d"], vec![a_int("axis", 1)]);
+        t.op("Softmax", &[x], &["e"], vec![]);
+        let k = t.ints("k", &[1], &[2]);
+        t.node("tk", "TopK", &[Some(x), Some(k)], &["v", "i"], vec![]);
+        // [B, S, 8] f32: |X| = 32 B S.
+        assert_eq!(
+            scratch_at(&t, 18, &[("B", 2), ("S", 3)]),
+            [192, 0, 192, 384, 0, 64]
+        );
+        // S = 1: nothing to transpose for axis 1; B = 1: nothing for axis 0.
+        assert_eq!(
+            scratch_at(&t, 18, &[("B", 2), ("S", 1)]),
+            [0, 0, 64, 0, 0, 64]
+        );
+        assert_eq!(
+            scratch_at(&t, 18, &[("B", 1), ("S", 5)]),
+            [160, 0, 0, 320, 0, 64]
+        );
+        // Before opset 13 Softmax coerces to 2-D and needs no transpose; before 18 ReduceMax takes
+        // its axes from the attribute (none here: every axis is reduced).
+        assert_eq!(
+            scratch_at(&t, 11, &[("B", 2), ("S", 3)]),
+            [0, 0, 192, 0, 0, 64]
+        );
     }
 }

@@ -30,36 +30,19 @@ pub const DEFS: &[OpDef] = &[
         slice,
         Mem {
             view: View::ContiguousSlice,
-            inplace: &[],
-            scratch: None,
+            ..Mem::NEW
         },
     ),
     def("Gather", gather, Mem::NEW),
     def("GatherElements", gather_elements, Mem::NEW),
     def("GatherND", gather_nd, Mem::NEW),
-    def(
-        "ScatterND",
-        scatter,
-        Mem {
-            view: View::None,
-            inplace: &[0],
-            scratch: None,
-        },
-    ),
-    def(
-        "ScatterElements",
-        scatter,
-        Mem {
-            view: View::None,
-            inplace: &[0],
-            scratch: None,
-        },
-    ),
+    def("ScatterND", scatter, Mem::OVERWRITE),
+    def("ScatterElements", scatter, Mem::OVERWRITE),
     def("Transpose", transpose, Mem::NEW),
     def("Tile", tile, Mem::NEW),
     def("NonZero", nonzero, Mem::NEW),
-    def("Trilu", same_as_input, Mem::UNARY),
-    def("CumSum", same_as_input, Mem::UNARY),
+    def("Trilu", same_as_input, Mem::OVERWRITE),
+    def("CumSum", same_as_input, Mem::OVERWRITE),
 ];
 
 fn known_fact(t: DataType, shape: Vec<Expr>, value: Option<Known>) -> Fact {

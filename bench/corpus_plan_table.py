@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The planner's before/after table for the corpus (README, "Planner results").
+
+For every corpus model (dynamo export; `--legacy` adds the TorchScript ones) at the manifest's sizes
+(`measurements` keys, dims from their input shapes), runs `memplan optimize --json` and prints: the
+peak in the graph's own order (`peak_bytes_before`: liveness peak, what `memplan estimate` reports),
+the planned peak (`peak_bytes_after`: the planned arena plus the resident weights and inputs, what
+`memplan run --plan` measures), the arena alone, the no-fragmentation bound of the chosen schedule,
+and the change. Writes a markdown table to stdout.
+
+Usage: .venv/bin/python bench/corpus_plan_table.py [--memplan target/release/memplan] [--legacy]
+           [--exact-ms MS]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "tests", "corpus")
+MIB = 1024 * 1024
+
+
+def input_dims(path):
+    import onnx
+
+    m = onnx.load(path, load_external_data=False)
+    return {
+        i.name: [d.dim_param if d.dim_param else d.dim_value for d in i.type.tensor_type.shape.dim]
+        for i in m.graph.input
+    }
+
+
+def dims_for(decl, shapes):
+    dims = {}
+    for name, ds in decl.items():
+        for d, v in zip(ds, shapes.get(name, [])):
+            if isinstance(d, str) and d:
+                dims[d] = v
+    return dims
+
+
+def mib(b):
+    return f"{b / MIB:.2f} MiB"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
+    ap.add_argument("--legacy", action="store_true")
+    ap.add_argument("--exact-ms", default="300")
+    a = ap.parse_args()
+    manifest = json.load(open(os.path.join(CORPUS, "manifest.json")))
+    variants = [("dynamo", "")] + ([("legacy", ".legacy")] if a.legacy else [])
+    print("| model | dims | graph-order peak | planned peak | arena | liveness bound (planned order) | change |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in manifest["models"]:
+            for variant, suffix in variants:
+                path = os.path.join(CORPUS, "models", m["name"] + suffix + ".onnx")
+                if not os.path.exists(path):
+                    continue
+                decl = input_dims(path)
+                name = m["name"] + ("" if variant == "dynamo" else " (legacy)")
+                for meas in m["measurements"].values():
+                    dims = dims_for(decl, meas["input_shapes"])
+                    d = " ".join(f"{k}={v}" for k, v in sorted(dims.items()))
+                    cmd = [a.memplan, "optimize", path, "--json", "--exact-ms", a.exact_ms,
+                           "-o", os.path.join(tmp, "o.onnx"), "--plan-out", os.path.join(tmp, "p.json")]
+                    cmd += [f"--dim={k}={v}" for k, v in sorted(dims.items())]
+                    r = subprocess.run(cmd, capture_output=True, text=True)
+                    if r.returncode != 0:
+                        failed += 1
+                        print(f"| {name} | {d} | error: {(r.stderr.strip().splitlines() or ['failed'])[-1]} | | | | |")
+                        continue
+                    j = json.loads(r.stdout)
+                    before, after = j["peak_bytes_before"], j["peak_bytes_after"]
+                    bound = j.get("liveness_bytes", j.get("lower_bound_bytes"))
+                    change = 100.0 * (after - before) / before if before else 0.0
+                    print(
+                        f"| {name} | {d} | {mib(before)} | {mib(after)} | {mib(j['arena_bytes'])} | "
+                        f"{mib(bound) if bound is not None else '-'} | {change:+.1f}% |"
+                    )
+                    print(f"{name} {d}: done", file=sys.stderr)
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

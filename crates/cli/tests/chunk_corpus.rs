@@ -1,0 +1,124 @@
+//! Chunked execution on the corpus: every model (both exporters, at its smaller input size) is
+//! chunked by `memplan optimize --budget` restricted to each chunk count the planner can choose
+//! (`--chunks K`), and the rewritten model runs bit-identical to the original, from its plan and
+//! without one; a planned run's measured peak is the plan's.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn json_of(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "memplan {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The default chunk counts of `memplan_plan::chunk::ChunkOptions`.
+const COUNTS: [usize; 6] = [2, 4, 8, 16, 32, 64];
+
+#[test]
+fn chunked_corpus_runs_bit_identical_at_every_chunk_count() {
+    let tmp = std::env::temp_dir().join(format!("memplan-chunk-corpus-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    // (model, size, inputs), the smaller size of each model only.
+    let mut inputs: Vec<(String, u32, PathBuf)> =
+        std::fs::read_dir(repo().join("tests/corpus/inputs"))
+            .unwrap()
+            .map(|e| {
+                let path = e.unwrap().path();
+                let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+                let (base, size) = stem.rsplit_once('_').unwrap();
+                (base.to_string(), size.parse().unwrap(), path)
+            })
+            .collect();
+    inputs.sort();
+    inputs.dedup_by(|b, a| a.0 == b.0);
+    let (mut chunked, mut models) = (0, 0);
+    for (base, _, npz) in &inputs {
+        for variant in ["", ".legacy"] {
+            let model = repo().join(format!("tests/corpus/models/{base}{variant}.onnx"));
+            let (m, i) = (model.to_str().unwrap(), npz.to_str().unwrap());
+            let stem = format!("{base}{variant}");
+            let reference = tmp.join(format!("{stem}.ref.npz"));
+            let r = reference.to_str().unwrap();
+            let free = json_of(&["run", m, "--inputs-npz", i, "--out", r, "--json"]);
+            let dims: Vec<String> = free["dims"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| format!("--dim={k}={v}"))
+                .collect();
+            let dim_args: Vec<&str> = dims.iter().map(String::as_str).collect();
+            // Half the unoptimized peak: chunking has to act.
+            let budget = (free["peak_bytes"].as_u64().unwrap() / 2).to_string();
+            models += 1;
+            for k in COUNTS {
+                let (opt, plan) = (
+                    tmp.join(format!("{stem}.{k}.onnx")),
+                    tmp.join(format!("{stem}.{k}.plan.json")),
+                );
+                let (o, p) = (opt.to_str().unwrap(), plan.to_str().unwrap());
+                let ks = k.to_string();
+                let mut args = vec![
+                    "optimize",
+                    m,
+                    "--budget",
+                    &budget,
+                    "--chunks",
+                    &ks,
+                    "--exact-ms",
+                    "0",
+                    "-o",
+                    o,
+                    "--plan-out",
+                    p,
+                    "--json",
+                ];
+                args.extend(&dim_args);
+                let rep = json_of(&args);
+                let steps = rep["chunking"]["steps"].as_array().map_or(0, |s| s.len());
+                if steps == 0 {
+                    continue;
+                }
+                chunked += 1;
+                for planned in [true, false] {
+                    let mut args = vec!["run", o, "--inputs-npz", i, "--compare", r, "--exact"];
+                    args.push("--json");
+                    if planned {
+                        args.extend(["--plan", p]);
+                    }
+                    let run = json_of(&args);
+                    assert_eq!(
+                        run["mismatches"].as_array().unwrap().len(),
+                        0,
+                        "{stem} in chunks of {k} (planned {planned}): {}",
+                        run["mismatches"]
+                    );
+                    if planned {
+                        assert_eq!(
+                            run["peak_bytes"], rep["peak_bytes_after"],
+                            "{stem} in chunks of {k}: the measured peak is the plan's"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert!(models >= 10, "only {models} models");
+    assert!(
+        chunked >= models,
+        "only {chunked} chunked runs over {models} models"
+    );
+}

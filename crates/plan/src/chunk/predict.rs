@@ -1,0 +1,679 @@
+//! Predicting a chunking rewrite's live bytes without building it.
+//!
+//! [`Base`] is the current graph evaluated once at the dims: value sizes, each node's view flag and
+//! scratch, the simulated live bytes per step. [`predict`] lays out the nodes the rewrite would have
+//! (the untouched nodes around the [`Emitted`] list, in the order `apply` puts them), orders them
+//! as the rewritten graph's topological sort does, and runs the simulator's rules over them: a
+//! buffer per node output unless the node is a view of its input 0, freed after its last reader,
+//! graph outputs to the end, scratch during its step, weights and inputs (now also the slice
+//! bounds) resident. The clones' and slices' sizes, views and scratch come from the op table at the
+//! chunk's shapes. The result is the peak the simulator gives the built graph, byte for byte
+//! (tested); only building and re-inferring the graph are skipped.
+
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use memplan_ir::graph::{Graph, Node, NodeId, ValueId, ValueKind};
+use memplan_ir::infer::{Fact, Facts, Known};
+use memplan_ir::{ops, Expr};
+use memplan_sim::peak::concrete_peak;
+use memplan_sim::timeline::{assemblable, Category, Timeline};
+
+use super::rewrite::{Emit, Emitted, Wire};
+use super::{ChunkError, Region};
+
+/// The current graph at concrete dims.
+pub(crate) struct Base<'a> {
+    pub g: &'a Graph,
+    pub facts: &'a Facts,
+    pub dims: &'a BTreeMap<String, i64>,
+    pub consumers: Vec<Vec<NodeId>>,
+    /// Bytes of each value (0 when it is not a tensor this graph holds).
+    pub bytes: Vec<u64>,
+    /// What each node reads (inputs and the outer names its subgraphs use), deduplicated.
+    pub reads: Vec<Vec<ValueId>>,
+    /// Whether each node's output 0 is a view of its input 0.
+    pub view: Vec<bool>,
+    pub scratch: Vec<u64>,
+    pub peak: u64,
+    /// The step (= node index) of the peak.
+    pub peak_step: Option<usize>,
+    /// Live bytes during each step (resident bytes included).
+    #[cfg(test)]
+    pub per_step: Vec<u64>,
+    /// Buffers live at the peak: (owning value or scratch node label, bytes), largest first.
+    pub live: Vec<(String, u64)>,
+    /// Whether each node is a `Concat` assembled in place.
+    pub assembled: Vec<bool>,
+    /// Memory rules evaluated at chunk shapes so far.
+    cache: RefCell<Cache>,
+}
+
+/// View flags and scratch bytes of the new nodes, by what decides them.
+#[derive(Default)]
+struct Cache {
+    /// By region node, chunk width and the split axis of each of its inputs and outputs.
+    /// `None`: a `Concat` that would be assembled in place.
+    clone: BTreeMap<(NodeId, i64, Vec<Option<usize>>), Option<(bool, u64)>>,
+    /// By sliced value, axis and chunk width.
+    slice: BTreeMap<(ValueId, usize, i64), (bool, u64)>,
+}
+
+impl<'a> Base<'a> {
+    /// Evaluates `g` (whose node list is in topological order, as `facts.order`) at `dims`.
+    pub fn new(
+        g: &'a Graph,
+        facts: &'a Facts,
+        dims: &'a BTreeMap<String, i64>,
+        assemble: bool,
+    ) -> Result<Base<'a>, ChunkError> {
+        let sim = |e: String| ChunkError::Sim(e);
+        if facts.order.iter().enumerate().any(|(i, n)| n.index() != i) {
+            return Err(sim("the node list is not in topological order".into()));
+        }
+        let mut assembled = vec![false; g.nodes.len()];
+        let list = if assemble {
+            assemblable(g, facts)
+        } else {
+            Vec::new()
+        };
+        for n in &list {
+            assembled[n.index()] = true;
+        }
+        let t =
+            Timeline::build_with(g, facts, &facts.order, &list).map_err(|e| sim(e.to_string()))?;
+        let p = concrete_peak(&t, dims).map_err(|e| sim(e.to_string()))?;
+        let mut scratch = vec![0u64; g.nodes.len()];
+        for (b, &sz) in t.buffers.iter().zip(&p.sizes) {
+            if let (Category::Scratch, Some(n)) = (b.category, b.producer) {
+                scratch[n.index()] += sz;
+            }
+        }
+        let bytes = g
+            .value_ids()
+            .map(|v| {
+                facts
+                    .get(v)
+                    .bytes()
+                    .and_then(|e| e.eval_map(dims).ok())
+                    .map_or(0, |x| x.max(0) as u64)
+            })
+            .collect();
+        let reads = g
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut r: Vec<ValueId> = n.input_ids().collect();
+                for sub in n.subgraphs() {
+                    r.extend(sub.outer_reads_resolved(g));
+                }
+                r.sort_unstable();
+                r.dedup();
+                r
+            })
+            .collect();
+        let live = p
+            .live
+            .iter()
+            .filter(|e| e.category != Category::Weight && e.category != Category::Input)
+            .map(|e| {
+                let b = &t.buffers[e.buf.0 as usize];
+                let what = match (b.value, b.producer) {
+                    (Some(v), _) => g.value(v).name.clone(),
+                    (None, Some(n)) => format!("scratch of {}", g.node(n).label(n)),
+                    _ => String::new(),
+                };
+                (what, e.bytes)
+            })
+            .collect();
+        Ok(Base {
+            g,
+            facts,
+            dims,
+            consumers: g.consumers(),
+            bytes,
+            reads,
+            view: t.node_is_view,
+            scratch,
+            peak: p.peak_bytes,
+            peak_step: p.peak_step,
+            #[cfg(test)]
+            per_step: p.per_step.clone(),
+            live,
+            assembled,
+            cache: RefCell::default(),
+        })
+    }
+
+    fn eval(&self, e: &Expr) -> Result<u64, ChunkError> {
+        e.eval_map(self.dims)
+            .map(|x| x.max(0) as u64)
+            .map_err(|e| ChunkError::Sim(format!("{e:?}")))
+    }
+}
+
+/// What chunking a region would give.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Prediction {
+    /// The simulated peak of the rewritten graph (resident bytes included).
+    pub peak: u64,
+    /// The highest live bytes over the steps of the nodes that ran from the first region node to
+    /// the last and at the old peak (the new nodes, and the untouched nodes in that span; resident
+    /// bytes included). It was the old peak; the rewrite is progress where it drops.
+    pub local: u64,
+    /// Bytes the rewrite copies that the original did not: slices that are not views, and the
+    /// concatenations unless they are assembled in place.
+    pub copied: u64,
+    /// Nodes added.
+    pub added: usize,
+    /// Live bytes during each step of the rewritten graph's order (resident bytes included).
+    pub per_step: Vec<u64>,
+}
+
+/// A node of the rewritten graph, for simulation.
+struct ANode {
+    /// Values read (indices into the value table), deduplicated.
+    reads: Vec<u32>,
+    input0: Option<u32>,
+    outputs: Vec<Option<u32>>,
+    view: bool,
+    scratch: u64,
+    /// A `Concat` whose output is assembled in place from its inputs.
+    assembled: bool,
+}
+
+const NONE: u32 = u32::MAX;
+const RESIDENT: u32 = u32::MAX - 1;
+
+/// The rewritten graph's values: the original ones, then the new ones as they are made.
+struct Table {
+    bytes: Vec<u64>,
+    resident: Vec<bool>,
+    wires: BTreeMap<Wire, u32>,
+}
+
+impl Table {
+    /// The index of `w`, added with `bytes` (and resident or not) on first use.
+    fn wire(&mut self, w: Wire, bytes: u64, resident: bool) -> u32 {
+        *self.wires.entry(w).or_insert_with(|| {
+            self.bytes.push(bytes);
+            self.resident.push(resident);
+            (self.bytes.len() - 1) as u32
+        })
+    }
+
+    fn get(&self, w: Wire) -> u32 {
+        self.wires.get(&w).copied().unwrap_or(NONE)
+    }
+}
+
+/// A value's fact over chunk width `w`: a split value (`axis` given) gets `w` at its axis and loses
+/// its known contents, its other dims stay as inference gives them to a slice of it.
+fn chunk_fact(f: &Fact, axis: Option<usize>, w: i64) -> Fact {
+    let mut f = f.clone();
+    if let (Some(a), Some(s)) = (axis, f.shape.as_mut()) {
+        if let Some(d) = s.get_mut(a) {
+            *d = Expr::from(w);
+        }
+        f.value = None;
+    }
+    f
+}
+
+/// View flag and scratch bytes of an op over the given facts.
+fn mem_of(
+    base: &Base,
+    node: &Node,
+    ins: &[Option<&Fact>],
+    outs: &[Option<&Fact>],
+) -> Result<(bool, u64), ChunkError> {
+    let view = ops::is_view(node, ins, outs);
+    let scratch = match ops::lookup(node).and_then(|d| d.mem.scratch) {
+        Some(f) => base.eval(&f(node, base.facts.opset, ins, outs))?,
+        None => 0,
+    };
+    Ok((view, scratch))
+}
+
+/// Predicts the rewrite `em` of `region` over `base`. With `assemble`, a `Concat` whose inputs are
+/// contiguous runs of its output (see [`memplan_ir::ops::axes::concat_in_place`]) and are each made
+/// by a node that is not a view is counted as assembled in place: its buffer is taken when its
+/// first input is made, and its inputs are written into it.
+pub(crate) fn predict(
+    base: &Base,
+    region: &Region,
+    em: &Emitted,
+    assemble: bool,
+) -> Result<Prediction, ChunkError> {
+    let g = base.g;
+    let nv = g.values.len();
+    let width = |c: u32| em.width(c);
+    // The value table: original values first, then the new ones in the order they are made.
+    let mut t = Table {
+        bytes: base.bytes.clone(),
+        resident: g
+            .values
+            .iter()
+            .map(|v| {
+                matches!(
+                    v.kind,
+                    ValueKind::Input | ValueKind::Initializer(_) | ValueKind::SparseInitializer(_)
+                )
+            })
+            .collect(),
+        wires: BTreeMap::new(),
+    };
+    let split = |v: ValueId| region.axes.get(&v).copied().flatten();
+    let scaled =
+        |v: ValueId, c: u32| base.bytes[v.index()] / em.extent.max(1) as u64 * width(c) as u64;
+
+    let mut cache = base.cache.borrow_mut();
+    let mut new_nodes: Vec<ANode> = Vec::with_capacity(em.steps.len());
+    let mut copied = 0u64;
+    let mut assembled_out: Vec<Option<bool>> = vec![None; nv];
+    for step in &em.steps {
+        match step {
+            Emit::Slice { chunk, value, axis } => {
+                let (c, v, w) = (*chunk, *value, width(*chunk));
+                let key = (v, *axis, w);
+                let (view, scratch) = match cache.slice.entry(key) {
+                    Entry::Occupied(o) => *o.get(),
+                    Entry::Vacant(slot) => {
+                        let f = base.facts.get(v);
+                        let out = chunk_fact(f, Some(*axis), w);
+                        let k = |x: i64| {
+                            Fact::with_value(
+                                memplan_ir::DataType::I64,
+                                vec![Expr::one()],
+                                Known::Int(vec![Expr::from(x)]),
+                            )
+                        };
+                        let (lo, hi) = em.bounds[c as usize];
+                        let (s, e, a) = (k(lo), k(hi), k(*axis as i64));
+                        let node = synthetic("Slice", 4);
+                        let m = mem_of(
+                            base,
+                            &node,
+                            &[Some(f), Some(&s), Some(&e), Some(&a)],
+                            &[Some(&out)],
+                        )?;
+                        *slot.insert(m)
+                    }
+                };
+                for b in [
+                    Wire::Bound(c, false),
+                    Wire::Bound(c, true),
+                    Wire::Axis(*axis),
+                ] {
+                    t.wire(b, 8, true);
+                }
+                let out = t.wire(Wire::Chunk(c, v), scaled(v, c), false);
+                if !view {
+                    copied += scaled(v, c);
+                }
+                new_nodes.push(ANode {
+                    reads: vec![
+                        v.index() as u32,
+                        t.get(Wire::Bound(c, false)),
+                        t.get(Wire::Bound(c, true)),
+                        t.get(Wire::Axis(*axis)),
+                    ],
+                    input0: Some(v.index() as u32),
+                    outputs: vec![Some(out)],
+                    view,
+                    scratch,
+                    assembled: false,
+                });
+            }
+            Emit::Clone {
+                chunk,
+                node: n,
+                inputs,
+            } => {
+                let (c, w) = (*chunk, width(*chunk));
+                let node = g.node(*n);
+                let axes: Vec<Option<usize>> = node
+                    .inputs
+                    .iter()
+                    .chain(&node.outputs)
+                    .map(|v| v.and_then(split))
+                    .collect();
+                let key = (*n, w, axes);
+                if !cache.clone.contains_key(&key) {
+                    let shape_fact = |y: ValueId| -> Result<Fact, ChunkError> {
+                        let f = chunk_fact(base.facts.get(y), split(y), w);
+                        let s = f.shape.clone().unwrap_or_default();
+                        let vals = s
+                            .iter()
+                            .map(|d| base.eval(d).map(|x| Expr::from(x as i64)))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        Ok(Fact::with_value(
+                            memplan_ir::DataType::I64,
+                            vec![Expr::from(vals.len() as i64)],
+                            Known::Int(vals),
+                        ))
+                    };
+                    let mut owned: Vec<Option<Fact>> = Vec::with_capacity(node.inputs.len());
+                    for (slot, inp) in node.inputs.iter().enumerate() {
+                        owned.push(match inp {
+                            None => None,
+                            Some(_) if super::rewrite::reshapes(&node.op) && slot == 1 => {
+                                match node.outputs[0] {
+                                    Some(y) => Some(shape_fact(y)?),
+                                    None => None,
+                                }
+                            }
+                            Some(v) => Some(chunk_fact(base.facts.get(*v), split(*v), w)),
+                        });
+                    }
+                    let outs: Vec<Option<Fact>> = node
+                        .outputs
+                        .iter()
+                        .map(|o| o.map(|v| chunk_fact(base.facts.get(v), split(v), w)))
+                        .collect();
+                    let ins: Vec<Option<&Fact>> = owned.iter().map(Option::as_ref).collect();
+                    let outs: Vec<Option<&Fact>> = outs.iter().map(Option::as_ref).collect();
+                    // A clone the planner would assemble in place is not modelled.
+                    let m = if ops::axes::concat_in_place(node, &ins, &outs) {
+                        None
+                    } else {
+                        Some(mem_of(base, node, &ins, &outs)?)
+                    };
+                    cache.clone.insert(key.clone(), m);
+                }
+                let Some((view, scratch)) = cache.clone[&key] else {
+                    return Err(ChunkError::Region(
+                        "a Concat in the region would be assembled in place".into(),
+                    ));
+                };
+                let mut reads = Vec::with_capacity(inputs.len());
+                let mut input0 = None;
+                for (slot, w) in inputs.iter().enumerate() {
+                    let Some(w) = *w else { continue };
+                    let id = match w {
+                        Wire::Orig(v) => v.index() as u32,
+                        Wire::Shape(_, y) => {
+                            let rank = g.node(y).outputs[0]
+                                .and_then(|o| base.facts.get(o).rank())
+                                .unwrap_or(0);
+                            t.wire(w, 8 * rank as u64, true)
+                        }
+                        w => t.wires.get(&w).copied().ok_or_else(|| {
+                            ChunkError::Region(format!("{w:?} is read before it is made"))
+                        })?,
+                    };
+                    if slot == 0 {
+                        input0 = Some(id);
+                    }
+                    reads.push(id);
+                }
+                reads.sort_unstable();
+                reads.dedup();
+                let outputs = node
+                    .outputs
+                    .iter()
+                    .map(|o| o.map(|v| t.wire(Wire::Chunk(c, v), scaled(v, c), false)))
+                    .collect();
+                // A view's output cannot be written into an assembled output.
+                if view {
+                    if let Some(Some(y)) = node.outputs.first() {
+                        assembled_out[y.index()] = Some(false);
+                    }
+                }
+                new_nodes.push(ANode {
+                    reads,
+                    input0,
+                    outputs,
+                    view,
+                    scratch,
+                    assembled: false,
+                });
+            }
+            Emit::Concat { value, axis } => {
+                let v = *value;
+                let pieces: Vec<u32> = (0..em.bounds.len() as u32)
+                    .map(|c| t.get(Wire::Chunk(c, v)))
+                    .collect();
+                let f = base.facts.get(v);
+                let piece_facts: Vec<Fact> = (0..em.bounds.len() as u32)
+                    .map(|c| chunk_fact(f, Some(*axis), width(c)))
+                    .collect();
+                let node = concat_node(*axis, pieces.len());
+                let ins: Vec<Option<&Fact>> = piece_facts.iter().map(Some).collect();
+                let can = assemble
+                    && assembled_out[v.index()] != Some(false)
+                    && ops::axes::concat_in_place(&node, &ins, &[Some(f)]);
+                let (_, scratch) = if can {
+                    (false, 0)
+                } else {
+                    mem_of(base, &node, &ins, &[Some(f)])?
+                };
+                assembled_out[v.index()] = Some(can);
+                if !can {
+                    copied += base.bytes[v.index()];
+                }
+                new_nodes.push(ANode {
+                    reads: pieces,
+                    input0: None,
+                    outputs: vec![Some(v.index() as u32)],
+                    view: false,
+                    scratch,
+                    assembled: can,
+                });
+            }
+        }
+    }
+    drop(cache);
+    let added = new_nodes.len();
+    let Table {
+        bytes, resident, ..
+    } = t;
+
+    // All nodes, in the order `apply` lists them.
+    let mut list: Vec<ANode> = Vec::with_capacity(g.nodes.len() + added);
+    // The original position of each listed node; the new ones take the last region node's.
+    let mut origin: Vec<usize> = Vec::with_capacity(g.nodes.len() + added);
+    let mut new_nodes = Some(new_nodes);
+    for (i, node) in g.nodes.iter().enumerate() {
+        if !region.nodes.contains(&NodeId::from_index(i)) {
+            origin.push(i);
+            // A `Concat` made of a region output that is now itself assembled is not any more.
+            let assembled = base.assembled[i]
+                && node
+                    .input_ids()
+                    .all(|v| assembled_out[v.index()] != Some(true));
+            list.push(ANode {
+                reads: base.reads[i].iter().map(|v| v.index() as u32).collect(),
+                input0: node
+                    .inputs
+                    .first()
+                    .copied()
+                    .flatten()
+                    .map(|v| v.index() as u32),
+                outputs: node
+                    .outputs
+                    .iter()
+                    .map(|o| o.map(|v| v.index() as u32))
+                    .collect(),
+                view: base.view[i],
+                scratch: if assembled { 0 } else { base.scratch[i] },
+                assembled,
+            });
+        }
+        if i == em.last {
+            list.extend(new_nodes.take().unwrap_or_default());
+            origin.resize(list.len(), i);
+        }
+    }
+    // The window the live bytes are compared over: the region's original span and the old peak.
+    let first_region = em.order.first().map_or(0, |n| n.index());
+    let peak_step = base.peak_step.unwrap_or(first_region);
+    let window = first_region.min(peak_step)..=em.last.max(peak_step);
+
+    // The topological sort of the rewritten graph: a min-heap on list position.
+    let nvals = bytes.len();
+    let mut producer = vec![NONE; nvals];
+    for (a, n) in list.iter().enumerate() {
+        for o in n.outputs.iter().flatten() {
+            producer[*o as usize] = a as u32;
+        }
+    }
+    let mut indeg = vec![0usize; list.len()];
+    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); list.len()];
+    for (a, n) in list.iter().enumerate() {
+        let mut deps: Vec<u32> = n
+            .reads
+            .iter()
+            .map(|&r| producer[r as usize])
+            .filter(|&p| p != NONE)
+            .collect();
+        deps.sort_unstable();
+        deps.dedup();
+        indeg[a] = deps.len();
+        for p in deps {
+            succ[p as usize].push(a as u32);
+        }
+    }
+    let mut ready: BinaryHeap<Reverse<u32>> = (0..list.len() as u32)
+        .filter(|&a| indeg[a as usize] == 0)
+        .map(Reverse)
+        .collect();
+    let mut order = Vec::with_capacity(list.len());
+    while let Some(Reverse(a)) = ready.pop() {
+        order.push(a);
+        for &s in &succ[a as usize] {
+            indeg[s as usize] -= 1;
+            if indeg[s as usize] == 0 {
+                ready.push(Reverse(s));
+            }
+        }
+    }
+    if order.len() != list.len() {
+        return Err(ChunkError::Region(
+            "the region is not convex: a path leaves it and comes back".into(),
+        ));
+    }
+
+    // The simulator's rules over that order.
+    let steps = order.len();
+    let mut buf = vec![NONE; nvals];
+    for (i, r) in resident.iter().enumerate() {
+        if *r {
+            buf[i] = RESIDENT;
+        }
+    }
+    // Buffers: (bytes, first step, last step).
+    let mut bufs: Vec<(u64, usize, usize)> = Vec::new();
+    let mut scratch = vec![0u64; steps];
+    let mut pending: BTreeMap<u32, u32> = BTreeMap::new();
+    // Pieces of assembled concats: piece value -> output value.
+    let mut piece_of: BTreeMap<u32, u32> = BTreeMap::new();
+    for n in &list {
+        if n.assembled {
+            if let Some(Some(out)) = n.outputs.first() {
+                for &p in &n.reads {
+                    piece_of.insert(p, *out);
+                }
+            }
+        }
+    }
+    let mut in_window = vec![false; steps];
+    for (s, &a) in order.iter().enumerate() {
+        let n = &list[a as usize];
+        in_window[s] = window.contains(&origin[a as usize]);
+        scratch[s] = n.scratch;
+        for (slot, o) in n.outputs.iter().enumerate() {
+            let Some(o) = *o else { continue };
+            let src = n.input0.map_or(NONE, |i| buf[i as usize]);
+            if slot == 0 && n.view && src != NONE {
+                buf[o as usize] = src;
+            } else if n.assembled {
+                buf[o as usize] = *pending.get(&o).unwrap_or(&NONE);
+            } else if let Some(&out) = piece_of.get(&o) {
+                let b = *pending.entry(out).or_insert_with(|| {
+                    bufs.push((bytes[out as usize], s, s));
+                    (bufs.len() - 1) as u32
+                });
+                buf[o as usize] = b;
+            } else {
+                bufs.push((bytes[o as usize], s, s));
+                buf[o as usize] = (bufs.len() - 1) as u32;
+            }
+        }
+    }
+    let mut pinned = vec![false; bufs.len()];
+    for (s, &a) in order.iter().enumerate() {
+        for &r in &list[a as usize].reads {
+            let b = buf[r as usize];
+            if b < RESIDENT {
+                let e = &mut bufs[b as usize];
+                e.2 = e.2.max(s);
+            }
+        }
+    }
+    for &o in &g.outputs {
+        let b = buf[o.index()];
+        if b < RESIDENT {
+            pinned[b as usize] = true;
+        }
+    }
+    let mut diff = vec![0i128; steps + 1];
+    for (b, &(sz, f, l)) in bufs.iter().enumerate() {
+        diff[f] += sz as i128;
+        if !pinned[b] {
+            diff[l + 1] -= sz as i128;
+        }
+    }
+    let res: u64 = bytes
+        .iter()
+        .zip(&resident)
+        .filter(|(_, r)| **r)
+        .map(|(b, _)| *b)
+        .sum();
+    let (mut peak, mut local) = (res, 0u64);
+    let mut live: i128 = 0;
+    let mut per_step = Vec::with_capacity(steps);
+    for s in 0..steps {
+        live += diff[s];
+        let here = res + live.max(0) as u64 + scratch[s];
+        per_step.push(here);
+        peak = peak.max(here);
+        if in_window[s] {
+            local = local.max(here);
+        }
+    }
+    Ok(Prediction {
+        peak,
+        local,
+        copied,
+        added,
+        per_step,
+    })
+}
+
+fn synthetic(op: &str, inputs: usize) -> Node {
+    Node {
+        name: String::new(),
+        op: op.into(),
+        domain: String::new(),
+        overload: String::new(),
+        inputs: vec![Some(ValueId(0)); inputs],
+        outputs: vec![Some(ValueId(0))],
+        attrs: Vec::new(),
+        doc: String::new(),
+        metadata: Vec::new(),
+    }
+}
+
+/// A `Concat` of `inputs` values along `axis`, for the op table's rules.
+pub(crate) fn concat_node(axis: usize, inputs: usize) -> Node {
+    let mut n = synthetic("Concat", inputs);
+    n.attrs = vec![memplan_ir::graph::Attribute {
+        name: "axis".into(),
+        value: memplan_ir::graph::AttrValue::Int(axis as i64),
+        doc: String::new(),
+    }];
+    n
+}

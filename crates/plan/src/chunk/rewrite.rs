@@ -1,0 +1,463 @@
+//! The chunking rewrite, in two halves that share one description of it.
+//!
+//! [`emit`] lists the nodes the rewrite adds, in the order it adds them: per chunk, a `Slice` of each
+//! split region input right before its first reader, then a clone of each region node; after the
+//! last chunk, one `Concat` per region output. [`apply`] turns that list into a graph;
+//! `predict` simulates it without building anything. Both read the same list, so what is predicted
+//! is what is built.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Node, NodeId, ValueId, ValueKind};
+use memplan_ir::infer::Facts;
+use memplan_ir::TensorData;
+
+use super::{ChunkError, Region};
+
+/// A value of the rewritten graph, named by what it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Wire {
+    /// A value of the original graph: read whole, or a region output (the `Concat` keeps its id).
+    Orig(ValueId),
+    /// Chunk `c` of an original value: the slice of a region input, or a clone's output.
+    Chunk(u32, ValueId),
+    /// The target shape of the clone of a `Reshape` or `Expand` node in chunk `c`.
+    Shape(u32, NodeId),
+    /// Chunk `c`'s start (`false`) or end (`true`) along the split axis, for the slices.
+    Bound(u32, bool),
+    /// The axis a slice cuts along.
+    Axis(usize),
+}
+
+/// One node the rewrite adds.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Emit {
+    /// `Chunk(chunk, value)` = `value[lo..hi]` along `axis`.
+    Slice {
+        chunk: u32,
+        value: ValueId,
+        axis: usize,
+    },
+    /// Region node `node` over chunk `chunk`; its outputs are `Chunk(chunk, output)`.
+    Clone {
+        chunk: u32,
+        node: NodeId,
+        inputs: Vec<Option<Wire>>,
+    },
+    /// `Orig(value)` = the chunks of `value` joined along `axis`.
+    Concat { value: ValueId, axis: usize },
+}
+
+/// The rewrite of one region, before it is built.
+#[derive(Clone, Debug)]
+pub(crate) struct Emitted {
+    /// The extent of the split axis.
+    pub extent: i64,
+    /// `[lo, hi)` of each chunk along it.
+    pub bounds: Vec<(i64, i64)>,
+    pub steps: Vec<Emit>,
+    /// Region outputs (made inside, read outside or graph outputs), ascending.
+    pub outputs: Vec<ValueId>,
+    /// Index in the node list of the last region node: the new nodes take its place.
+    pub last: usize,
+    /// Region nodes in node-list order.
+    pub order: Vec<NodeId>,
+}
+
+impl Emitted {
+    /// Extent of chunk `c` along the split axis.
+    pub fn width(&self, c: u32) -> i64 {
+        let (lo, hi) = self.bounds[c as usize];
+        hi - lo
+    }
+}
+
+/// Whether the op's input 1 is its output's shape (which a chunk must have its own of).
+pub(crate) fn reshapes(op: &str) -> bool {
+    op == "Reshape" || op == "Expand"
+}
+
+/// The chunk boundaries for `chunks` chunks of `extent`: equal widths rounded up, the last one
+/// shorter; a last chunk of width 1 joins the previous one (extent-1 operands can take other
+/// kernel paths, and broadcasting would read them differently).
+pub(crate) fn bounds(extent: i64, chunks: usize) -> Vec<(i64, i64)> {
+    let k = (chunks as i64).clamp(1, extent.max(1));
+    let step = (extent + k - 1) / k;
+    let mut b: Vec<(i64, i64)> = (0..k)
+        .map(|c| (c * step, ((c + 1) * step).min(extent)))
+        .filter(|(a, b)| a < b)
+        .collect();
+    if b.len() > 1 && b[b.len() - 1].1 - b[b.len() - 1].0 == 1 {
+        let last = b.pop().unwrap_or_default();
+        if let Some(prev) = b.last_mut() {
+            prev.1 = last.1;
+        }
+    }
+    b
+}
+
+/// Lists the nodes that chunk `region` adds (see the module docs). The graph's node list must be
+/// in topological order.
+pub(crate) fn emit(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    consumers: &[Vec<NodeId>],
+    region: &Region,
+) -> Result<Emitted, ChunkError> {
+    let err = |m: String| ChunkError::Region(m);
+    let made_inside = |v: ValueId| g.producer(v).is_some_and(|p| region.nodes.contains(&p));
+    let (&sv, &sa) = region
+        .axes
+        .iter()
+        .find_map(|(v, a)| a.as_ref().map(|a| (v, a)))
+        .ok_or_else(|| err("no value is split".into()))?;
+    let extent = facts
+        .get(sv)
+        .shape
+        .as_ref()
+        .and_then(|s| s.get(sa))
+        .ok_or_else(|| err(format!("'{}' has no shape", g.value(sv).name)))?
+        .eval_map(dims)
+        .map_err(|e| err(format!("extent of '{}': {e}", g.value(sv).name)))?;
+    let bounds = bounds(extent, region.chunks);
+    if bounds.len() < 2 {
+        return Err(err(format!("an extent of {extent} gives one chunk")));
+    }
+    let is_output: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
+    let outputs: Vec<ValueId> = region
+        .nodes
+        .iter()
+        .flat_map(|&n| g.node(n).output_ids())
+        .filter(|&v| {
+            is_output.contains(&v)
+                || consumers[v.index()]
+                    .iter()
+                    .any(|c| !region.nodes.contains(c))
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let order: Vec<NodeId> = region.nodes.iter().copied().collect();
+    let last = order.last().map_or(0, |n| n.index());
+    let mut steps = Vec::new();
+    for c in 0..bounds.len() as u32 {
+        let mut sliced: BTreeSet<ValueId> = BTreeSet::new();
+        for &n in &order {
+            let node = g.node(n);
+            let mut inputs = Vec::with_capacity(node.inputs.len());
+            for (slot, inp) in node.inputs.iter().enumerate() {
+                let Some(v) = *inp else {
+                    inputs.push(None);
+                    continue;
+                };
+                // A Reshape's or Expand's target is the whole shape: each chunk gets its own.
+                if reshapes(&node.op) && slot == 1 {
+                    inputs.push(Some(Wire::Shape(c, n)));
+                    continue;
+                }
+                if made_inside(v) {
+                    inputs.push(Some(Wire::Chunk(c, v)));
+                    continue;
+                }
+                match region.axes.get(&v).copied().flatten() {
+                    Some(axis) => {
+                        if sliced.insert(v) {
+                            steps.push(Emit::Slice {
+                                chunk: c,
+                                value: v,
+                                axis,
+                            });
+                        }
+                        inputs.push(Some(Wire::Chunk(c, v)));
+                    }
+                    None => inputs.push(Some(Wire::Orig(v))),
+                }
+            }
+            steps.push(Emit::Clone {
+                chunk: c,
+                node: n,
+                inputs,
+            });
+        }
+    }
+    for &v in &outputs {
+        let axis = region.axes.get(&v).copied().flatten().ok_or_else(|| {
+            err(format!(
+                "region output '{}' has no split axis",
+                g.value(v).name
+            ))
+        })?;
+        steps.push(Emit::Concat { value: v, axis });
+    }
+    Ok(Emitted {
+        extent,
+        bounds,
+        steps,
+        outputs,
+        last,
+        order,
+    })
+}
+
+/// Unique names: a base name, or the base with `_2`, `_3`, ... appended.
+struct Names(BTreeSet<String>);
+
+impl Names {
+    fn fresh(&mut self, base: &str) -> String {
+        let mut name = base.to_string();
+        let mut k = 1;
+        while self.0.contains(&name) {
+            k += 1;
+            name = format!("{base}_{k}");
+        }
+        self.0.insert(name.clone());
+        name
+    }
+}
+
+/// Rewrites `model` so that `region` runs in chunks (see the module docs). The node list of the
+/// result is in topological order, and every value in it is read or made by a node or is a graph
+/// input, output or initializer: the region's original intermediates are gone.
+pub fn apply(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    region: &Region,
+) -> Result<Model, ChunkError> {
+    let g = &model.graph;
+    let consumers = g.consumers();
+    let em = emit(g, facts, dims, &consumers, region)?;
+    let err = |m: String| ChunkError::Region(m);
+    let mut out = g.clone();
+    let mut names = Names(g.values.iter().map(|v| v.name.clone()).collect());
+    names.0.extend(g.nodes.iter().map(|n| n.name.clone()));
+    // Shared names for the chunk bounds: after the first region output.
+    let tag = em
+        .outputs
+        .first()
+        .map_or_else(|| "chunk".to_string(), |&v| g.value(v).name.clone());
+    let mut wires: BTreeMap<Wire, ValueId> = BTreeMap::new();
+    let mut new_nodes: Vec<Node> = Vec::new();
+    let blank = |name: String, op: &str, inputs: Vec<Option<ValueId>>| Node {
+        name,
+        op: op.into(),
+        domain: String::new(),
+        overload: String::new(),
+        inputs,
+        outputs: Vec::new(),
+        attrs: Vec::new(),
+        doc: String::new(),
+        metadata: Vec::new(),
+    };
+    // A placeholder producer; value kinds are fixed once the node list is final.
+    let made = ValueKind::Node {
+        node: NodeId(u32::MAX),
+        slot: 0,
+    };
+    let int_init = |out: &mut Graph, names: &mut Names, base: &str, dims_: Vec<u64>, v: &[i64]| {
+        let name = names.fresh(base);
+        out.add_initializer(TensorData::from_i64(name, dims_, v))
+    };
+    for step in &em.steps {
+        match step {
+            Emit::Slice { chunk, value, axis } => {
+                let (c, v) = (*chunk, *value);
+                let (lo, hi) = em.bounds[c as usize];
+                let mut ins = vec![Some(v)];
+                for (w, base, x) in [
+                    (Wire::Bound(c, false), format!("{tag}__chunk{c}_start"), lo),
+                    (Wire::Bound(c, true), format!("{tag}__chunk{c}_end"), hi),
+                    (
+                        Wire::Axis(*axis),
+                        format!("{tag}__axis{axis}"),
+                        *axis as i64,
+                    ),
+                ] {
+                    let id = match wires.get(&w) {
+                        Some(&id) => id,
+                        None => {
+                            let id = int_init(&mut out, &mut names, &base, vec![1], &[x]);
+                            wires.insert(w, id);
+                            id
+                        }
+                    };
+                    ins.push(Some(id));
+                }
+                let vname = names.fresh(&format!("{}__chunk{c}", g.value(v).name));
+                let mut node = blank(names.fresh(&format!("{vname}_slice")), "Slice", ins);
+                let id = out.add_value(vname, made.clone());
+                node.outputs = vec![Some(id)];
+                wires.insert(Wire::Chunk(c, v), id);
+                new_nodes.push(node);
+            }
+            Emit::Clone {
+                chunk,
+                node: n,
+                inputs,
+            } => {
+                let c = *chunk;
+                let orig = g.node(*n);
+                let mut ins = Vec::with_capacity(inputs.len());
+                for w in inputs {
+                    let Some(w) = *w else {
+                        ins.push(None);
+                        continue;
+                    };
+                    let id = match w {
+                        Wire::Orig(v) => v,
+                        Wire::Shape(c, n) => {
+                            let y = g.node(n).outputs[0]
+                                .ok_or_else(|| err("a shape op without output".into()))?;
+                            let ax =
+                                region.axes.get(&y).copied().flatten().ok_or_else(|| {
+                                    err("a shape op's output is not split".into())
+                                })?;
+                            let shape = facts.get(y).shape.as_ref().ok_or_else(|| {
+                                err("a shape op's output shape is unknown".into())
+                            })?;
+                            let mut vals = Vec::with_capacity(shape.len());
+                            for (i, d) in shape.iter().enumerate() {
+                                vals.push(if i == ax {
+                                    em.width(c)
+                                } else {
+                                    d.eval_map(dims).map_err(|e| err(e.to_string()))?
+                                });
+                            }
+                            let base = format!("{}__chunk{c}_shape", g.value(y).name);
+                            int_init(&mut out, &mut names, &base, vec![vals.len() as u64], &vals)
+                        }
+                        w => *wires
+                            .get(&w)
+                            .ok_or_else(|| err(format!("{w:?} is read before it is made")))?,
+                    };
+                    ins.push(Some(id));
+                }
+                let base = if orig.name.is_empty() {
+                    format!("{}_{}", orig.op, n.0)
+                } else {
+                    orig.name.clone()
+                };
+                let mut node = blank(names.fresh(&format!("{base}__chunk{c}")), &orig.op, ins);
+                node.domain = orig.domain.clone();
+                node.attrs = orig.attrs.clone();
+                for o in &orig.outputs {
+                    node.outputs.push(match o {
+                        Some(v) => {
+                            let name = names.fresh(&format!("{}__chunk{c}", g.value(*v).name));
+                            let id = out.add_value(name, made.clone());
+                            wires.insert(Wire::Chunk(c, *v), id);
+                            Some(id)
+                        }
+                        None => None,
+                    });
+                }
+                new_nodes.push(node);
+            }
+            Emit::Concat { value, axis } => {
+                let v = *value;
+                let mut ins = Vec::with_capacity(em.bounds.len());
+                for c in 0..em.bounds.len() as u32 {
+                    let id = wires.get(&Wire::Chunk(c, v)).ok_or_else(|| {
+                        err(format!("chunk {c} of '{}' is missing", g.value(v).name))
+                    })?;
+                    ins.push(Some(*id));
+                }
+                let mut node = blank(
+                    names.fresh(&format!("{}__concat", g.value(v).name)),
+                    "Concat",
+                    ins,
+                );
+                node.attrs = vec![Attribute {
+                    name: "axis".into(),
+                    value: AttrValue::Int(*axis as i64),
+                    doc: String::new(),
+                }];
+                node.outputs = vec![Some(v)];
+                new_nodes.push(node);
+            }
+        }
+    }
+    let mut nodes: Vec<Node> = Vec::with_capacity(g.nodes.len() + new_nodes.len());
+    for (i, node) in g.nodes.iter().enumerate() {
+        if !region.nodes.contains(&NodeId::from_index(i)) {
+            nodes.push(node.clone());
+        }
+        if i == em.last {
+            nodes.append(&mut new_nodes);
+        }
+    }
+    out.nodes = nodes;
+    set_producers(&mut out);
+    let order = out.topo_order().map_err(|e| err(e.to_string()))?;
+    let mut out = crate::reorder(&out, &order);
+    out = compact(out);
+    Ok(Model {
+        graph: out,
+        ..model.clone()
+    })
+}
+
+/// Points every node output's value at its producer.
+fn set_producers(g: &mut Graph) {
+    let mut owner = Vec::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for (slot, o) in n.outputs.iter().enumerate() {
+            if let Some(v) = o {
+                owner.push((*v, i, slot as u32));
+            }
+        }
+    }
+    for (v, i, slot) in owner {
+        g.values[v.index()].kind = ValueKind::Node {
+            node: NodeId::from_index(i),
+            slot,
+        };
+    }
+}
+
+/// Drops node-made values no node makes any more (a chunked region's original intermediates) and
+/// renumbers the rest, keeping their order.
+fn compact(g: Graph) -> Graph {
+    let mut made = vec![false; g.values.len()];
+    for n in &g.nodes {
+        for v in n.output_ids() {
+            made[v.index()] = true;
+        }
+    }
+    let keep: Vec<bool> = g
+        .values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| made[i] || !matches!(v.kind, ValueKind::Node { .. }))
+        .collect();
+    if keep.iter().all(|&k| k) {
+        return g;
+    }
+    let mut map: Vec<Option<ValueId>> = vec![None; g.values.len()];
+    let mut values = Vec::with_capacity(g.values.len());
+    for (i, v) in g.values.into_iter().enumerate() {
+        if keep[i] {
+            map[i] = Some(ValueId::from_index(values.len()));
+            values.push(v);
+        }
+    }
+    let m = |v: ValueId| map[v.index()];
+    let list = |l: Vec<ValueId>| -> Vec<ValueId> { l.into_iter().filter_map(m).collect() };
+    let mut nodes = g.nodes;
+    for n in &mut nodes {
+        for i in n.inputs.iter_mut().chain(n.outputs.iter_mut()) {
+            *i = i.and_then(m);
+        }
+    }
+    Graph {
+        nodes,
+        values,
+        inputs: list(g.inputs),
+        outputs: list(g.outputs),
+        value_info: list(g.value_info),
+        initializers: list(g.initializers),
+        sparse_initializers: list(g.sparse_initializers),
+        ..g
+    }
+}
