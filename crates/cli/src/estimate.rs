@@ -28,6 +28,10 @@ pub struct EstimateArgs {
     /// fastest with).
     #[arg(long, value_name = "NAME")]
     pub solve: Option<String>,
+    /// With --budget: also find the largest value of the solved symbol that fits once the model is
+    /// optimized (chunked and planned, as `memplan optimize --budget` does); one plan per probe.
+    #[arg(long, requires = "budget")]
+    pub optimized: bool,
     /// Sweep one symbol: `N=64..8192` doubles, `N=64..512:64` steps by 64.
     #[arg(long, value_name = "SYM=A..B[:STEP]")]
     pub sweep: Option<String>,
@@ -195,10 +199,28 @@ pub fn estimate(a: EstimateArgs) -> Result<()> {
         crate::plot::write_svg(p, &a.model, &e, g)
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    let optimized = match (a.optimized, budget, &e.max_fitting) {
+        (true, Some(b), Some(m)) => {
+            let mut rest = dims.clone();
+            rest.remove(&m.symbol);
+            let start = m.value.unwrap_or(1);
+            Some(crate::optimize::max_fitting_optimized(
+                &model, &rest, &m.symbol, b, start,
+            )?)
+        }
+        _ => None,
+    };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&e)?);
+        let mut j = serde_json::to_value(&e)?;
+        if let (Some(o), Some(obj)) = (&optimized, j.as_object_mut()) {
+            obj.insert("max_fitting_optimized".into(), serde_json::to_value(o)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         print!("{}", render_estimate(&a.model, &e));
+        if let Some(o) = &optimized {
+            println!("{}", crate::optimize::optimized_fit_line(o));
+        }
     }
     Ok(())
 }

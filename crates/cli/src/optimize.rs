@@ -75,7 +75,7 @@ struct JsonReport<'a> {
 
 /// What chunking did, for the report.
 #[derive(serde::Serialize)]
-struct ChunkReport {
+pub(crate) struct ChunkReport {
     steps: Vec<ChunkStep>,
     /// Simulated peak (graph order) before and after chunking.
     simulated_peak_before: u64,
@@ -96,10 +96,125 @@ struct LiveTensor {
     bytes: u64,
 }
 
+/// The largest value of `sym` at which `model` (other dims from `dims`) has a plan that fits
+/// `budget` once chunked as `memplan optimize --budget` would, searched by doubling from `start` (a
+/// value that fits without chunking, or 1) and then bisecting; each probe plans (and chunks when
+/// needed) at that value. `None` when even `start` does not fit.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct OptimizedFit {
+    pub symbol: String,
+    pub value: Option<i64>,
+    /// The planned peak at `value`, and at the smallest probed value that does not fit.
+    pub peak_at_value: Option<u64>,
+    pub first_failing: Option<i64>,
+    pub peak_at_failing: Option<u64>,
+    /// Values probed (each one a plan, chunked when needed).
+    pub probes: usize,
+}
+
+pub(crate) fn max_fitting_optimized(
+    model: &Model,
+    dims: &BTreeMap<String, i64>,
+    sym: &str,
+    budget: u64,
+    start: i64,
+) -> Result<OptimizedFit> {
+    let opts = Options {
+        exact_time: Duration::from_millis(20),
+        ..Options::default()
+    };
+    let mut probes = 0;
+    let facts = memplan_ir::infer_model(model).map_err(|e| anyhow!("{e}"))?;
+    // The planned peak at `n`, chunking when the plan alone does not fit.
+    let mut peak_at = |n: i64| -> Result<u64> {
+        probes += 1;
+        let mut d = dims.clone();
+        d.insert(sym.to_string(), n);
+        let out = memplan_plan::optimize(&model.graph, &facts, &d, &opts)?;
+        if out.report.peak_bytes_after <= budget {
+            return Ok(out.report.peak_bytes_after);
+        }
+        let (_, o, _) = chunk_and_plan(model, &d, budget, &[], &opts)?;
+        Ok(o.report.peak_bytes_after)
+    };
+    let mut lo = start.max(1);
+    let p_lo = peak_at(lo)?;
+    if p_lo > budget {
+        return Ok(OptimizedFit {
+            symbol: sym.to_string(),
+            value: None,
+            peak_at_value: None,
+            first_failing: Some(lo),
+            peak_at_failing: Some(p_lo),
+            probes,
+        });
+    }
+    let mut best = (lo, p_lo);
+    let mut hi = None;
+    while hi.is_none() && lo < (1 << 24) {
+        let n = lo.saturating_mul(2);
+        let p = peak_at(n)?;
+        if p <= budget {
+            lo = n;
+            best = (n, p);
+        } else {
+            hi = Some((n, p));
+        }
+    }
+    let Some(mut fail) = hi else {
+        return Ok(OptimizedFit {
+            symbol: sym.to_string(),
+            value: Some(best.0),
+            peak_at_value: Some(best.1),
+            first_failing: None,
+            peak_at_failing: None,
+            probes,
+        });
+    };
+    while fail.0 - best.0 > 1 {
+        let mid = best.0 + (fail.0 - best.0) / 2;
+        let p = peak_at(mid)?;
+        if p <= budget {
+            best = (mid, p);
+        } else {
+            fail = (mid, p);
+        }
+    }
+    Ok(OptimizedFit {
+        symbol: sym.to_string(),
+        value: Some(best.0),
+        peak_at_value: Some(best.1),
+        first_failing: Some(fail.0),
+        peak_at_failing: Some(fail.1),
+        probes,
+    })
+}
+
+/// One line for [`OptimizedFit`], under the estimate's own "largest N that fits".
+pub(crate) fn optimized_fit_line(o: &OptimizedFit) -> String {
+    let failing = match (o.first_failing, o.peak_at_failing) {
+        (Some(f), Some(p)) => format!(", {} at {}={f}", human(p), o.symbol),
+        _ => String::new(),
+    };
+    match (o.value, o.peak_at_value) {
+        (Some(v), Some(p)) => format!(
+            "optimized:  largest {} that fits: {v}   (planned peak {} at {}={v}{failing}; {} plans)",
+            o.symbol,
+            human(p),
+            o.symbol,
+            o.probes
+        ),
+        _ => format!(
+            "optimized:  no {} fits even chunked{failing}",
+            o.symbol
+        ),
+    }
+}
+
 /// Chunks `model` until its plan fits `budget`: chunk to the budget (simulated peak), plan, and
 /// if the plan still does not fit, chunk again to a target lowered by the excess (three rounds at
 /// most). Returns the chunked model, its plan and the chunking report.
-fn chunk_and_plan(
+pub(crate) fn chunk_and_plan(
     model: &Model,
     dims: &BTreeMap<String, i64>,
     budget: u64,

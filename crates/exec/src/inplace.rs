@@ -9,9 +9,10 @@
 //! - **staged** (`Mem::inplace_elementwise`: output element `i` reads element `i` of each input, or
 //!   its broadcast source): the op runs on consecutive chunks of the flattened output. For each chunk,
 //!   the overwritten input's elements (and those of any input reading the same bytes) are copied to a
-//!   small staging buffer ([`STAGE_BYTES`] of the output type, not charged to the run: like a kernel's
-//!   stack, its size does not grow with the model), an input that broadcasts is gathered into one,
-//!   and the op writes its output chunk straight into the arena. The op's own code computes every
+//!   staging buffer, an input that broadcasts is gathered into one, and the op writes its output
+//!   chunk straight into the arena. Staging buffers hold [`STAGE_BYTES`] of the output type whatever
+//!   the tensors' sizes and are not charged to the run: like a kernel's stack, they do not grow with
+//!   the dims. The op's own code computes every
 //!   element, and an elementwise kernel computes each element the same way whatever slice it is given
 //!   (the executor's kernel invariant), so the bits are the normal run's.
 //! - **overwrite** (Trilu, CumSum, ScatterND, ScatterElements): the op's [`crate::ops::OverwriteFn`] turns the
@@ -117,27 +118,44 @@ fn staged(
     let target = inputs[slot].ok_or_else(|| OpFail::Invalid("in-place input missing".into()))?;
     let es = elem_size(target.dtype)?;
     let chunk = (STAGE_BYTES / es).max(1);
+    // An input with the output's element count broadcasts to it without repeating, so it has the
+    // output's layout: its chunk is a view, or a copy when the op reads it while writing the arena
+    // range it came from. One-element inputs are passed whole; any other input broadcasts and its
+    // chunk is gathered. Each copy or gather goes to a staging buffer of `chunk` elements, whatever
+    // the tensor's size, so the heap staging takes does not depend on the dims.
+    let mut stages: Vec<Option<Tensor>> = Vec::with_capacity(inputs.len());
+    for (j, t) in inputs.iter().enumerate() {
+        let staged = t.is_some_and(|t| {
+            let full = t.numel() == n;
+            (full && (j == slot || t.shares_buffer(target))) || (!full && t.numel() != 1)
+        });
+        stages.push(match t {
+            Some(t) if staged => Some(Tensor::zeros(t.dtype, &[chunk], None)?),
+            _ => None,
+        });
+    }
     let mut c0 = 0;
     while c0 < n {
         let k = chunk.min(n - c0);
         let mut staged_ins: Vec<Option<Tensor>> = Vec::with_capacity(inputs.len());
-        for (j, t) in inputs.iter().enumerate() {
+        for (t, stage) in inputs.iter().zip(stages.iter_mut()) {
             let Some(t) = *t else {
                 staged_ins.push(None);
                 continue;
             };
-            // An input with the output's element count broadcasts to it without repeating, so it has
-            // the output's layout.
-            let full = t.numel() == n;
-            staged_ins.push(Some(if full && (j == slot || t.shares_buffer(target)) {
-                // A copy of this chunk: the op reads it while writing the arena range it came from.
-                t.view(c0, &[k])?.to_owned_buffer(None)?
-            } else if full {
-                t.view(c0, &[k])?
-            } else if t.numel() == 1 {
-                t.clone()
-            } else {
-                gather_chunk(t, oshape, c0, k)?
+            staged_ins.push(Some(match stage {
+                Some(stage) => {
+                    let te = elem_size(t.dtype)?;
+                    let dst = &mut stage.bytes_mut()?[..k * te];
+                    if t.numel() == n {
+                        dst.copy_from_slice(&t.bytes()[c0 * te..(c0 + k) * te]);
+                    } else {
+                        gather_into(t, oshape, c0, dst)?;
+                    }
+                    stage.view(0, &[k])?
+                }
+                None if t.numel() == n => t.view(c0, &[k])?,
+                None => t.clone(),
             }));
         }
         let range = (offset + c0 * es, k * es);
@@ -185,16 +203,19 @@ fn staged(
     ))
 }
 
-/// Elements `c0..c0 + k` (row-major over `oshape`) of `t` broadcast to `oshape`, as a new
-/// uncharged tensor of shape `[k]` (a staging buffer, see the module docs).
-fn gather_chunk(t: &Tensor, oshape: &[usize], c0: usize, k: usize) -> Result<Tensor, OpFail> {
+/// Elements `c0..` (row-major over `oshape`) of `t` broadcast to `oshape`, written to `dst` (as many
+/// elements as it holds).
+fn gather_into(t: &Tensor, oshape: &[usize], c0: usize, dst: &mut [u8]) -> Result<(), OpFail> {
     let es = elem_size(t.dtype)?;
     let r = oshape.len();
-    if t.rank() > r {
-        return Err(OpFail::Invalid(format!(
+    let not_broadcast = || {
+        OpFail::Invalid(format!(
             "in place: {:?} does not broadcast to {oshape:?}",
             t.shape
-        )));
+        ))
+    };
+    if t.rank() > r {
+        return Err(not_broadcast());
     }
     // Element strides of `t` aligned to the output's axes (0 where it broadcasts).
     let mut st = vec![0usize; r];
@@ -212,15 +233,9 @@ fn gather_chunk(t: &Tensor, oshape: &[usize], c0: usize, k: usize) -> Result<Ten
         rem /= oshape[ax].max(1);
     }
     let mut j: usize = idx.iter().zip(&st).map(|(i, s)| i * s).sum();
-    let mut out = Tensor::zeros(t.dtype, &[k], None)?;
-    let (src, dst) = (t.bytes(), out.bytes_mut()?);
+    let src = t.bytes();
     for d in dst.chunks_exact_mut(es) {
-        let from = src.get(j * es..(j + 1) * es).ok_or_else(|| {
-            OpFail::Invalid(format!(
-                "in place: {:?} does not broadcast to {oshape:?}",
-                t.shape
-            ))
-        })?;
+        let from = src.get(j * es..(j + 1) * es).ok_or_else(not_broadcast)?;
         d.copy_from_slice(from);
         for ax in (0..r).rev() {
             idx[ax] += 1;
@@ -232,5 +247,5 @@ fn gather_chunk(t: &Tensor, oshape: &[usize], c0: usize, k: usize) -> Result<Ten
             idx[ax] = 0;
         }
     }
-    Ok(out)
+    Ok(())
 }

@@ -901,6 +901,43 @@ mod tests {
         );
     }
 
+    /// An op that modifies a copy of its input (not elementwise) may not write over a buffer that
+    /// another of its inputs also reads, even as the same value: the planner does not, and a plan
+    /// that does is refused.
+    #[test]
+    fn an_overwrite_op_may_not_take_a_buffer_another_input_reads() {
+        let mut g = Graph::default();
+        let x = g.add_input(
+            "x",
+            DeclType::tensor(DataType::F32, vec![DeclDim::Value(2), DeclDim::Value(4)]),
+        );
+        let idx = g.add_initializer(TensorData::from_i64("idx", vec![2, 4], &[0; 8]));
+        let (_, r) = g.add_node("relu", "Relu", &[Some(x)], &["r"], vec![]);
+        let (_, s) = g.add_node(
+            "scatter",
+            "ScatterElements",
+            &[Some(r[0]), Some(idx), Some(r[0])],
+            &["s"],
+            vec![],
+        );
+        g.outputs.push(s[0]);
+        let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+        let order: Vec<NodeId> = (0..2).map(NodeId).collect();
+        let mut plan =
+            crate::plan_for_schedule(&g, &facts, &BTreeMap::new(), &order).unwrap();
+        assert!(plan.inplace.is_empty(), "{}", plan.render());
+        assert_eq!(check(&g, &facts, &plan), Ok(()));
+        let at = buf(&mut plan, "r").offset;
+        buf(&mut plan, "s").offset = at;
+        plan.inplace.push(InPlace {
+            node: 1,
+            input: "r".into(),
+            output: "s".into(),
+        });
+        expect!["in-place at node 'scatter' (ScatterElements): 's' over 'r': another input of the node reads the overwritten buffer"]
+            .assert_eq(&check(&g, &facts, &plan).unwrap_err().to_string());
+    }
+
     #[test]
     fn inplace_rules() {
         let ip = |node: u32, input: &str, output: &str| InPlace {

@@ -116,9 +116,9 @@ fn corpus_plans_are_valid_and_never_worse_than_graph_order() {
         logspace_matrix_chain                n=4,t=24                 16002176 ->   13473928  -15.8%  arena  11799576 bound  11796480
         logspace_matrix_chain                n=8,t=64                 81404032 ->   67911816  -16.6%  arena  62922776 bound  62914560
         logspace_matrix_chain                n=16,t=128              317735040 ->  263749768  -17.0%  arena 251674648 bound 251658240
-        logspace_matrix_chain.legacy         n=4,t=24                 16002080 ->   13489096  -15.7%  arena  11814856 bound  11812224
-        logspace_matrix_chain.legacy         n=8,t=64                 81403936 ->   67980232  -16.5%  arena  62991304 bound  62988672
-        logspace_matrix_chain.legacy         n=16,t=128              317734944 ->  264014792  -16.9%  arena 251939784 bound 251937152
+        logspace_matrix_chain.legacy         n=4,t=24                 16002088 ->   13489096  -15.7%  arena  11814856 bound  11812224
+        logspace_matrix_chain.legacy         n=8,t=64                 81403944 ->   67980232  -16.5%  arena  62991304 bound  62988672
+        logspace_matrix_chain.legacy         n=16,t=128              317734952 ->  264014792  -16.9%  arena 251939784 bound 251937152
         of3_attn_pair_bias                   N=48                       735204 ->     722724   -1.7%  arena    331776 bound    331776
         of3_attn_pair_bias                   N=64                      1230948 ->    1214308   -1.4%  arena    589824 bound    589824
         of3_attn_pair_bias                   N=128                     4606564 ->    4573284   -0.7%  arena   2359296 bound   2359296

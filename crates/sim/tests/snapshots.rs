@@ -335,3 +335,63 @@ fn formula_sweep_and_max_fitting_on_a_synthetic_stack() {
         expect!["peak ≈ 8·S² + 512·S + 32.02 KiB (for S ≥ 128)"],
     );
 }
+
+/// Scratch lives during its node's step only, and a rule that depends on whether an extent is 1
+/// stays exact: x[N,4] -> Softmax over axis 0 (the executor transposes the input and the result
+/// when N > 1: 2 * 4 B * |x| of scratch) -> out.
+#[test]
+fn scratch_events_and_a_piecewise_formula() {
+    let mut g = Graph::default();
+    let x = g.add_input(
+        "x",
+        DeclType::tensor(
+            DataType::F32,
+            vec![DeclDim::Param("N".into()), DeclDim::Value(4)],
+        ),
+    );
+    let axis = memplan_ir::graph::Attribute {
+        name: "axis".into(),
+        value: memplan_ir::graph::AttrValue::Int(0),
+        doc: String::new(),
+    };
+    let (_, s) = g.add_node("sm", "Softmax", &[Some(x)], &["s"], vec![axis]);
+    let (_, o) = g.add_node("neg", "Neg", &[Some(s[0])], &["out"], vec![]);
+    g.outputs.push(o[0]);
+    let facts = infer_graph(&g, 18).unwrap();
+    let t = Timeline::build(&g, &facts, &facts.order).unwrap();
+    check(
+        events_text(&g, &t),
+        expect![[r#"
+            0 alloc s 16*N
+            0 alloc scratch 32*N*min(N, 2) - 32*N
+            0 free  scratch 32*N*min(N, 2) - 32*N
+            1 alloc out 16*N
+            1 free  s 16*N
+        "#]],
+    );
+    let pf = PeakFormula::new(&t);
+    for n in 1..=40i64 {
+        let env: BTreeMap<String, i64> = [("N".to_string(), n)].into();
+        let cp = concrete_peak(&t, &env).unwrap();
+        assert_eq!(pf.eval(&env).unwrap().0 as u64, cp.peak_bytes, "N={n}");
+        // N = 1: no transpose, so the peak is x + s + out; from N = 2 on, x + s + scratch.
+        let want = if n == 1 { 48 } else { 16 * n + 16 * n + 32 * n } as u64;
+        assert_eq!(cp.peak_bytes, want, "N={n}");
+    }
+    let peak_at = |env: &BTreeMap<String, i64>| Ok(Some(concrete_peak(&t, env)?.peak_bytes));
+    for budget in [48u64, 127, 128, 6400, 6463, 6464] {
+        match pf
+            .max_fitting("N", &BTreeMap::new(), budget, &peak_at)
+            .unwrap()
+        {
+            MaxFit::Value(v) => {
+                let at = |n: i64| peak_at(&[("N".to_string(), n)].into()).unwrap().unwrap();
+                assert!(
+                    at(v) <= budget && at(v + 1) > budget,
+                    "budget {budget}: {v}"
+                );
+            }
+            other => panic!("budget {budget}: {other:?}"),
+        }
+    }
+}

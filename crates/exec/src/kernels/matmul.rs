@@ -107,6 +107,14 @@ impl GemmFloat for f32 {
         rsc: isize,
         csc: isize,
     ) {
+        // A small B is multiplied without packing A (same bits as `matrixmultiply`, see
+        // `gemm_small`), which pays when A is large and `k` or `n` small.
+        #[cfg(target_arch = "x86_64")]
+        if csc == 1 && m >= 4 && super::gemm_small::usable(k, n) {
+            // SAFETY: forwarded contract of `gemm_raw`; `usable` holds.
+            unsafe { super::gemm_small::gemm(m, k, n, a, rsa, csa, b, rsb, csb, c, rsc) };
+            return;
+        }
         // SAFETY: forwarded contract of `gemm_raw`.
         unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc) }
     }

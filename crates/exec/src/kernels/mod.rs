@@ -5,6 +5,7 @@ pub mod cast;
 pub mod conv;
 pub mod elementwise;
 pub mod fastmath;
+pub mod gemm_small;
 pub mod index;
 pub mod matmul;
 pub mod movement;

@@ -1020,12 +1020,44 @@ fn cast_io(dt: DataType) -> Option<(Load, Store)> {
     })
 }
 
+/// Common casts with the conversion inlined into the loop (the same [`CastElem`] conversions as
+/// the generic path, bool read as `byte != 0` and written as 0/1); `false` for other pairs.
+fn cast_typed(x: &Tensor, to: DataType, out: &mut Tensor) -> Result<bool, OpFail> {
+    use crate::kernels::cast::cast as c;
+    use DataType::*;
+    match (x.dtype, to) {
+        (F32, I64) => c::<f32, i64>(x.data()?, out.data_mut()?)?,
+        (I64, F32) => c::<i64, f32>(x.data()?, out.data_mut()?)?,
+        (I32, I64) => c::<i32, i64>(x.data()?, out.data_mut()?)?,
+        (I64, I32) => c::<i64, i32>(x.data()?, out.data_mut()?)?,
+        (I32, F32) => c::<i32, f32>(x.data()?, out.data_mut()?)?,
+        (F32, I32) => c::<f32, i32>(x.data()?, out.data_mut()?)?,
+        (F32, F64) => c::<f32, f64>(x.data()?, out.data_mut()?)?,
+        (F64, F32) => c::<f64, f32>(x.data()?, out.data_mut()?)?,
+        (Bool, F32) => unary(raw::<u8>(x)?, out.data_mut::<f32>()?, |b| {
+            if b != 0 {
+                1.0
+            } else {
+                0.0
+            }
+        })?,
+        (Bool, I64) => unary(raw::<u8>(x)?, out.data_mut::<i64>()?, |b| (b != 0) as i64)?,
+        (F32, Bool) => unary(x.data::<f32>()?, raw_mut::<u8>(out)?, |v| (v != 0.0) as u8)?,
+        (I64, Bool) => unary(x.data::<i64>()?, raw_mut::<u8>(out)?, |v| (v != 0) as u8)?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
 /// Casts `x` into a new tensor of type `to` (semantics in `kernels::cast`: each element goes through
 /// its exact [`CastValue`], so the result does not depend on how the tensor is split).
 pub fn cast_tensor(ctx: &OpCtx, x: &Tensor, to: DataType) -> Result<Tensor, OpFail> {
     let mut out = ctx.alloc(to, &x.shape)?;
     if x.dtype == to {
         out.bytes_mut()?.copy_from_slice(x.bytes());
+        return Ok(out);
+    }
+    if cast_typed(x, to, &mut out)? {
         return Ok(out);
     }
     let (Some((load, _)), Some((_, store))) = (cast_io(x.dtype), cast_io(to)) else {
