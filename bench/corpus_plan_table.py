@@ -55,8 +55,8 @@ def main():
     a = ap.parse_args()
     manifest = json.load(open(os.path.join(CORPUS, "manifest.json")))
     variants = [("dynamo", "")] + ([("legacy", ".legacy")] if a.legacy else [])
-    print("| model | dims | graph-order peak | planned peak | arena | liveness bound (planned order) | change |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| model | dims | graph-order peak | planned peak | arena | arena bound | in place | scheduler | change |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for m in manifest["models"]:
@@ -75,15 +75,14 @@ def main():
                     r = subprocess.run(cmd, capture_output=True, text=True)
                     if r.returncode != 0:
                         failed += 1
-                        print(f"| {name} | {d} | error: {(r.stderr.strip().splitlines() or ['failed'])[-1]} | | | | |")
+                        print(f"| {name} | {d} | error: {(r.stderr.strip().splitlines() or ['failed'])[-1]} | | | | | | |")
                         continue
                     j = json.loads(r.stdout)
                     before, after = j["peak_bytes_before"], j["peak_bytes_after"]
-                    bound = j.get("liveness_bytes", j.get("lower_bound_bytes"))
                     change = 100.0 * (after - before) / before if before else 0.0
                     print(
                         f"| {name} | {d} | {mib(before)} | {mib(after)} | {mib(j['arena_bytes'])} | "
-                        f"{mib(bound) if bound is not None else '-'} | {change:+.1f}% |"
+                        f"{mib(j['arena_lower_bound'])} | {j['inplace']} | {j['scheduler']} | {change:+.1f}% |"
                     )
                     print(f"{name} {d}: done", file=sys.stderr)
     if failed:

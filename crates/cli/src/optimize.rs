@@ -226,9 +226,6 @@ pub(crate) fn chunk_and_plan(
     let mut last = None;
     let mut copts = ChunkOptions::default();
     if !chunks.is_empty() {
-        if chunks.iter().any(|&k| k < 2) {
-            bail!("--chunks: every chunk count must be at least 2");
-        }
         copts.chunk_counts = chunks.to_vec();
     }
     for _ in 0..3 {
@@ -320,6 +317,9 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
         .map_err(|e| anyhow!("--budget: {e}"))?;
     if budget.is_none() && !a.chunks.is_empty() {
         bail!("--chunks applies to chunking, which --budget asks for");
+    }
+    if a.chunks.iter().any(|&k| k < 2) {
+        bail!("--chunks: every chunk count must be at least 2");
     }
     let t0 = Instant::now();
     let mut out = memplan_plan::optimize(&model.graph, &facts, &dims, &opts)

@@ -122,3 +122,35 @@ fn chunked_corpus_runs_bit_identical_at_every_chunk_count() {
         "only {chunked} chunked runs over {models} models"
     );
 }
+
+/// Bad budget flags get one line naming the flag and a non-zero exit; a budget nothing reaches is
+/// reported with the lowest peak and what holds it up.
+#[test]
+fn budget_flags_and_an_unreachable_budget() {
+    let model = repo().join("tests/corpus/models/of3_tri_att_start.onnx");
+    let m = model.to_str().unwrap();
+    let fail = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "memplan {}", args.join(" "));
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        err
+    };
+    let e = fail(&["optimize", m, "--dim", "N=32", "--budget", "lots"]);
+    assert!(e.contains("--budget"), "{e}");
+    let e = fail(&[
+        "optimize", m, "--dim", "N=32", "--budget", "1MiB", "--chunks", "1",
+    ]);
+    assert!(e.contains("--chunks"), "{e}");
+    let e = fail(&["optimize", m, "--dim", "N=32", "--chunks", "4"]);
+    assert!(e.contains("--budget"), "{e}");
+    // 1 KiB cannot hold even the input.
+    let rep = json_of(&["optimize", m, "--dim", "N=32", "--budget", "1KiB", "--json"]);
+    assert_eq!(rep["fits"], false);
+    let live = rep["chunking"]["live_at_peak"].as_array().unwrap();
+    assert!(!live.is_empty());
+    assert!(rep["peak_bytes_after"].as_u64().unwrap() < rep["peak_bytes_before"].as_u64().unwrap());
+}

@@ -68,7 +68,7 @@ impl MemStats {
     }
 }
 
-/// Buffers at least this large are mapped from the kernel directly ([`map_zeroed`]) instead of
+/// Buffers at least this large are mapped from the kernel directly ([`map_buf`]) instead of
 /// going through the global allocator.
 const MAP_MIN: usize = 1 << 20;
 
@@ -77,7 +77,7 @@ const MAP_MIN: usize = 1 << 20;
 pub struct Buf {
     ptr: NonNull<u8>,
     len: usize,
-    /// Allocated by [`map_zeroed`] (freed by [`unmap`]) rather than the global allocator.
+    /// Allocated by [`map_buf`] (freed by [`unmap`]) rather than the global allocator.
     mapped: bool,
     stats: Option<Arc<MemStats>>,
 }
@@ -96,11 +96,22 @@ pub struct AllocError(pub usize);
 impl Buf {
     /// Allocates `len` zeroed bytes charged to `stats` (if any).
     pub fn zeroed(len: usize, stats: Option<&Arc<MemStats>>) -> Result<Buf, AllocError> {
+        Buf::new(len, stats, true)
+    }
+
+    /// Allocates `len` bytes charged to `stats` (if any) for a caller that overwrites all of them:
+    /// they are zeros or, in a reused mapped buffer, stale bytes of an earlier buffer (initialized
+    /// memory either way, never read before being written by such a caller).
+    pub fn for_overwrite(len: usize, stats: Option<&Arc<MemStats>>) -> Result<Buf, AllocError> {
+        Buf::new(len, stats, false)
+    }
+
+    fn new(len: usize, stats: Option<&Arc<MemStats>>, zero: bool) -> Result<Buf, AllocError> {
         let mut mapped = false;
         let ptr = if len == 0 {
             // A dangling, well-aligned pointer for empty buffers; never dereferenced for reads beyond 0.
             NonNull::new(BUF_ALIGN as *mut u8).ok_or(AllocError(len))?
-        } else if let Some(p) = map_zeroed(len) {
+        } else if let Some(p) = map_buf(len, zero) {
             mapped = true;
             p
         } else {
@@ -147,7 +158,7 @@ impl Buf {
 impl Drop for Buf {
     fn drop(&mut self) {
         if self.mapped {
-            // SAFETY: mapped by `map_zeroed(self.len)`, which returned this pointer.
+            // SAFETY: mapped by `map_buf(self.len, _)`, which returned this pointer.
             unsafe { unmap(self.ptr, self.len) };
         } else if self.len > 0 {
             if let Ok(layout) = Layout::from_size_align(self.len, BUF_ALIGN) {
@@ -188,18 +199,19 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
     POOL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `len` zeroed bytes of mapped memory, 64-byte aligned (2 MiB aligned from 2 MiB on, with
+/// `len` bytes of mapped memory (zeroed when `zero`), 64-byte aligned (2 MiB aligned from 2 MiB on, with
 /// transparent huge pages requested), counted in the process heap counters like a global
 /// allocation. `None` for small sizes or when mapping fails (the caller falls back to the global
 /// allocator).
 ///
-/// A buffer of the same mapped length freed earlier is reused (zeroed by `memset`), like an
+/// A buffer of the same mapped length freed earlier is reused (zeroed by `memset` when `zero`,
+/// else left with its stale bytes for a caller that overwrites them all), like an
 /// onnxruntime arena: first touch of fresh pages, which the kernel must zero and, in a VM, the host
 /// must back, costs several times a user-space `memset`. Otherwise the memory is fresh anonymous
 /// pages, zero already. Pooled buffers are not counted (they hold no tensor); at most [`POOL_MAX`]
 /// bytes are pooled, the oldest unmapped first.
 #[cfg(target_os = "linux")]
-fn map_zeroed(len: usize) -> Option<NonNull<u8>> {
+fn map_buf(len: usize, zero: bool) -> Option<NonNull<u8>> {
     if len < MAP_MIN {
         return None;
     }
@@ -215,15 +227,14 @@ fn map_zeroed(len: usize) -> Option<NonNull<u8>> {
     };
     let start = match reused {
         Some(addr) => {
-            // SAFETY: the pooled mapping `addr..addr + mlen` is owned by the pool alone (it left
-            // it just above) and is readable and writable.
-            unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
+            if zero {
+                // SAFETY: the pooled mapping `addr..addr + mlen` is owned by the pool alone (it
+                // left it just above) and is readable and writable.
+                unsafe { std::ptr::write_bytes(addr as *mut u8, 0, len) };
+            }
             addr
         }
-        None => {
-            eprintln!("DEBUG fresh {mlen}");
-            map_fresh(mlen)?
-        }
+        None => map_fresh(mlen)?,
     };
     let now = HEAP_CURRENT.fetch_add(len as u64, Ordering::Relaxed) + len as u64;
     HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
@@ -273,15 +284,15 @@ fn map_fresh(mlen: usize) -> Option<usize> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn map_zeroed(_len: usize) -> Option<NonNull<u8>> {
+fn map_buf(_len: usize, _zero: bool) -> Option<NonNull<u8>> {
     None
 }
 
-/// Returns a buffer of [`map_zeroed`] to the pool, unmapping the oldest pooled buffers beyond
+/// Returns a buffer of [`map_buf`] to the pool, unmapping the oldest pooled buffers beyond
 /// [`POOL_MAX`].
 ///
 /// # Safety
-/// `ptr` must come from `map_zeroed(len)` and not be used afterwards.
+/// `ptr` must come from `map_buf(len, _)` and not be used afterwards.
 #[cfg(target_os = "linux")]
 unsafe fn unmap(ptr: NonNull<u8>, len: usize) {
     HEAP_CURRENT.fetch_sub(len as u64, Ordering::Relaxed);

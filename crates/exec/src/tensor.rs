@@ -172,6 +172,25 @@ impl Tensor {
         shape: &[usize],
         stats: &Arc<MemStats>,
     ) -> Result<Tensor, TensorError> {
+        Tensor::output_planned(dtype, shape, stats, true)
+    }
+
+    /// Like [`Tensor::zeros_planned`] for an op that writes every element: the contents are zeros
+    /// or stale values of an earlier buffer (a reused arena range or heap mapping), not zeroed first.
+    pub fn for_overwrite_planned(
+        dtype: DataType,
+        shape: &[usize],
+        stats: &Arc<MemStats>,
+    ) -> Result<Tensor, TensorError> {
+        Tensor::output_planned(dtype, shape, stats, false)
+    }
+
+    fn output_planned(
+        dtype: DataType,
+        shape: &[usize],
+        stats: &Arc<MemStats>,
+        zero: bool,
+    ) -> Result<Tensor, TensorError> {
         let n: usize = shape.iter().product();
         let len = n
             .checked_mul(elem_size(dtype)?)
@@ -187,10 +206,21 @@ impl Tensor {
         match slot {
             Some((arena, offset)) => {
                 let mut t = Tensor::arena_range(dtype, shape, arena, offset, len, true);
-                t.bytes_mut()?.fill(0);
+                if zero {
+                    t.bytes_mut()?.fill(0);
+                }
                 Ok(t)
             }
-            None => Tensor::zeros(dtype, shape, Some(stats)),
+            None if zero => Tensor::zeros(dtype, shape, Some(stats)),
+            None => Ok(Tensor {
+                dtype,
+                shape: shape.to_vec(),
+                data: Data::Buf {
+                    buf: Arc::new(Buf::for_overwrite(len, Some(stats))?),
+                    offset: 0,
+                    len,
+                },
+            }),
         }
     }
 

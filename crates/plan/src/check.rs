@@ -923,8 +923,7 @@ mod tests {
         g.outputs.push(s[0]);
         let facts = memplan_ir::infer_graph(&g, 18).unwrap();
         let order: Vec<NodeId> = (0..2).map(NodeId).collect();
-        let mut plan =
-            crate::plan_for_schedule(&g, &facts, &BTreeMap::new(), &order).unwrap();
+        let mut plan = crate::plan_for_schedule(&g, &facts, &BTreeMap::new(), &order).unwrap();
         assert!(plan.inplace.is_empty(), "{}", plan.render());
         assert_eq!(check(&g, &facts, &plan), Ok(()));
         let at = buf(&mut plan, "r").offset;

@@ -16,13 +16,16 @@
 //!
 //! Policy ([`chunk_to_budget`]): at the step of the simulated peak, seed regions at the running
 //! node and at the producers of the largest live buffers, on their largest axes; grow each breadth
-//! first along nodes that pass the axis through; for every prefix of the growth that is convex and
-//! every chunk count, predict the rewrite's peak ([`predict`], exact, without building it) and its
-//! cost (nodes added, bytes copied; [`CostModel`]). Keep the cheapest candidate that brings the
-//! live bytes around the region under the budget, or else the one that brings them lowest; apply
-//! it and repeat at the new peak until the budget is met or nothing helps. "Around the region"
-//! (from its first new node to its last) and not the global peak: when two regions tie at the
-//! peak, chunking either one leaves the global peak where it is, but is still progress.
+//! first along nodes that pass the axis through (never into nodes an earlier step made: chunking
+//! a chunk again only nibbles at the peak one chunk at a time); take prefixes of the growth, each
+//! cut down to its largest convex part, and predict each rewrite's peak ([`predict`]: exact, the
+//! simulator's peak of the built graph, without building it) and its cost (nodes added, bytes
+//! copied; [`CostModel`]): every prefix at a middle chunk count, then every count for the two best
+//! prefixes. Keep the cheapest candidate that brings the live bytes around the region under the
+//! budget, or else the one that brings them lowest; apply it and repeat at the new peak until the
+//! budget is met or nothing helps. "Around the region" (over the steps of the nodes from its first
+//! node to its last, and the old peak's) and not the global peak: when two regions tie at the peak,
+//! chunking either one leaves the global peak where it is, but is still progress.
 
 mod predict;
 mod region;

@@ -1,11 +1,11 @@
-//! A branch-free f32 `exp` that the compiler vectorizes, and the slice loops built on it.
+//! A branch-free f32 `exp` that the compiler vectorizes.
 //!
 //! [`exp_f32`] is Cody-Waite range reduction (`x = n ln2 + r`, `|r| <= ln2 / 2`) with the Cephes
 //! degree-7 polynomial for `e^r`, scaled by `2^n` in two exponent steps so that results from the
 //! smallest subnormal to overflow come out right. Its error is within 2 ulp of the correctly rounded
 //! value on normal results. It is a pure function of its argument made of plain IEEE operations (no
 //! FMA contraction, no table), so every element gets the same bits whatever slice or thread computes
-//! it, and whether the slice loop runs in its AVX2 or its baseline version.
+//! it, and whether its loop is compiled for AVX2 or for the baseline.
 
 /// `e^x` for f32: `+inf` above ~88.72, `0` below ~-103.97, NaN for NaN.
 #[inline(always)]
@@ -17,13 +17,7 @@ pub fn exp_f32(x: f32) -> f32 {
     // Adding then subtracting 1.5 * 2^23 rounds to the nearest integer (ties to even).
     const ROUND: f32 = 12_582_912.0;
     // Clamped so that `n` stays in [-150, 129]; comparisons are false for NaN, which passes through.
-    let xc = if x < -104.0 {
-        -104.0
-    } else if x > 89.0 {
-        89.0
-    } else {
-        x
-    };
+    let xc = x.clamp(-104.0, 89.0);
     let t = xc * LOG2E + ROUND;
     let nf = t - ROUND;
     let n = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
@@ -48,50 +42,6 @@ pub fn exp_f32(x: f32) -> f32 {
 #[inline(always)]
 pub fn sigmoid_f32(x: f32) -> f32 {
     1.0 / (1.0 + exp_f32(-x))
-}
-
-/// Runs `$body` (a loop over slices) compiled for AVX2 when the CPU has it, else for the baseline.
-/// The two versions compute the same bits: the operations are the same IEEE ones, only wider.
-macro_rules! multiversion {
-    (fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
-        pub fn $name($($arg: $ty),*) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx2")]
-                unsafe fn wide($($arg: $ty),*) $body
-                if std::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    return unsafe { wide($($arg),*) };
-                }
-            }
-            fn base($($arg: $ty),*) $body
-            base($($arg),*)
-        }
-    };
-}
-
-multiversion! {
-    fn exp_slice(x: &[f32], out: &mut [f32]) {
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = exp_f32(v);
-        }
-    }
-}
-
-multiversion! {
-    fn exp_shifted_slice(x: &[f32], shift: f32, out: &mut [f32]) {
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = exp_f32(v - shift);
-        }
-    }
-}
-
-multiversion! {
-    fn sigmoid_slice(x: &[f32], out: &mut [f32]) {
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = sigmoid_f32(v);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -136,26 +86,5 @@ mod tests {
         }
         let m = exp_f32(88.72);
         assert!(m.is_finite() && (m as f64 / (88.72f32 as f64).exp() - 1.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn slices_equal_scalar() {
-        let x: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 0.173).collect();
-        let mut a = vec![0.0; x.len()];
-        exp_slice(&x, &mut a);
-        assert!(x
-            .iter()
-            .zip(&a)
-            .all(|(&v, &e)| e.to_bits() == exp_f32(v).to_bits()));
-        sigmoid_slice(&x, &mut a);
-        assert!(x
-            .iter()
-            .zip(&a)
-            .all(|(&v, &e)| e.to_bits() == sigmoid_f32(v).to_bits()));
-        exp_shifted_slice(&x, 3.0, &mut a);
-        assert!(x
-            .iter()
-            .zip(&a)
-            .all(|(&v, &e)| e.to_bits() == exp_f32(v - 3.0).to_bits()));
     }
 }

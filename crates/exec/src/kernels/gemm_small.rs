@@ -66,12 +66,36 @@ pub unsafe fn gemm(
     let mut i = 0;
     while i + 4 <= m {
         // SAFETY: rows `i..i + 4` are in bounds (caller's contract).
-        unsafe { rows::<4>(k, n, np, a.offset(i as isize * rsa), rsa, csa, bp, c.offset(i as isize * rsc), rsc) };
+        unsafe {
+            rows::<4>(
+                k,
+                n,
+                np,
+                a.offset(i as isize * rsa),
+                rsa,
+                csa,
+                bp,
+                c.offset(i as isize * rsc),
+                rsc,
+            )
+        };
         i += 4;
     }
     while i < m {
         // SAFETY: row `i` is in bounds (caller's contract).
-        unsafe { rows::<1>(k, n, np, a.offset(i as isize * rsa), rsa, csa, bp, c.offset(i as isize * rsc), rsc) };
+        unsafe {
+            rows::<1>(
+                k,
+                n,
+                np,
+                a.offset(i as isize * rsa),
+                rsa,
+                csa,
+                bp,
+                c.offset(i as isize * rsc),
+                rsc,
+            )
+        };
         i += 1;
     }
 }
@@ -173,7 +197,9 @@ mod tests {
         let mut s = seed;
         (0..len)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
             })
             .collect()
@@ -209,12 +235,39 @@ mod tests {
                 // SAFETY: the strides address exactly the `m*k` and `k*n` elements of `a` and `b`.
                 unsafe {
                     matrixmultiply::sgemm(
-                        m, k, n, 1.0, a.as_ptr(), rsa, csa, b.as_ptr(), rsb, csb, 0.0,
-                        want.as_mut_ptr(), n as isize, 1,
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        a.as_ptr(),
+                        rsa,
+                        csa,
+                        b.as_ptr(),
+                        rsb,
+                        csb,
+                        0.0,
+                        want.as_mut_ptr(),
+                        n as isize,
+                        1,
                     );
-                    gemm(m, k, n, a.as_ptr(), rsa, csa, b.as_ptr(), rsb, csb, got.as_mut_ptr(), n as isize);
+                    gemm(
+                        m,
+                        k,
+                        n,
+                        a.as_ptr(),
+                        rsa,
+                        csa,
+                        b.as_ptr(),
+                        rsb,
+                        csb,
+                        got.as_mut_ptr(),
+                        n as isize,
+                    );
                 }
-                let same = want.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
+                let same = want
+                    .iter()
+                    .zip(&got)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
                 assert!(same, "m={m} k={k} n={n} ta={ta} tb={tb}");
             }
         }

@@ -16,8 +16,45 @@ use std::ops::{Add, Div, Mul, Sub};
 pub trait Float:
     ReduceElem + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Div<Output = Self>
 {
+    /// The maximum Softmax shifts by: [`max_seq`]'s value, NaN when any element is NaN. (Which
+    /// zero a maximum of +-0 has, and which NaN, may differ from `max_seq`; no output can tell.)
+    #[inline(always)]
+    fn row_max(x: &[Self]) -> Self {
+        max_seq(x)
+    }
 }
-impl Float for f32 {}
+impl Float for f32 {
+    /// Branch-free, so that it vectorizes: lane-wise `>` selects plus a NaN flag.
+    #[inline(always)]
+    fn row_max(x: &[f32]) -> f32 {
+        let mut acc = [f32::NEG_INFINITY; 16];
+        let mut nan = [false; 16];
+        let blocks = x.chunks_exact(16);
+        let tail = blocks.remainder();
+        for blk in blocks {
+            for l in 0..16 {
+                let v = blk[l];
+                acc[l] = if v > acc[l] { v } else { acc[l] };
+                nan[l] |= v.is_nan();
+            }
+        }
+        let mut m = f32::NEG_INFINITY;
+        let mut any_nan = false;
+        for (&a, &n) in acc.iter().zip(&nan) {
+            m = if a > m { a } else { m };
+            any_nan |= n;
+        }
+        for &v in tail {
+            m = if v > m { v } else { m };
+            any_nan |= v.is_nan();
+        }
+        if any_nan {
+            f32::NAN
+        } else {
+            m
+        }
+    }
+}
 impl Float for f64 {}
 
 /// Below this many elements a kernel stays on the calling thread.
@@ -30,18 +67,31 @@ fn par_rows<T: Float>(
     len: usize,
     f: impl Fn(usize, &[T], &mut [T]) + Sync,
 ) {
+    par_row_chunks(x, out, len, |r0, xc, oc| {
+        for (i, (xi, oi)) in xc
+            .chunks_exact(len)
+            .zip(oc.chunks_exact_mut(len))
+            .enumerate()
+        {
+            f(r0 + i, xi, oi);
+        }
+    });
+}
+
+/// Runs `f(first_row, in_rows, out_rows)` over blocks of whole rows of length `len`, in parallel
+/// for large inputs.
+fn par_row_chunks<T: Float>(
+    x: &[T],
+    out: &mut [T],
+    len: usize,
+    f: impl Fn(usize, &[T], &mut [T]) + Sync,
+) {
     if len == 0 {
         return;
     }
     let rows = x.len() / len;
     if x.len() < PAR_MIN_ELEMS || rayon::current_num_threads() <= 1 || rows < 2 {
-        for (r, (xi, oi)) in x
-            .chunks_exact(len)
-            .zip(out.chunks_exact_mut(len))
-            .enumerate()
-        {
-            f(r, xi, oi);
-        }
+        f(0, x, out);
         return;
     }
     let rpt = PAR_MIN_ELEMS
@@ -52,22 +102,17 @@ fn par_rows<T: Float>(
         .enumerate()
         .for_each(|(t, oc)| {
             let r0 = t * rpt;
-            let xc = &x[r0 * len..r0 * len + oc.len()];
-            for (i, (xi, oi)) in xc
-                .chunks_exact(len)
-                .zip(oc.chunks_exact_mut(len))
-                .enumerate()
-            {
-                f(r0 + i, xi, oi);
-            }
+            f(r0, &x[r0 * len..r0 * len + oc.len()], oc);
         });
 }
 
 /// Softmax (or LogSoftmax) of one contiguous sequence.
-#[inline]
+#[inline(always)]
 pub fn softmax_seq<T: Float>(x: &[T], out: &mut [T], log: bool) {
-    let m = max_seq(x);
-    T::exp_shifted(x, m, out);
+    let m = T::row_max(x);
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v - m).exp();
+    }
     let s = sum_seq(out);
     if log {
         let ls = s.ln();
@@ -79,6 +124,85 @@ pub fn softmax_seq<T: Float>(x: &[T], out: &mut [T], log: bool) {
             *o = *o / s;
         }
     }
+}
+
+/// Softmax (or LogSoftmax) of consecutive rows of length `d`, compiled for AVX2 where the CPU has
+/// it (the same operations, so the same bits, as the baseline version).
+fn softmax_block<T: Float>(x: &[T], out: &mut [T], d: usize, log: bool) {
+    #[inline(always)]
+    fn body<T: Float>(x: &[T], out: &mut [T], d: usize, log: bool) {
+        for (xi, oi) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            softmax_seq(xi, oi, log);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn wide<T: Float>(x: &[T], out: &mut [T], d: usize, log: bool) {
+            body(x, out, d, log)
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { wide(x, out, d, log) };
+        }
+    }
+    body(x, out, d, log)
+}
+
+/// One LayerNormalization row; returns its mean and inverse standard deviation.
+#[inline(always)]
+fn layer_norm_row<T: Float>(
+    xi: &[T],
+    oi: &mut [T],
+    eps: T,
+    scale: &[T],
+    bias: Option<&[T]>,
+) -> (T, T) {
+    let (mean, inv) = mean_inv_std(xi, eps);
+    for (j, (o, &v)) in oi.iter_mut().zip(xi).enumerate() {
+        let y = (v - mean) * inv * param(scale, j);
+        *o = match bias {
+            Some(b) => y + param(b, j),
+            None => y,
+        };
+    }
+    (mean, inv)
+}
+
+/// LayerNormalization of consecutive rows of length `n`, multiversioned like [`softmax_block`].
+fn layer_norm_block<T: Float>(
+    x: &[T],
+    out: &mut [T],
+    n: usize,
+    eps: T,
+    scale: &[T],
+    bias: Option<&[T]>,
+) {
+    #[inline(always)]
+    fn body<T: Float>(x: &[T], out: &mut [T], n: usize, eps: T, scale: &[T], bias: Option<&[T]>) {
+        for (xi, oi) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            layer_norm_row(xi, oi, eps, scale, bias);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn wide<T: Float>(
+            x: &[T],
+            out: &mut [T],
+            n: usize,
+            eps: T,
+            scale: &[T],
+            bias: Option<&[T]>,
+        ) {
+            body(x, out, n, eps, scale, bias)
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { wide(x, out, n, eps, scale, bias) };
+        }
+    }
+    body(x, out, n, eps, scale, bias)
 }
 
 /// Splits `shape` at `axis` into `(outer, d, inner)`.
@@ -108,7 +232,7 @@ pub fn softmax<T: Float>(
     let axis = normalize_axes(shape.len(), &[axis])?[0];
     let (_, d, inner) = split3(shape, axis);
     if inner == 1 {
-        par_rows(x, out, d, |_, xi, oi| softmax_seq(xi, oi, log));
+        par_row_chunks(x, out, d, |_, xc, oc| softmax_block(xc, oc, d, log));
         return Ok(());
     }
     // Strided axis: gather each sequence, run the same routine, scatter back.
@@ -139,7 +263,7 @@ pub fn log_softmax_f32(x: &[f32], shape: &[usize], axis: i64, out: &mut [f32]) -
 }
 
 /// Mean and `1 / sqrt(var + eps)` of a sequence (two-pass, canonical fold order).
-#[inline]
+#[inline(always)]
 pub fn mean_inv_std<T: Float>(x: &[T], eps: T) -> (T, T) {
     let mean = sum_seq(x).div_count(x.len());
     let var = fold_lanes(
@@ -216,20 +340,10 @@ pub fn layer_norm<T: Float>(
     if n == 0 {
         return Ok(());
     }
-    let row = |xi: &[T], oi: &mut [T]| -> (T, T) {
-        let (mean, inv) = mean_inv_std(xi, epsilon);
-        for (j, (o, &v)) in oi.iter_mut().zip(xi).enumerate() {
-            let y = (v - mean) * inv * param(scale, j);
-            *o = match bias {
-                Some(b) => y + param(b, j),
-                None => y,
-            };
-        }
-        (mean, inv)
-    };
+    let row = |xi: &[T], oi: &mut [T]| layer_norm_row(xi, oi, epsilon, scale, bias);
     if stats.mean.is_none() && stats.inv_std.is_none() {
-        par_rows(x, out, n, |_, xi, oi| {
-            row(xi, oi);
+        par_row_chunks(x, out, n, |_, xc, oc| {
+            layer_norm_block(xc, oc, n, epsilon, scale, bias)
         });
     } else {
         // Sequential, writing each row's statistics straight into the stats outputs (no buffer).

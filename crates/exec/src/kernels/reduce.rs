@@ -93,17 +93,10 @@ pub trait ReduceElem: Copy + Send + Sync + PartialOrd + 'static {
     fn sqrt(self) -> Self;
     /// Whether the value is +-infinity.
     fn is_infinite(self) -> bool;
-    /// `out[i] = exp(xs[i] - shift)`, elementwise (each element the same as the scalar [`Self::exp`]).
-    #[inline]
-    fn exp_shifted(xs: &[Self], shift: Self, out: &mut [Self]) {
-        for (o, &x) in out.iter_mut().zip(xs) {
-            *o = x.sub(shift).exp();
-        }
-    }
 }
 
 macro_rules! float_elem {
-    ($t:ty, $exp:path, $exp_shifted:path) => {
+    ($t:ty, $exp:path) => {
         impl ReduceElem for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -150,26 +143,12 @@ macro_rules! float_elem {
             fn is_infinite(self) -> bool {
                 <$t>::is_infinite(self)
             }
-            #[inline]
-            fn exp_shifted(xs: &[Self], shift: Self, out: &mut [Self]) {
-                $exp_shifted(xs, shift, out)
-            }
         }
     };
 }
-/// f64 `exp_shifted`: the trait's scalar loop.
-fn exp_shifted_f64(xs: &[f64], shift: f64, out: &mut [f64]) {
-    for (o, &x) in out.iter_mut().zip(xs) {
-        *o = (x - shift).exp();
-    }
-}
 // f32 exp is the vectorizable `fastmath::exp_f32` (within 2 ulp); f64 stays on the platform libm.
-float_elem!(
-    f32,
-    super::fastmath::exp_f32,
-    super::fastmath::exp_shifted_slice
-);
-float_elem!(f64, f64::exp, exp_shifted_f64);
+float_elem!(f32, super::fastmath::exp_f32);
+float_elem!(f64, f64::exp);
 
 macro_rules! int_elem {
     ($t:ty) => {
@@ -245,7 +224,7 @@ pub fn min_nan<T: ReduceElem>(a: T, b: T) -> T {
 }
 
 /// Sum of a sequence in the canonical order.
-#[inline]
+#[inline(always)]
 pub fn sum_seq<T: ReduceElem>(xs: &[T]) -> T {
     fold_lanes(xs, |x| x, T::add, T::ZERO)
 }

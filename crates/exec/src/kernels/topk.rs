@@ -82,7 +82,8 @@ pub fn topk<T: Copy + PartialOrd + Send + Sync>(
                     }
                     best.pop();
                 }
-                let pos = best.partition_point(|&b| better(b, c, largest, is_nan) == Ordering::Less);
+                let pos =
+                    best.partition_point(|&b| better(b, c, largest, is_nan) == Ordering::Less);
                 best.insert(pos, c);
             }
             for (r, &(v, j)) in best.iter().enumerate() {
@@ -147,7 +148,18 @@ mod tests {
                 let mut v = vec![0f32; outer * k * inner];
                 let mut ix = vec![0i64; v.len()];
                 let mut s = vec![0usize; n];
-                topk(&x, &[outer, n, inner], 1, k, largest, nan, &mut v, &mut ix, &mut s).unwrap();
+                topk(
+                    &x,
+                    &[outer, n, inner],
+                    1,
+                    k,
+                    largest,
+                    nan,
+                    &mut v,
+                    &mut ix,
+                    &mut s,
+                )
+                .unwrap();
                 for o in 0..outer {
                     for i in 0..inner {
                         let at = |j: usize| x[(o * n + j) * inner + i];

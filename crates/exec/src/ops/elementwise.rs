@@ -425,7 +425,8 @@ fn unary_f32_inline(op: &str, x: &[f32], out: &mut [f32]) -> Result<bool, OpFail
 
 fn un(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
-    let mut out = ctx.alloc(x.dtype, &x.shape)?;
+    // Every path below writes every element (or fails).
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &x.shape)?;
     let op = ctx.node.op.as_str();
     if x.dtype == DataType::F32 && unary_f32_inline(op, x.data()?, out.data_mut()?)? {
         return Ok(vec![out]);
@@ -460,7 +461,8 @@ fn un(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     Ok(vec![out])
 }
 
-/// The output of a broadcasting op with inputs `ins`.
+/// The output of a broadcasting op with inputs `ins`, not zeroed: every caller writes all of it
+/// (`binary`, `ternary` and the first `assign_broadcast` of a variadic op cover every element).
 fn bcast_out(
     ctx: &OpCtx,
     dtype: DataType,
@@ -468,7 +470,7 @@ fn bcast_out(
 ) -> Result<(Tensor, Vec<usize>), OpFail> {
     let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
     let oshape = broadcast_shapes(&shapes)?;
-    Ok((ctx.alloc(dtype, &oshape)?, oshape))
+    Ok((ctx.alloc_for_overwrite(dtype, &oshape)?, oshape))
 }
 
 fn same_type(ctx: &OpCtx, ins: &[&Tensor]) -> Result<DataType, OpFail> {
@@ -1052,7 +1054,8 @@ fn cast_typed(x: &Tensor, to: DataType, out: &mut Tensor) -> Result<bool, OpFail
 /// Casts `x` into a new tensor of type `to` (semantics in `kernels::cast`: each element goes through
 /// its exact [`CastValue`], so the result does not depend on how the tensor is split).
 pub fn cast_tensor(ctx: &OpCtx, x: &Tensor, to: DataType) -> Result<Tensor, OpFail> {
-    let mut out = ctx.alloc(to, &x.shape)?;
+    // Every path below writes every element (or fails).
+    let mut out = ctx.alloc_for_overwrite(to, &x.shape)?;
     if x.dtype == to {
         out.bytes_mut()?.copy_from_slice(x.bytes());
         return Ok(out);

@@ -83,7 +83,11 @@ fn matmul_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
         return fail(format!("MatMul inputs are {} and {}", a.dtype, b.dtype));
     }
     let oshape = matmul_out_shape(&a.shape, &b.shape)?;
-    let mut out = ctx.alloc(a.dtype, &oshape)?;
+    // Float products write every element (beta = 0; with k = 0, zeros); integer ones accumulate.
+    let mut out = match a.dtype {
+        DataType::F32 | DataType::F64 => ctx.alloc_for_overwrite(a.dtype, &oshape)?,
+        _ => ctx.alloc(a.dtype, &oshape)?,
+    };
     match a.dtype {
         DataType::F32 => matmul::<f32>(a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?)?,
         DataType::F64 => matmul::<f64>(a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?)?,
@@ -756,7 +760,8 @@ fn einsum_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
     let eq = parse_equation(&eqs, &ranks)?;
     let shapes: Vec<&[usize]> = ins.iter().map(|t| t.shape.as_slice()).collect();
     let oshape = einsum_out_shape(&eq, &shapes);
-    let mut out = ctx.alloc(first.dtype, &oshape)?;
+    // The last contraction or the final strided copy writes every element (or it fails).
+    let mut out = ctx.alloc_for_overwrite(first.dtype, &oshape)?;
     match first.dtype {
         DataType::F32 => {
             let v: Vec<(&[f32], &[usize])> = ins

@@ -116,6 +116,12 @@ impl OpCtx<'_> {
         Ok(Tensor::zeros_planned(dtype, shape, self.stats)?)
     }
 
+    /// An output tensor placed like [`OpCtx::alloc`] whose contents are unspecified (zeros, or
+    /// stale values of a reused buffer): only for an op that writes every element of it.
+    pub fn alloc_for_overwrite(&self, dtype: DataType, shape: &[usize]) -> Result<Tensor, OpFail> {
+        Ok(Tensor::for_overwrite_planned(dtype, shape, self.stats)?)
+    }
+
     /// A typed output tensor filled from `values` (placed like [`OpCtx::alloc`]).
     pub fn from_vec<T: Element>(&self, shape: &[usize], values: &[T]) -> Result<Tensor, OpFail> {
         let n: usize = shape.iter().product();

@@ -57,7 +57,8 @@ fn transpose(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
         ));
     }
     let oshape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
-    let mut out = ctx.alloc(x.dtype, &oshape)?;
+    // The strided copy writes every element.
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &oshape)?;
     by_size!(elem_size(x.dtype)?, T => mv::transpose(raw::<T>(x)?, &x.shape, &perm, raw_mut::<T>(&mut out)?)?);
     Ok(vec![out])
 }

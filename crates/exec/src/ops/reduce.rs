@@ -247,7 +247,8 @@ fn arg_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
 fn softmax_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
     let log = ctx.node.op == "LogSoftmax";
-    let mut out = ctx.alloc(x.dtype, &x.shape)?;
+    // Softmax writes every element (or fails).
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &x.shape)?;
     if x.numel() == 0 {
         return Ok(vec![out]);
     }
@@ -353,7 +354,8 @@ fn layer_norm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>,
     } else {
         DataType::F32
     };
-    let mut out = ctx.alloc(x.dtype, &x.shape)?;
+    // Every row of Y is written (the statistics are not when the normalized size is 0).
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &x.shape)?;
     let mut mean = if want(1) {
         Some(ctx.alloc(stat_type, &ss)?)
     } else {
