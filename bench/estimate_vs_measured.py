@@ -136,20 +136,20 @@ def main():
                 rows.append((m["name"], variant, dims, est, run, rerr))
                 print(f"{m['name']} {variant} {dims}: {time.time() - t0:.1f} s", file=sys.stderr)
     shutil.rmtree(tmp, ignore_errors=True)
-    print("| model | variant | dims | estimate | measured (executor) | measured / estimate | process heap peak during the run |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    print("| model | variant | dims | estimate | measured (executor) | measured − estimate | measured / estimate | process heap peak during the run |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
     for name, variant, dims, est, run, err in rows:
         d = " ".join(f"{k}={v}" for k, v in sorted(dims.items()))
         if est is None or run is None:
             bad += 1
-            print(f"| {name} | {variant} | {d} | error: {err} | | | |")
+            print(f"| {name} | {variant} | {d} | error: {err} | | | | |")
             continue
         e, r = est["peak_bytes"], run["peak_bytes"]
         ratio = r / e if e else float("nan")
         if abs(r - e) > 0.01 * e or run.get("scratch_mismatches"):
             bad += 1
         print(
-            f"| {name} | {variant} | {d} | {e / MIB:.2f} MiB | {r / MIB:.2f} MiB | {ratio:.4f} | "
+            f"| {name} | {variant} | {d} | {e / MIB:.2f} MiB | {r / MIB:.2f} MiB | {r - e} B | {ratio:.4f} | "
             f"{run['process_peak_bytes'] / MIB:.2f} MiB |"
         )
     if bad:

@@ -556,7 +556,7 @@ fn arith(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
         DataType::BF16 => half_bin!(bf16),
         _ => {
             dispatch!(dt, T => binary_op::<T>(op, a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?, &os)?,
-            [F32 => f32, F64 => f64, I32 => i32, I64 => i64],
+            [F32 => f32, F64 => f64, I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32, U64 => u64],
             return unsupported(format!("{op:?} on {dt}")))
         }
     }
@@ -608,7 +608,7 @@ fn pow(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     }
     if a.dtype == b.dtype && !matches!(a.dtype, DataType::F16 | DataType::BF16) {
         dispatch!(a.dtype, T => binary_op::<T>(BinaryOp::Pow, a.data()?, &a.shape, b.data()?, &b.shape, out.data_mut()?, &os)?,
-            [F32 => f32, F64 => f64, I32 => i32, I64 => i64],
+            [F32 => f32, F64 => f64, I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32, U64 => u64],
             return unsupported(format!("Pow on {}", a.dtype)));
         return Ok(vec![out]);
     }
@@ -618,7 +618,7 @@ fn pow(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
             dispatch!(b.dtype, E => {
                 let conv = $conv;
                 binary(a.data::<$B>()?, &a.shape, b.data::<E>()?, &b.shape, out.data_mut::<$B>()?, &os, |x, y| conv(x, y as f64))?
-            }, [F32 => f32, F64 => f64, I32 => i32, I64 => i64],
+            }, [F32 => f32, F64 => f64, I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32, U64 => u64],
             return unsupported(format!("Pow with a {} exponent", b.dtype)))
         };
     }
@@ -655,8 +655,8 @@ fn pow(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
             // Integer base, other exponent type: exponent truncated to the base type.
             dispatch!(a.dtype, B => dispatch!(b.dtype, E => {
                 binary(a.data::<B>()?, &a.shape, b.data::<E>()?, &b.shape, out.data_mut::<B>()?, &os, |x, y| Arith::pow(x, y as B))?
-            }, [F32 => f32, F64 => f64, I32 => i32, I64 => i64], return unsupported(format!("Pow with a {} exponent", b.dtype))),
-            [I32 => i32, I64 => i64], return unsupported(format!("Pow of {}", a.dtype)))
+            }, [F32 => f32, F64 => f64, I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32, U64 => u64], return unsupported(format!("Pow with a {} exponent", b.dtype))),
+            [I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32, U64 => u64], return unsupported(format!("Pow of {}", a.dtype)))
         }
         (d, e) => return unsupported(format!("Pow of {d} by {e}")),
     }
@@ -712,7 +712,7 @@ fn variadic(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFa
         DataType::F16 => half!(f16),
         DataType::BF16 => half!(bf16),
         _ => dispatch!(dt, T => typed!(T),
-            [F32 => f32, F64 => f64, I32 => i32, I64 => i64],
+            [F32 => f32, F64 => f64, I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32, U64 => u64],
             return unsupported(format!("{op} on {dt}"))),
     }
     Ok(vec![out])
@@ -760,7 +760,7 @@ fn compare(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
         return Ok(vec![out]);
     }
     dispatch!(dt, T => cmp!(T),
-        [F32 => f32, F64 => f64, F16 => f16, BF16 => bf16, I32 => i32, I64 => i64, U8 => u8],
+        [F32 => f32, F64 => f64, F16 => f16, BF16 => bf16, I8 => i8, I16 => i16, I32 => i32, I64 => i64, U8 => u8, U16 => u16, U32 => u32, U64 => u64],
         return unsupported(format!("{op} on {dt}")));
     Ok(vec![out])
 }

@@ -222,6 +222,11 @@ fn topk_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
         DataType::I32 => go!(i32, |_: &i32| false),
         DataType::I64 => go!(i64, |_: &i64| false),
         DataType::U8 => go!(u8, |_: &u8| false),
+        DataType::I8 => go!(i8, |_: &i8| false),
+        DataType::I16 => go!(i16, |_: &i16| false),
+        DataType::U16 => go!(u16, |_: &u16| false),
+        DataType::U32 => go!(u32, |_: &u32| false),
+        DataType::U64 => go!(u64, |_: &u64| false),
         d => return unsupported(format!("TopK on {d}")),
     }
     Ok(vec![vals, idx])

@@ -373,12 +373,36 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
             Ok(vec![out])
         }};
     }
+    // f16/bf16: the f32 range of the widened operands, each value rounded to the type.
+    macro_rules! half_range {
+        ($t:ty) => {{
+            let w = |t: &Tensor| -> Result<f32, OpFail> { Ok(t.data::<$t>()?[0].to_f32()) };
+            let (a, b, c) = (w(s)?, w(l)?, w(d)?);
+            if c == 0.0 {
+                return fail("Range delta must not be 0");
+            }
+            let n = (((b - a) as f64) / c as f64).ceil();
+            if !n.is_finite() || n > 1e12 {
+                return fail(format!("Range length {n} is not a usable count"));
+            }
+            let n = n.max(0.0) as usize;
+            let mut out = ctx.alloc(<$t as crate::tensor::Element>::DTYPE, &[n])?;
+            let mut v = a;
+            for o in out.data_mut::<$t>()? {
+                *o = <$t>::from_f32(v);
+                v += c;
+            }
+            Ok(vec![out])
+        }};
+    }
     match s.dtype {
         DataType::I64 => int_range!(i64),
         DataType::I32 => int_range!(i32),
         DataType::I16 => int_range!(i16),
         DataType::F32 => float_range!(f32),
         DataType::F64 => float_range!(f64),
+        DataType::F16 => half_range!(half::f16),
+        DataType::BF16 => half_range!(half::bf16),
         t => unsupported(format!("Range on {t}")),
     }
 }
