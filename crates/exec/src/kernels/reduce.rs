@@ -151,7 +151,7 @@ float_elem!(f32, super::fastmath::exp_f32);
 float_elem!(f64, f64::exp);
 
 macro_rules! int_elem {
-    ($t:ty) => {
+    ($t:ty, $abs:expr) => {
         impl ReduceElem for $t {
             const ZERO: Self = 0;
             const ONE: Self = 1;
@@ -172,7 +172,7 @@ macro_rules! int_elem {
             }
             #[inline(always)]
             fn abs(self) -> Self {
-                self.wrapping_abs()
+                $abs(self)
             }
             #[inline(always)]
             fn is_nan(self) -> bool {
@@ -200,8 +200,9 @@ macro_rules! int_elem {
         }
     };
 }
-int_elem!(i32);
-int_elem!(i64);
+int_elem!(i32, i32::wrapping_abs);
+int_elem!(i64, i64::wrapping_abs);
+int_elem!(u8, |v: u8| v);
 
 /// NaN-propagating max: the first NaN wins, ties keep the earlier value.
 #[inline(always)]

@@ -1,8 +1,12 @@
 //! Indexing ops: Gather, GatherElements, GatherND, ScatterND, ScatterElements, TopK, NonZero.
 //!
-//! Scratch (bytes): TopK `8 * shape[axis]` (one row's index permutation, counted). Gather holds
-//! `8 * |indices|` resolved indices and GatherND/ScatterND/ScatterElements `8 * (number of index
-//! tuples)` offsets on the ordinary heap (not charged to the run's tensor memory). Others: none.
+//! Scratch (bytes): TopK `8 * shape[axis]` (one row's index permutation, counted). Int64 indices are
+//! read in place; int32 ones are converted into `8 * |indices|` bytes, and GatherND/ScatterND/
+//! ScatterElements hold `8 * (number of index tuples)` offsets, on the ordinary heap (not charged to
+//! the run's tensor memory). Others: none.
+//!
+//! ScatterND and ScatterElements modify a copy of their data ([`OVERWRITE`]), so a plan may run them
+//! over the data's own buffer.
 
 use half::{bf16, f16};
 use memplan_ir::DataType;

@@ -169,6 +169,16 @@ fn reduce_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
         DataType::I64 => {
             reduce_typed::<i64>(ctx, op, x.data()?, &x.shape, &axes, noop, out.data_mut()?)?
         }
+        DataType::U8 => {
+            reduce_typed::<u8>(ctx, op, x.data()?, &x.shape, &axes, noop, out.data_mut()?)?
+        }
+        // Max is "any", Min is "all" (over bytes read as `!= 0`; the empty set gives false and
+        // true), stored back as 0 or 1.
+        DataType::Bool if matches!(op, ReduceOp::Max | ReduceOp::Min) => {
+            let o = super::raw_mut::<u8>(&mut out)?;
+            reduce_typed::<u8>(ctx, op, super::raw::<u8>(x)?, &x.shape, &axes, noop, o)?;
+            o.iter_mut().for_each(|v| *v = (*v != 0) as u8);
+        }
         DataType::F16 | DataType::BF16 => {
             let w = widen(ctx, x)?;
             let mut y = ctx.scratch::<f32>(out.numel())?;

@@ -226,13 +226,15 @@ pub(crate) fn numel(f: Option<&Fact>) -> Option<Expr> {
     Some(Expr::product(f?.shape.as_ref()?.iter()))
 }
 
-/// Bytes per element the kernels compute in: f16/bf16 widen to f32; `None` for types the float and
-/// integer kernels do not take.
+/// Bytes per element the kernels compute in: f16/bf16 widen to f32, bool is one byte; `None` for
+/// types no kernel computes in (an op on them fails before it allocates anything).
 pub(crate) fn compute_size(d: crate::dtype::DataType) -> Option<i64> {
     use crate::dtype::DataType as D;
     match d {
-        D::F32 | D::I32 | D::F16 | D::BF16 => Some(4),
-        D::F64 | D::I64 => Some(8),
+        D::Bool | D::U8 | D::I8 => Some(1),
+        D::I16 | D::U16 => Some(2),
+        D::F32 | D::I32 | D::U32 | D::F16 | D::BF16 => Some(4),
+        D::F64 | D::I64 | D::U64 => Some(8),
         _ => None,
     }
 }
