@@ -30,6 +30,9 @@ pub struct EstimateArgs {
     pub solve: Option<String>,
     /// With --budget: also find the largest value of the solved symbol that fits once the model is
     /// optimized (chunked and planned, as `memplan optimize --budget` does); one plan per probe.
+    /// The value is found by doubling then bisecting; the chunking chosen changes with the value,
+    /// so the optimized peak is not always monotone in it: the answer is a value that fits next to
+    /// one that does not (both reported), and some larger value may fit too.
     #[arg(long, requires = "budget")]
     pub optimized: bool,
     /// Sweep one symbol: `N=64..8192` doubles, `N=64..512:64` steps by 64.

@@ -20,7 +20,7 @@ use clap::Args;
 
 use memplan_ir::graph::{Model, NodeId};
 use memplan_ir::infer::Facts;
-use memplan_plan::chunk::{chunk_to_budget, ChunkOptions, ChunkStep};
+use memplan_plan::chunk::{chunk_to_budget, ChunkOptions, ChunkStep, CostModel};
 use memplan_plan::{Options, Outcome, Pass, Report};
 
 use crate::commands::load;
@@ -48,6 +48,11 @@ pub struct OptimizeArgs {
     /// 2,4,8,16,32,64).
     #[arg(long, value_name = "K,K,...", value_delimiter = ',')]
     pub chunks: Vec<usize>,
+    /// With --budget: the chunking cost model, a JSON file `{"node_seconds": S,
+    /// "copy_bytes_per_second": B}` as `bench/calibrate_cost.py` writes it for this machine
+    /// (default: the development machine's calibration).
+    #[arg(long, value_name = "FILE.json")]
+    pub cost_model: Option<PathBuf>,
     /// Time for the exact schedule search, in milliseconds.
     #[arg(long, default_value_t = 300, value_name = "MS")]
     pub exact_ms: u64,
@@ -134,7 +139,7 @@ pub(crate) fn max_fitting_optimized(
         if out.report.peak_bytes_after <= budget {
             return Ok(out.report.peak_bytes_after);
         }
-        let (_, o, _) = chunk_and_plan(model, &d, budget, &[], &opts)?;
+        let (_, o, _) = chunk_and_plan(model, &d, budget, &[], CostModel::default(), &opts)?;
         Ok(o.report.peak_bytes_after)
     };
     let mut lo = start.max(1);
@@ -219,12 +224,16 @@ pub(crate) fn chunk_and_plan(
     dims: &BTreeMap<String, i64>,
     budget: u64,
     chunks: &[usize],
+    cost: CostModel,
     opts: &Options,
 ) -> Result<(Model, Outcome, ChunkReport)> {
     let t0 = Instant::now();
     let mut target = budget;
     let mut last = None;
-    let mut copts = ChunkOptions::default();
+    let mut copts = ChunkOptions {
+        cost,
+        ..ChunkOptions::default()
+    };
     if !chunks.is_empty() {
         copts.chunk_counts = chunks.to_vec();
     }
@@ -321,13 +330,20 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
     if a.chunks.iter().any(|&k| k < 2) {
         bail!("--chunks: every chunk count must be at least 2");
     }
+    if budget.is_none() && a.cost_model.is_some() {
+        bail!("--cost-model applies to chunking, which --budget asks for");
+    }
+    let cost = match &a.cost_model {
+        Some(p) => read_cost_model(p)?,
+        None => CostModel::default(),
+    };
     let t0 = Instant::now();
     let mut out = memplan_plan::optimize(&model.graph, &facts, &dims, &opts)
         .with_context(|| format!("{}", a.model.display()))?;
     let mut chunking = None;
     let mut model = model;
     if let Some(b) = budget.filter(|&b| out.report.peak_bytes_after > b) {
-        let (m, o, c) = chunk_and_plan(&model, &dims, b, &a.chunks, &opts)
+        let (m, o, c) = chunk_and_plan(&model, &dims, b, &a.chunks, cost, &opts)
             .with_context(|| format!("{}", a.model.display()))?;
         // Passes: the original graph order, each chunking step, then the planner's passes over
         // the chunked graph (after its own graph order).
@@ -497,4 +513,25 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
     }
     print!("{s}");
     Ok(())
+}
+
+/// A cost model from a JSON file (`bench/calibrate_cost.py`'s output); both rates must be positive
+/// and finite.
+fn read_cost_model(path: &std::path::Path) -> Result<CostModel> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--cost-model {}", path.display()))?;
+    let c: CostModel = serde_json::from_str(&text)
+        .map_err(|e| anyhow!("--cost-model {}: not a cost model: {e}", path.display()))?;
+    for (name, v) in [
+        ("node_seconds", c.node_seconds),
+        ("copy_bytes_per_second", c.copy_bytes_per_second),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            bail!(
+                "--cost-model {}: {name} must be a positive number, got {v}",
+                path.display()
+            );
+        }
+    }
+    Ok(c)
 }

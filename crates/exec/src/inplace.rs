@@ -22,13 +22,17 @@
 
 use std::sync::Arc;
 
+use memplan_ir::DataType;
+use rayon::prelude::*;
+
 use crate::arena::{self, Arena};
 use crate::kernels::elementwise::broadcast_shapes;
+use crate::mem::MemStats;
 use crate::ops::{OpCtx, OpFail, OpFn};
 use crate::tensor::{elem_size, Tensor};
 
 /// Bytes of the overwritten input staged at a time.
-pub const STAGE_BYTES: usize = 64 << 10;
+pub const STAGE_BYTES: usize = 256 << 10;
 
 /// Whether the op table lets `op` (default domain) write output 0 over an input; the executor then
 /// runs it in place without a copy (the overwritten input has the output's size and type, as the
@@ -104,7 +108,25 @@ pub(crate) fn run(
     staged(ctx, f, inputs, slot, arena, offset, &oshape).map(Some)
 }
 
-/// The staged path (see the module docs).
+/// One staged in-place node: what every range of it shares.
+struct Job<'a> {
+    f: OpFn,
+    inputs: &'a [Option<&'a Tensor>],
+    slot: usize,
+    target: &'a Tensor,
+    arena: &'a Arc<Arena>,
+    offset: usize,
+    oshape: &'a [usize],
+    /// Output elements per staged chunk (whole rows in row mode).
+    chunk: usize,
+    /// The row split ([`row_split`]), `None` for flat chunks.
+    split: Option<usize>,
+}
+
+/// The staged path (see the module docs). The output's chunks are independent, so large outputs
+/// are cut into one contiguous range per worker thread, each staged chunk by chunk with its own
+/// staging buffers; every element is still computed by the op's own code over a chunk, so the bits
+/// do not depend on the split.
 fn staged(
     ctx: &OpCtx,
     f: OpFn,
@@ -117,38 +139,159 @@ fn staged(
     let n: usize = oshape.iter().product();
     let target = inputs[slot].ok_or_else(|| OpFail::Invalid("in-place input missing".into()))?;
     let es = elem_size(target.dtype)?;
-    let chunk = (STAGE_BYTES / es).max(1);
-    // An input with the output's element count broadcasts to it without repeating, so it has the
-    // output's layout: its chunk is a view, or a copy when the op reads it while writing the arena
-    // range it came from. One-element inputs are passed whole; any other input broadcasts and its
-    // chunk is gathered. Each copy or gather goes to a staging buffer of `chunk` elements, whatever
-    // the tensor's size, so the heap staging takes does not depend on the dims.
+    let mut chunk = (STAGE_BYTES / es).max(1);
+    // Row mode (see `row_split`): chunks are whole rows of the output's last `r - a` axes, and
+    // every input keeps its own shape over them, so broadcasting stays the op's own.
+    let split = row_split(inputs, oshape, chunk);
+    if let Some(a) = split {
+        let inner: usize = oshape[a..].iter().product();
+        chunk = chunk / inner * inner;
+    }
+    let job = Job {
+        f,
+        inputs,
+        slot,
+        target,
+        arena,
+        offset,
+        oshape,
+        chunk,
+        split,
+    };
+    let threads = rayon::current_num_threads();
+    // Kernels on f16/bf16 widen into counted scratch, which must be charged to the run: those run
+    // on one thread, through the run's own cursor.
+    let narrow = inputs
+        .iter()
+        .flatten()
+        .any(|t| matches!(t.dtype, DataType::F16 | DataType::BF16));
+    if threads > 1 && !narrow && n >= 4 * chunk {
+        let per = n.div_ceil(threads).next_multiple_of(chunk);
+        let ranges: Vec<(usize, usize)> = (0..n)
+            .step_by(per)
+            .map(|c0| (c0, (c0 + per).min(n)))
+            .collect();
+        let results: Vec<Result<Vec<String>, OpFail>> = ranges
+            .into_par_iter()
+            .map(|(from, to)| {
+                // A cursor of this worker's own over the same arena: the op's output chunk is
+                // placed at its planned range without touching the run's cursor. These ops take
+                // no scratch (no widening), which `local` confirms: it must stay at zero bytes.
+                let local = MemStats::new();
+                arena::lock(&local.cursor).arena = Some(arena.clone());
+                let lctx = OpCtx {
+                    node: ctx.node,
+                    opset: ctx.opset,
+                    view: false,
+                    stats: &local,
+                };
+                staged_range(&lctx, &job, from, to)?;
+                let mut misses = std::mem::take(&mut arena::lock(&local.cursor).misses);
+                if local.peak() != 0 {
+                    misses.push(format!(
+                        "an in-place chunk took {} B of heap memory outside the plan",
+                        local.peak()
+                    ));
+                }
+                Ok(misses)
+            })
+            .collect();
+        for r in results {
+            let misses = r?;
+            arena::lock(&ctx.stats.cursor).misses.extend(misses);
+        }
+    } else {
+        staged_range(ctx, &job, 0, n)?;
+    }
+    Ok(Tensor::arena_range(
+        target.dtype,
+        oshape,
+        arena.clone(),
+        offset,
+        n * es,
+        false,
+    ))
+}
+
+/// Output elements `from..to` of a staged node, `job.chunk` at a time through `ctx`'s cursor.
+fn staged_range(ctx: &OpCtx, job: &Job, from: usize, to: usize) -> Result<(), OpFail> {
+    let Job {
+        f,
+        inputs,
+        slot,
+        target,
+        arena,
+        offset,
+        oshape,
+        chunk,
+        split,
+    } = *job;
+    let n: usize = oshape.iter().product();
+    let es = elem_size(target.dtype)?;
+    let r = oshape.len();
+    let inner: usize = split.map_or(1, |a| oshape[a..].iter().product());
+    // Flat mode: an input with the output's element count broadcasts to it without repeating, so it
+    // has the output's layout: its chunk is a view, or a copy when the op reads it while writing the
+    // arena range it came from. One-element inputs are passed whole; any other input broadcasts and
+    // its chunk is gathered. In row mode only the overwritten input, and any input reading the same
+    // bytes, is copied. Each copy or gather goes to a staging buffer of at most `chunk` elements,
+    // whatever the tensor's size, so the heap staging takes does not depend on the dims.
     let mut stages: Vec<Option<Tensor>> = Vec::with_capacity(inputs.len());
     for (j, t) in inputs.iter().enumerate() {
         let staged = t.is_some_and(|t| {
             let full = t.numel() == n;
-            (full && (j == slot || t.shares_buffer(target))) || (!full && t.numel() != 1)
+            let own = j == slot || t.shares_buffer(target);
+            match split {
+                Some(a) => own && lead_full(t, oshape, a),
+                None => (full && own) || (!full && t.numel() != 1),
+            }
         });
         stages.push(match t {
             Some(t) if staged => Some(Tensor::zeros(t.dtype, &[chunk], None)?),
             _ => None,
         });
     }
-    let mut c0 = 0;
-    while c0 < n {
-        let k = chunk.min(n - c0);
+    let mut c0 = from;
+    while c0 < to {
+        let k = chunk.min(to - c0);
         let mut staged_ins: Vec<Option<Tensor>> = Vec::with_capacity(inputs.len());
         for (t, stage) in inputs.iter().zip(stages.iter_mut()) {
             let Some(t) = *t else {
                 staged_ins.push(None);
                 continue;
             };
+            if let Some(a) = split {
+                // This input over rows `c0 / inner..(c0 + k) / inner`: a view of those rows (or a
+                // copy of them) when it spans the leading axes, else all of it, broadcast.
+                let padded = padded_shape(t, r);
+                let tail = &padded[a..];
+                let tail_n: usize = tail.iter().product();
+                let rows = k / inner;
+                let full = lead_full(t, oshape, a);
+                let mut shape = vec![if full { rows } else { 1 }];
+                shape.extend_from_slice(tail);
+                let at = if full { c0 / inner * tail_n } else { 0 };
+                staged_ins.push(Some(match stage {
+                    Some(stage) => {
+                        let te = elem_size(t.dtype)?;
+                        let m = rows * tail_n;
+                        // Through a view of just these rows: other workers write other rows of
+                        // the same range meanwhile.
+                        stage.bytes_mut()?[..m * te].copy_from_slice(t.view(at, &[m])?.bytes());
+                        stage.view(0, &shape)?
+                    }
+                    None => t.view(at, &shape)?,
+                }));
+                continue;
+            }
             staged_ins.push(Some(match stage {
                 Some(stage) => {
                     let te = elem_size(t.dtype)?;
                     let dst = &mut stage.bytes_mut()?[..k * te];
                     if t.numel() == n {
-                        dst.copy_from_slice(&t.bytes()[c0 * te..(c0 + k) * te]);
+                        // Through a view of just this chunk: other workers write other chunks of
+                        // the same range meanwhile.
+                        dst.copy_from_slice(t.view(c0, &[k])?.bytes());
                     } else {
                         gather_into(t, oshape, c0, dst)?;
                     }
@@ -193,14 +336,46 @@ fn staged(
         c0 += k;
     }
     arena::lock(&ctx.stats.cursor).outputs.clear();
-    Ok(Tensor::arena_range(
-        target.dtype,
-        oshape,
-        arena.clone(),
-        offset,
-        n * es,
-        false,
-    ))
+    Ok(())
+}
+
+/// `t`'s shape with leading ones up to rank `r`.
+fn padded_shape(t: &Tensor, r: usize) -> Vec<usize> {
+    let mut p = vec![1; r.saturating_sub(t.rank())];
+    p.extend_from_slice(&t.shape);
+    p
+}
+
+/// Whether `t` (padded to the output's rank) spans the output's first `a` axes.
+fn lead_full(t: &Tensor, oshape: &[usize], a: usize) -> bool {
+    padded_shape(t, oshape.len())[..a] == oshape[..a]
+}
+
+/// The row split of the staged path: the most leading axes `a` (at least one) over which every
+/// input either spans the output or has extent 1, provided one row (the last `r - a` axes) holds
+/// at most `chunk` elements. Chunks are then runs of whole rows: each input spanning the leading
+/// axes is a view of its rows, each other one is passed whole and broadcasts over them, so no
+/// input needs gathering. `None` (flat chunks, broadcast inputs gathered) when no such split
+/// exists or an input has a higher rank than the output.
+fn row_split(inputs: &[Option<&Tensor>], oshape: &[usize], chunk: usize) -> Option<usize> {
+    let r = oshape.len();
+    let present: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
+    if r == 0 || present.iter().any(|t| t.rank() > r) {
+        return None;
+    }
+    // Valid splits are a prefix of 1..=r (spanning or being 1 over `..a` implies it over `..a-1`).
+    let valid = |a: usize| {
+        present.iter().all(|t| {
+            let p = padded_shape(t, r);
+            p[..a] == oshape[..a] || p[..a].iter().all(|&d| d == 1)
+        })
+    };
+    let mut a = 0;
+    while a < r && valid(a + 1) {
+        a += 1;
+    }
+    let inner: usize = oshape[a..].iter().product();
+    (a > 0 && inner <= chunk && inner > 0).then_some(a)
 }
 
 /// Elements `c0..` (row-major over `oshape`) of `t` broadcast to `oshape`, written to `dst` (as many
@@ -234,17 +409,39 @@ fn gather_into(t: &Tensor, oshape: &[usize], c0: usize, dst: &mut [u8]) -> Resul
     }
     let mut j: usize = idx.iter().zip(&st).map(|(i, s)| i * s).sum();
     let src = t.bytes();
-    for d in dst.chunks_exact_mut(es) {
-        let from = src.get(j * es..(j + 1) * es).ok_or_else(not_broadcast)?;
-        d.copy_from_slice(from);
-        for ax in (0..r).rev() {
-            idx[ax] += 1;
-            j += st[ax];
-            if idx[ax] < oshape[ax] {
-                break;
-            }
+    if r == 0 {
+        let from = src.get(..es).ok_or_else(not_broadcast)?;
+        dst.chunks_exact_mut(es)
+            .for_each(|d| d.copy_from_slice(from));
+        return Ok(());
+    }
+    // Run by run along the last axis: a contiguous copy where it is not broadcast (stride 1), the
+    // same element repeated where it is (stride 0).
+    let (last, sl) = (oshape[r - 1], st[r - 1]);
+    let mut at = 0;
+    let total = dst.len() / es;
+    while at < total {
+        let run = (last - idx[r - 1]).min(total - at);
+        let out = &mut dst[at * es..(at + run) * es];
+        if sl == 0 {
+            let from = src.get(j * es..(j + 1) * es).ok_or_else(not_broadcast)?;
+            out.chunks_exact_mut(es)
+                .for_each(|d| d.copy_from_slice(from));
+        } else {
+            let from = src.get(j * es..(j + run) * es).ok_or_else(not_broadcast)?;
+            out.copy_from_slice(from);
+        }
+        at += run;
+        // Advance the index by `run` along the last axis, carrying into the outer ones.
+        idx[r - 1] += run;
+        j += sl * run;
+        let mut ax = r - 1;
+        while idx[ax] >= oshape[ax] && ax > 0 {
             j -= st[ax] * oshape[ax];
             idx[ax] = 0;
+            ax -= 1;
+            idx[ax] += 1;
+            j += st[ax];
         }
     }
     Ok(())

@@ -87,12 +87,25 @@ pub enum TensorError {
     },
 }
 
-/// Bytes per element for types the executor holds (bool is one byte).
+/// Bytes per element for types the executor holds in whole bytes (bool is one byte). Sub-byte
+/// types (int4, uint4, float4e2m1, int2, uint2) are held packed but have no per-element size, so
+/// element-addressed kernels (movement, gather, views) refuse them here.
 pub fn elem_size(d: DataType) -> Result<usize, TensorError> {
     match d.bits() {
         8 | 16 | 32 | 64 if d != DataType::String => Ok(d.bits() as usize / 8),
         _ => Err(TensorError::Unsupported(d)),
     }
+}
+
+/// Bytes of a tensor of `n` elements of `d`: sub-byte types packed as ONNX stores them (two 4-bit or
+/// four 2-bit elements a byte, the last byte padded), the same count as the planner's estimate.
+pub fn byte_len(d: DataType, n: usize) -> Result<usize, TensorError> {
+    if d == DataType::String {
+        return Err(TensorError::Unsupported(d));
+    }
+    n.checked_mul(d.bits() as usize)
+        .map(|b| b.div_ceil(8))
+        .ok_or(TensorError::Alloc(AllocError(usize::MAX)))
 }
 
 impl Tensor {
@@ -103,9 +116,7 @@ impl Tensor {
         stats: Option<&Arc<MemStats>>,
     ) -> Result<Tensor, TensorError> {
         let n: usize = shape.iter().product();
-        let len = n
-            .checked_mul(elem_size(dtype)?)
-            .ok_or(AllocError(usize::MAX))?;
+        let len = byte_len(dtype, n)?;
         let buf = Buf::zeroed(len, stats)?;
         Ok(Tensor {
             dtype,
@@ -125,16 +136,17 @@ impl Tensor {
         bytes: Bytes,
         stats: Option<&Arc<MemStats>>,
     ) -> Result<Tensor, TensorError> {
-        let es = elem_size(dtype)?;
         let n: usize = shape.iter().product();
-        if bytes.len() != n * es {
+        let want = byte_len(dtype, n)?;
+        if bytes.len() != want {
             return Err(TensorError::View {
                 offset: 0,
-                want: n * es,
+                want,
                 have: bytes.len(),
             });
         }
-        if (bytes.as_ptr() as usize).checked_rem(es) == Some(0) {
+        let align = elem_size(dtype).unwrap_or(1);
+        if (bytes.as_ptr() as usize).checked_rem(align) == Some(0) {
             return Ok(Tensor {
                 dtype,
                 shape: shape.to_vec(),
@@ -192,9 +204,7 @@ impl Tensor {
         zero: bool,
     ) -> Result<Tensor, TensorError> {
         let n: usize = shape.iter().product();
-        let len = n
-            .checked_mul(elem_size(dtype)?)
-            .ok_or(AllocError(usize::MAX))?;
+        let len = byte_len(dtype, n)?;
         let slot = {
             let mut c = arena::lock(&stats.cursor);
             if c.arena.is_some() {
@@ -359,7 +369,12 @@ impl Tensor {
         let es = elem_size(self.dtype)?;
         let n: usize = shape.iter().product();
         let (off, want) = (offset_elems * es, n * es);
-        let have = self.bytes().len();
+        // The length alone, without borrowing the bytes (other threads may be writing other
+        // parts of an arena range while a view of one part is taken).
+        let have = match &self.data {
+            Data::Buf { len, .. } | Data::Arena { len, .. } => *len,
+            Data::Bytes(b) => b.len(),
+        };
         if off + want > have {
             return Err(TensorError::View {
                 offset: off,
@@ -420,7 +435,8 @@ impl Tensor {
         }
     }
 
-    /// Converts to f32 values (f16/bf16/f64/ints/bool), for comparisons and reduced-precision compute.
+    /// Converts to f32 values (f16/bf16/f64/ints/bool and the float8/float4/packed-int types), for
+    /// comparisons and reduced-precision compute.
     pub fn to_f32_vec(&self) -> Result<Vec<f32>, TensorError> {
         Ok(match self.dtype {
             DataType::F32 => self.data::<f32>()?.to_vec(),
@@ -439,7 +455,10 @@ impl Tensor {
             DataType::I32 => self.data::<i32>()?.iter().map(|&x| x as f32).collect(),
             DataType::Bool | DataType::U8 => self.data::<u8>()?.iter().map(|&x| x as f32).collect(),
             DataType::I8 => self.data::<i8>()?.iter().map(|&x| x as f32).collect(),
-            d => return Err(TensorError::Unsupported(d)),
+            d => match narrow_to_f32(d) {
+                Some(f) => (0..self.numel()).map(|i| f(self.bytes(), i)).collect(),
+                None => return Err(TensorError::Unsupported(d)),
+            },
         })
     }
 
@@ -464,9 +483,52 @@ impl Tensor {
     }
 }
 
+/// Element `i` of the bytes of a float8, float4 or packed-integer tensor as f32 (exact).
+type NarrowRead = fn(&[u8], usize) -> f32;
+
+/// The reader of [`NarrowRead`] for the narrow types (see [`crate::kernels::minifloat`]).
+fn narrow_to_f32(d: DataType) -> Option<NarrowRead> {
+    use crate::kernels::minifloat as m;
+    Some(match d {
+        DataType::F8E4M3FN => |b, i| m::E4M3FN.decode(b[i]),
+        DataType::F8E4M3FNUZ => |b, i| m::E4M3FNUZ.decode(b[i]),
+        DataType::F8E5M2 => |b, i| m::E5M2.decode(b[i]),
+        DataType::F8E5M2FNUZ => |b, i| m::E5M2FNUZ.decode(b[i]),
+        DataType::F8E8M0 => |b, i| m::e8m0_decode(b[i]),
+        DataType::F4E2M1 => |b, i| m::E2M1.decode(m::packed_get(b, 4, i)),
+        DataType::I4 => |b, i| m::INT4.value(m::packed_get(b, 4, i)) as f32,
+        DataType::U4 => |b, i| m::UINT4.value(m::packed_get(b, 4, i)) as f32,
+        DataType::I2 => |b, i| m::INT2.value(m::packed_get(b, 2, i)) as f32,
+        DataType::U2 => |b, i| m::UINT2.value(m::packed_get(b, 2, i)) as f32,
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sub_byte_tensors_are_packed() {
+        let s = MemStats::new();
+        let t = Tensor::zeros(DataType::I4, &[3], Some(&s)).unwrap();
+        assert_eq!(t.bytes().len(), 2);
+        assert_eq!(s.current(), 2);
+        let b = Bytes::from(vec![0b11_10_01_00u8, 0b01]);
+        let t = Tensor::from_bytes(DataType::I2, &[5], b, None).unwrap();
+        assert_eq!(t.to_f32_vec().unwrap(), [0.0, 1.0, -2.0, -1.0, 1.0]);
+        assert!(Tensor::from_bytes(DataType::U4, &[5], Bytes::from(vec![0u8; 2]), None).is_err());
+        assert!(t.view(0, &[4]).is_err());
+        let f8 = Tensor::from_bytes(
+            DataType::F8E4M3FN,
+            &[2],
+            Bytes::from(vec![0x38u8, 0x7F]),
+            None,
+        )
+        .unwrap();
+        let v = f8.to_f32_vec().unwrap();
+        assert!(v[0] == 1.0 && v[1].is_nan());
+    }
 
     #[test]
     fn views_share_and_free_with_the_last_alias() {

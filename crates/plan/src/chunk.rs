@@ -60,8 +60,14 @@ pub struct Region {
 }
 
 /// A simple cost model of the rewrite: each node added costs a fixed overhead, each byte copied
-/// costs its share of memory bandwidth.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+/// costs its share of memory bandwidth. The chunked region computes the same elements with the same
+/// kernels, so its arithmetic is unchanged; what chunking adds is nodes and copies.
+///
+/// The defaults are `bench/calibrate_cost.py`'s measurements on the development machine (2-core
+/// AMD EPYC VM, 2 threads, planned runs); that script measures them on another machine and writes a
+/// JSON file for `memplan optimize --cost-model`.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CostModel {
     /// Seconds per node run (dispatch, output allocation, thread fan-out).
     pub node_seconds: f64,

@@ -281,7 +281,17 @@ pub fn optimize(
                 peak_bytes: sched_peak,
             },
             Pass {
-                name: format!("in place ({} reuses)", ev.decisions.len()),
+                // The schedule's peak is the simulator's, where a Concat copies its inputs; from
+                // here on a Concat the plan assembles holds its output from its first part on.
+                name: if p.assembled.is_empty() {
+                    format!("in place ({} reuses)", ev.decisions.len())
+                } else {
+                    format!(
+                        "in place ({} reuses), {} concat(s) assembled",
+                        ev.decisions.len(),
+                        p.assembled.len()
+                    )
+                },
                 peak_bytes: ev.inplace_peak + p.resident,
             },
             Pass {

@@ -159,12 +159,29 @@ fn layer_norm_row<T: Float>(
     bias: Option<&[T]>,
 ) -> (T, T) {
     let (mean, inv) = mean_inv_std(xi, eps);
-    for (j, (o, &v)) in oi.iter_mut().zip(xi).enumerate() {
-        let y = (v - mean) * inv * param(scale, j);
-        *o = match bias {
-            Some(b) => y + param(b, j),
-            None => y,
-        };
+    let n = xi.len();
+    // Per-element scale and bias (the common case) as straight zipped loops the compiler
+    // vectorizes; a broadcast single element falls back to indexing. Same formula either way.
+    match bias {
+        Some(b) if scale.len() == n && b.len() == n => {
+            for (((o, &v), &s), &c) in oi.iter_mut().zip(xi).zip(scale).zip(b) {
+                *o = (v - mean) * inv * s + c;
+            }
+        }
+        None if scale.len() == n => {
+            for ((o, &v), &s) in oi.iter_mut().zip(xi).zip(scale) {
+                *o = (v - mean) * inv * s;
+            }
+        }
+        _ => {
+            for (j, (o, &v)) in oi.iter_mut().zip(xi).enumerate() {
+                let y = (v - mean) * inv * param(scale, j);
+                *o = match bias {
+                    Some(b) => y + param(b, j),
+                    None => y,
+                };
+            }
+        }
     }
     (mean, inv)
 }
