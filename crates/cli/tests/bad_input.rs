@@ -310,3 +310,78 @@ fn convert_leaves_no_partial_file() {
         .collect();
     assert_eq!(left.len(), 2, "temporary files left: {left:?}");
 }
+
+#[test]
+fn bad_cost_models_are_refused_before_anything_is_written() {
+    let d = Tmp::new("cost");
+    let m = model(
+        vec![node("r", "Relu", &["x"], &["y"])],
+        vec![vi("x", &["N"])],
+        vec![vi("y", &["N"])],
+    );
+    let src = write(&d, "m.onnx", &m);
+    let out = d.path("out.onnx");
+    let optimize = |cost: &std::path::Path, budget: bool| {
+        let mut a = vec![
+            "optimize".to_string(),
+            src.to_str().unwrap().into(),
+            "--dim".into(),
+            "N=1024".into(),
+            "-o".into(),
+            out.to_str().unwrap().into(),
+            "--cost-model".into(),
+            cost.to_str().unwrap().into(),
+        ];
+        if budget {
+            a.extend(["--budget".into(), "1KiB".into()]);
+        }
+        a
+    };
+    let cases: [(&str, &str, &[&str]); 4] = [
+        ("notjson.json", "{", &["not a cost model", "notjson.json"]),
+        (
+            "field.json",
+            r#"{"node_seconds": 1e-6, "copy_bytes_per_second": 1e9, "extra": 1}"#,
+            &["unknown field `extra`"],
+        ),
+        (
+            "neg.json",
+            r#"{"node_seconds": -1e-6, "copy_bytes_per_second": 1e9}"#,
+            &["node_seconds must be a positive number"],
+        ),
+        (
+            "zero.json",
+            r#"{"node_seconds": 1e-6, "copy_bytes_per_second": 0}"#,
+            &["copy_bytes_per_second must be a positive number"],
+        ),
+    ];
+    for (name, text, needles) in cases {
+        let p = d.path(name);
+        std::fs::write(&p, text).unwrap();
+        let args = optimize(&p, true);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&args, needles);
+        assert!(!out.exists());
+    }
+    fails_with(
+        &optimize(&d.path("missing.json"), true)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        &["--cost-model", "missing.json"],
+    );
+    let good = d.path("good.json");
+    std::fs::write(
+        &good,
+        r#"{"node_seconds": 1e-6, "copy_bytes_per_second": 1e9}"#,
+    )
+    .unwrap();
+    fails_with(
+        &optimize(&good, false)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        &["--cost-model applies to chunking"],
+    );
+    assert!(!out.exists());
+}

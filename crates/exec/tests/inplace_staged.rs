@@ -21,7 +21,10 @@ enum Mask {
 fn graph(mask: Mask) -> Graph {
     let mut g = Graph::default();
     let (n, c) = (DeclDim::Param("N".into()), DeclDim::Param("C".into()));
-    let x = g.add_input("x", DeclType::tensor(DataType::F32, vec![n.clone(), c.clone()]));
+    let x = g.add_input(
+        "x",
+        DeclType::tensor(DataType::F32, vec![n.clone(), c.clone()]),
+    );
     let mdims = match mask {
         Mask::Rows => vec![n, DeclDim::Value(1)],
         Mask::Cols => vec![c],
@@ -44,7 +47,10 @@ fn inputs(n: usize, c: usize, mask: Mask) -> BTreeMap<String, Tensor> {
         .map(|i| (i % 3) as f32 - 0.5)
         .collect();
     BTreeMap::from([
-        ("x".into(), Tensor::from_vec::<f32>(&[n, c], &x, None).unwrap()),
+        (
+            "x".into(),
+            Tensor::from_vec::<f32>(&[n, c], &x, None).unwrap(),
+        ),
         ("m".into(), Tensor::from_vec::<f32>(&ms, &m, None).unwrap()),
     ])
 }

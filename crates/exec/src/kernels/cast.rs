@@ -12,6 +12,9 @@
 //!   which can double-round; f32 -> f16/bf16 rounds to nearest even.
 //! - a cast to the same type copies bits (NaN payloads included).
 //!
+//! The float8, float4e2m1 and packed int4/uint4/int2/uint2 types convert through
+//! [`super::minifloat`] instead (the `saturate` and `round_mode` attributes apply there).
+//!
 //! Each element converts independently with scalar code, so any slicing gives identical bits.
 
 use super::elementwise::{unary, Elem};

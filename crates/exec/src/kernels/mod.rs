@@ -8,6 +8,7 @@ pub mod fastmath;
 pub mod gemm_small;
 pub mod index;
 pub mod matmul;
+pub mod minifloat;
 pub mod movement;
 pub mod norm;
 pub mod pool;

@@ -16,6 +16,7 @@ use crate::kernels::cast::{CastElem, CastValue};
 use crate::kernels::elementwise::{
     assign_broadcast, binary, binary_op, broadcast_shapes, ternary, unary, Arith, BinaryOp, Shift,
 };
+use crate::kernels::minifloat::RoundMode;
 use crate::tensor::{elem_size, Tensor};
 
 pub const OPS: &[(&str, OpFn)] = &[
@@ -1051,10 +1052,50 @@ fn cast_typed(x: &Tensor, to: DataType, out: &mut Tensor) -> Result<bool, OpFail
     Ok(true)
 }
 
+/// How Cast converts to the float8 types: its `saturate` (default 1) and `round_mode` (default
+/// "up", float8e8m0 only) attributes. Other target types ignore them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CastMode {
+    pub saturate: bool,
+    pub round: RoundMode,
+}
+
+impl Default for CastMode {
+    fn default() -> Self {
+        CastMode {
+            saturate: true,
+            round: RoundMode::Up,
+        }
+    }
+}
+
+impl CastMode {
+    /// The mode given by a Cast or CastLike node's attributes.
+    fn of(ctx: &OpCtx) -> Result<CastMode, OpFail> {
+        let round = match ctx.string("round_mode")? {
+            None => RoundMode::Up,
+            Some(s) => match RoundMode::parse(&s) {
+                Some(r) => r,
+                None => return fail(format!("Cast round_mode '{s}' is not up, down or nearest")),
+            },
+        };
+        Ok(CastMode {
+            saturate: ctx.int("saturate", 1)? != 0,
+            round,
+        })
+    }
+}
+
 /// Casts `x` into a new tensor of type `to` (semantics in `kernels::cast`: each element goes through
-/// its exact [`CastValue`], so the result does not depend on how the tensor is split).
-pub fn cast_tensor(ctx: &OpCtx, x: &Tensor, to: DataType) -> Result<Tensor, OpFail> {
-    // Every path below writes every element (or fails).
+/// its exact [`CastValue`], so the result does not depend on how the tensor is split; the narrow
+/// types follow `kernels::minifloat`).
+pub fn cast_tensor(
+    ctx: &OpCtx,
+    x: &Tensor,
+    to: DataType,
+    mode: CastMode,
+) -> Result<Tensor, OpFail> {
+    // Every path below writes every element (or fails); packed outputs write whole bytes.
     let mut out = ctx.alloc_for_overwrite(to, &x.shape)?;
     if x.dtype == to {
         out.bytes_mut()?.copy_from_slice(x.bytes());
@@ -1064,6 +1105,9 @@ pub fn cast_tensor(ctx: &OpCtx, x: &Tensor, to: DataType) -> Result<Tensor, OpFa
         return Ok(out);
     }
     let (Some((load, _)), Some((_, store))) = (cast_io(x.dtype), cast_io(to)) else {
+        if cast_narrow(x, to, mode, &mut out)? {
+            return Ok(out);
+        }
         return unsupported(format!("Cast from {} to {to}", x.dtype));
     };
     let (ss, ds) = (elem_size(x.dtype)?, elem_size(to)?);
@@ -1072,17 +1116,133 @@ pub fn cast_tensor(ctx: &OpCtx, x: &Tensor, to: DataType) -> Result<Tensor, OpFa
             store(load(s), d);
         }
     };
-    const TASK: usize = 1 << 14;
     let (src, dst) = (x.bytes(), out.bytes_mut()?);
-    if x.numel() < 2 * TASK {
+    if x.numel() < 2 * CAST_TASK {
         run(src, dst);
     } else {
         use rayon::prelude::*;
-        dst.par_chunks_mut(TASK * ds)
-            .zip(src.par_chunks(TASK * ss))
+        dst.par_chunks_mut(CAST_TASK * ds)
+            .zip(src.par_chunks(CAST_TASK * ss))
             .for_each(|(d, s)| run(s, d));
     }
     Ok(out)
+}
+
+/// Output units (elements, or bytes of packed outputs) per parallel task of Cast.
+const CAST_TASK: usize = 1 << 14;
+
+/// Element `i` of a tensor's bytes as a [`CastValue`].
+type Get = Box<dyn Fn(&[u8], usize) -> CastValue + Send + Sync>;
+/// A [`CastValue`] as the code of a narrow type (the low `bits` bits of a byte).
+type Encode = Box<dyn Fn(CastValue) -> u8 + Send + Sync>;
+
+/// The reader of element `i` for any type Cast handles (byte-sized through [`cast_io`], narrow
+/// through `kernels::minifloat`).
+fn cast_get(dt: DataType) -> Result<Option<Get>, OpFail> {
+    use crate::kernels::minifloat as m;
+    use DataType::*;
+    if let Some((load, _)) = cast_io(dt) {
+        let es = elem_size(dt)?;
+        return Ok(Some(Box::new(move |b, i| load(&b[i * es..(i + 1) * es]))));
+    }
+    let f = |v: f32| CastValue::F32(v);
+    let int = |v: i128| CastValue::Int(v);
+    Ok(Some(match dt {
+        F8E4M3FN => Box::new(move |b, i| f(m::E4M3FN.decode(b[i]))),
+        F8E4M3FNUZ => Box::new(move |b, i| f(m::E4M3FNUZ.decode(b[i]))),
+        F8E5M2 => Box::new(move |b, i| f(m::E5M2.decode(b[i]))),
+        F8E5M2FNUZ => Box::new(move |b, i| f(m::E5M2FNUZ.decode(b[i]))),
+        F8E8M0 => Box::new(move |b, i| f(m::e8m0_decode(b[i]))),
+        F4E2M1 => Box::new(move |b, i| f(m::E2M1.decode(m::packed_get(b, 4, i)))),
+        I4 => Box::new(move |b, i| int(m::INT4.value(m::packed_get(b, 4, i)))),
+        U4 => Box::new(move |b, i| int(m::UINT4.value(m::packed_get(b, 4, i)))),
+        I2 => Box::new(move |b, i| int(m::INT2.value(m::packed_get(b, 2, i)))),
+        U2 => Box::new(move |b, i| int(m::UINT2.value(m::packed_get(b, 2, i)))),
+        _ => return Ok(None),
+    }))
+}
+
+/// The encoder of a narrow type and its width in bits; `None` for other types.
+fn cast_encode(dt: DataType, mode: CastMode) -> Option<(u32, Encode)> {
+    use crate::kernels::minifloat::{self as m, MiniFloat, SubInt};
+    use DataType::*;
+    // Float sources convert in one rounding from their exact value.
+    fn wide(v: CastValue) -> f64 {
+        match v {
+            CastValue::F32(x) => x as f64,
+            CastValue::F64(x) => x,
+            CastValue::Int(i) => i as f64,
+            CastValue::Bool(b) => b as u8 as f64,
+        }
+    }
+    let sat = mode.saturate;
+    let float = |f: MiniFloat| -> Encode { Box::new(move |v| f.encode(wide(v), sat)) };
+    let int = |s: SubInt| -> Encode {
+        Box::new(move |v| match v {
+            CastValue::F32(x) => s.wrap_float(x as f64),
+            CastValue::F64(x) => s.wrap_float(x),
+            CastValue::Int(i) => s.wrap_int(i),
+            CastValue::Bool(b) => b as u8,
+        })
+    };
+    Some(match dt {
+        F8E4M3FN => (8, float(m::E4M3FN)),
+        F8E4M3FNUZ => (8, float(m::E4M3FNUZ)),
+        F8E5M2 => (8, float(m::E5M2)),
+        F8E5M2FNUZ => (8, float(m::E5M2FNUZ)),
+        F4E2M1 => (4, float(m::E2M1)),
+        // The reference converts to f32 first, then rounds the exponent.
+        F8E8M0 => (
+            8,
+            Box::new(move |v| m::e8m0_encode(f32::from_value(v), sat, mode.round)),
+        ),
+        I4 => (4, int(m::INT4)),
+        U4 => (4, int(m::UINT4)),
+        I2 => (2, int(m::INT2)),
+        U2 => (2, int(m::UINT2)),
+        _ => return None,
+    })
+}
+
+/// Cast where either side is a narrow type (float8, float4, packed integers); `false` for pairs it
+/// does not handle. Each output byte is computed from its own elements, so any split of the output
+/// into tasks gives identical bytes, and packed padding bits are zero.
+fn cast_narrow(x: &Tensor, to: DataType, mode: CastMode, out: &mut Tensor) -> Result<bool, OpFail> {
+    use crate::kernels::minifloat::pack_byte;
+    use rayon::prelude::*;
+    let Some(get) = cast_get(x.dtype)? else {
+        return Ok(false);
+    };
+    let n = x.numel();
+    let src = x.bytes();
+    // `fill(u, bytes)` writes output unit `u` (an element, or a packed byte).
+    let run = |unit: usize, dst: &mut [u8], fill: &(dyn Fn(usize, &mut [u8]) + Sync)| {
+        let task = |(c, d): (usize, &mut [u8])| {
+            for (k, e) in d.chunks_mut(unit).enumerate() {
+                fill(c * CAST_TASK + k, e);
+            }
+        };
+        if dst.len() < 2 * CAST_TASK * unit {
+            dst.chunks_mut(CAST_TASK * unit).enumerate().for_each(task);
+        } else {
+            dst.par_chunks_mut(CAST_TASK * unit)
+                .enumerate()
+                .for_each(task);
+        }
+    };
+    if let Some((_, store)) = cast_io(to) {
+        let ds = elem_size(to)?;
+        run(ds, out.bytes_mut()?, &|i, d| store(get(src, i), d));
+    } else if let Some((bits, enc)) = cast_encode(to, mode) {
+        let per = (8 / bits) as usize;
+        run(1, out.bytes_mut()?, &|j, d| {
+            let lo = j * per;
+            d[0] = pack_byte((lo..n.min(lo + per)).map(|i| enc(get(src, i))), bits);
+        });
+    } else {
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 fn cast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
@@ -1093,12 +1253,12 @@ fn cast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
     let Some(to) = DataType::from_onnx(to as i32) else {
         return fail(format!("Cast to unknown type code {to}"));
     };
-    Ok(vec![cast_tensor(ctx, x, to)?])
+    Ok(vec![cast_tensor(ctx, x, to, CastMode::of(ctx)?)?])
 }
 
 fn cast_like(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let (x, like) = (req(inputs, 0)?, req(inputs, 1)?);
-    Ok(vec![cast_tensor(ctx, x, like.dtype)?])
+    Ok(vec![cast_tensor(ctx, x, like.dtype, CastMode::of(ctx)?)?])
 }
 
 #[cfg(test)]
@@ -1231,6 +1391,51 @@ mod tests {
         let b = t_bool(&[2], &[true, false]);
         let o = run_op("CastLike", &[], &[Some(&b), Some(&x)], 1).unwrap();
         assert_eq!(f32s(&o[0]), [1.0, 0.0]);
+    }
+
+    #[test]
+    fn cast_narrow_types() {
+        use crate::kernels::minifloat::{packed_get, INT2};
+        let cast = |x: &Tensor, d: DataType, extra: &[(&str, AttrValue)]| {
+            let mut attrs = vec![("to", AttrValue::Int(d.onnx_code() as i64))];
+            attrs.extend(extra.iter().cloned());
+            run_op("Cast", &attrs, &[Some(x)], 1).unwrap().remove(0)
+        };
+        let x = t_f32(&[5], &[1e6, 464.0, -0.0, f32::NAN, 1.0625]);
+        let sat = cast(&x, DataType::F8E4M3FN, &[]);
+        assert_eq!(sat.bytes(), &[0x7E, 0x7E, 0x80, 0x7F, 0x38]);
+        let no = cast(&x, DataType::F8E4M3FN, &[("saturate", AttrValue::Int(0))]);
+        assert_eq!(no.bytes(), &[0x7F, 0x7E, 0x80, 0x7F, 0x38]);
+        let back = cast(&no, DataType::F32, &[]);
+        let v = f32s(&back);
+        assert!(v[0].is_nan() && v[3].is_nan());
+        assert_eq!((v[1], v[4]), (448.0, 1.0));
+        let down = cast(
+            &t_f32(&[1], &[1.75]),
+            DataType::F8E8M0,
+            &[("round_mode", AttrValue::String(b"down".to_vec()))],
+        );
+        assert_eq!(down.bytes(), &[127]);
+        // int4 packs two to a byte, low nibble first; the padding nibble is zero.
+        let i = t_f32(&[5], &[-9.0, 15.0, 1.5, -1.0, 7.0]);
+        let p = cast(&i, DataType::I4, &[]);
+        assert_eq!(p.bytes(), &[0xF7, 0xF1, 0x07]);
+        let like = t_of::<i8>(&[1], &[0]);
+        let o = run_op("CastLike", &[], &[Some(&p), Some(&like)], 1).unwrap();
+        assert_eq!(o[0].data::<i8>().unwrap(), &[7, -1, 1, -1, 7]);
+        // A packed output large enough to be split into parallel tasks matches the scalar rule.
+        let n = 4 * 2 * CAST_TASK + 3;
+        let big: Vec<f32> = (0..n).map(|k| (k % 11) as f32 - 5.5).collect();
+        let q = cast(&t_f32(&[n], &big), DataType::I2, &[]);
+        assert_eq!(q.bytes().len(), n.div_ceil(4));
+        for (k, &v) in big.iter().enumerate() {
+            assert_eq!(
+                packed_get(q.bytes(), 2, k),
+                INT2.wrap_float(v as f64),
+                "element {k}"
+            );
+        }
+        assert_eq!(q.bytes()[n / 4] >> 6, 0);
     }
 
     proptest! {
