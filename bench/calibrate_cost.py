@@ -7,9 +7,11 @@ are not views, concatenations not assembled in place). Both are measured here wi
 executor, in planned runs (`memplan optimize --plan-out` then `memplan run --plan`), as chunked
 models are run:
 
-* node cost: two chains of tiny Add nodes ([1, 16] floats), K1 and K2 nodes long; the cost per node is
-  the difference of their median times over the difference of their lengths (what does not grow
-  with the chain, such as input binding, cancels out);
+* node cost: one Add over x [R, E] against the same Add chunked by hand the way the rewrite chunks
+  it: R row Slices (views: the leading axis), R Adds of one row each, a Concat along axis 0
+  (assembled in place by the plan); no byte is copied and the arithmetic is the same, so the
+  difference of the median times over the 2R nodes added is the cost of a node on a slice large
+  enough for its kernel to fan out over the threads (E = 64 Ki floats);
 * copy bandwidth: x [R, 2C] (64 MiB) split in two along axis 1 by two Slice nodes (not views: the
   axis is not the leading one) and put back by a Concat along axis 1 (not assembled in place, for
   the same reason); bytes copied = both slices plus the concatenation, the time less three nodes.
@@ -18,12 +20,12 @@ Then, with the calibrated model (`--cost-model`), for a few corpus models and bu
 predicted extra time (`memplan optimize --budget --json`: chunking.predicted_seconds) with the
 measured one: the chunked planned run's median time minus the unchunked planned run's.
 
-Writes the calibration as JSON (`--out`, default bench/cost_model.json): pass it to `memplan
+Writes the calibration as JSON (`--out`, default target/cost_model.json): pass it to `memplan
 optimize --cost-model FILE` (the built-in defaults are this script's numbers on the development
 machine).
 
 Usage: .venv/bin/python bench/calibrate_cost.py [--memplan target/release/memplan] [--threads 2]
-       [--repeat 15] [--out bench/cost_model.json] [--no-check]
+       [--repeat 15] [--out target/cost_model.json] [--no-check]
 """
 
 import argparse
@@ -55,19 +57,27 @@ def save(model, path):
     onnx.save(model, path)
 
 
-def add_chain(k, path):
-    """x [1, 16] -> k nodes y_i = y_{i-1} + c -> y_k."""
-    c = numpy_helper.from_array(np.full((1, 16), 0.5, np.float32), "c")
-    nodes, prev = [], "x"
-    for i in range(k):
-        nodes.append(helper.make_node("Add", [prev, "c"], [f"y{i}"]))
-        prev = f"y{i}"
+def add(rows, cols, chunked, path):
+    """y = x + c over x [rows, cols]; `chunked`: row by row (Slice, Add, then one Concat)."""
+    ini = [numpy_helper.from_array(np.full((1, cols), 0.5, np.float32), "c"),
+           numpy_helper.from_array(np.array([0], np.int64), "ax")]
+    if chunked:
+        nodes, parts = [], []
+        for i in range(rows):
+            ini += [numpy_helper.from_array(np.array([i], np.int64), f"s{i}"),
+                    numpy_helper.from_array(np.array([i + 1], np.int64), f"e{i}")]
+            nodes.append(helper.make_node("Slice", ["x", f"s{i}", f"e{i}", "ax"], [f"x{i}"]))
+            nodes.append(helper.make_node("Add", [f"x{i}", "c"], [f"y{i}"]))
+            parts.append(f"y{i}")
+        nodes.append(helper.make_node("Concat", parts, ["y"], axis=0))
+    else:
+        nodes = [helper.make_node("Add", ["x", "c"], ["y"])]
     g = helper.make_graph(
         nodes,
-        "add_chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 16])],
-        [c],
+        "add",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, cols])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
+        ini,
     )
     save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
 
@@ -125,28 +135,28 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians over them")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "cost_model.json"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "target", "cost_model.json"))
     ap.add_argument("--no-check", action="store_true", help="calibrate only")
     args = ap.parse_args()
 
-    k1, k2 = 200, 2200
+    arows, acols = 128, 65536  # x: 32 MiB, 128 chunks of 256 KiB
     rows, cols = 2048, 4096  # x: 2048 x 8192 floats = 64 MiB
     with tempfile.TemporaryDirectory() as work:
-        paths = {n: os.path.join(work, f"{n}.onnx") for n in ("c1", "c2", "copy")}
-        add_chain(k1, paths["c1"])
-        add_chain(k2, paths["c2"])
+        paths = {n: os.path.join(work, f"{n}.onnx") for n in ("whole", "chunked", "copy")}
+        add(arows, acols, False, paths["whole"])
+        add(arows, acols, True, paths["chunked"])
         split_concat(rows, cols, paths["copy"])
         t = {n: [] for n in paths}
         for _ in range(args.rounds):
             for n, p in paths.items():
                 t[n].append(planned_seconds(args, p, {}, work, n)[0])
         med = {n: statistics.median(v) for n, v in t.items()}
-        node_s = (med["c2"] - med["c1"]) / (k2 - k1)
+        node_s = max(med["chunked"] - med["whole"], 1e-9) / (2 * arows)
         copied = 2 * rows * 2 * cols * 4  # both slices, then the concatenation
         copy_s = max(med["copy"] - 3 * node_s, 1e-9)
         cal = {"node_seconds": node_s, "copy_bytes_per_second": copied / copy_s}
-        print(f"node cost      {node_s * 1e6:.2f} µs per node "
-              f"(chains of {k1} and {k2} Add nodes: {med['c1'] * 1e3:.2f} ms, {med['c2'] * 1e3:.2f} ms)")
+        print(f"node cost      {node_s * 1e6:.2f} µs per node (Add over [{arows}, {acols}]: "
+              f"{med['whole'] * 1e3:.2f} ms whole, {med['chunked'] * 1e3:.2f} ms in {arows} chunks)")
         print(f"copy bandwidth {cal['copy_bytes_per_second'] / 1e9:.2f} GB/s "
               f"({copied / MIB:.0f} MiB copied in {copy_s * 1e3:.2f} ms)")
         with open(args.out, "w") as f:
@@ -157,9 +167,10 @@ def main():
             return
 
         print()
-        print(f"| model | dims | budget | chunk steps | nodes added | predicted extra ms | measured extra ms "
-              f"(chunked − unchunked planned run, {args.threads} threads, median of {args.repeat} × {args.rounds} rounds) |")
-        print("|---|---|---:|---:|---:|---:|---:|")
+        print(f"| model | dims | budget | chunk steps | nodes added | unchunked planned run ms | predicted extra ms "
+              f"| measured extra ms (chunked − unchunked, {args.threads} threads, median of {args.repeat} × "
+              f"{args.rounds} rounds) |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
         for stem, dims, frac in CHECK:
             model = os.path.join(CORPUS, f"{stem}.onnx")
             est = json.loads(sh([args.memplan, "estimate", model, *dim_args(dims), "--json"]))
@@ -178,7 +189,7 @@ def main():
             dims_s = " ".join(f"{k}={v}" for k, v in dims.items())
             meas = (statistics.median(chunked) - statistics.median(base)) * 1e3
             print(f"| {stem} | {dims_s} | {frac:.2f} × peak | {len(steps)} | {added} | "
-                  f"{ch.get('predicted_seconds', 0) * 1e3:.1f} | {meas:.1f} |")
+                  f"{statistics.median(base) * 1e3:.1f} | {ch.get('predicted_seconds', 0) * 1e3:.1f} | {meas:.1f} |")
 
 
 if __name__ == "__main__":
