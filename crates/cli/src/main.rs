@@ -52,7 +52,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the chain of contexts, outermost first.
-            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            // Control characters (a newline inside a name from a malformed model) are escaped.
+            let msg: Vec<String> = e
+                .chain()
+                .map(|c| memplan_ir::graph::printable(&c.to_string()).into_owned())
+                .collect();
             eprintln!("error: {}", msg.join(": "));
             ExitCode::FAILURE
         }

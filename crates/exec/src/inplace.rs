@@ -215,17 +215,9 @@ fn staged(
 
 /// Output elements `from..to` of a staged node, `job.chunk` at a time through `ctx`'s cursor.
 fn staged_range(ctx: &OpCtx, job: &Job, from: usize, to: usize) -> Result<(), OpFail> {
-    let Job {
-        f,
-        inputs,
-        slot,
-        target,
-        arena,
-        offset,
-        oshape,
-        chunk,
-        split,
-    } = *job;
+    let (f, inputs, slot, target) = (job.f, job.inputs, job.slot, job.target);
+    let (arena, offset, oshape, chunk, split) =
+        (job.arena, job.offset, job.oshape, job.chunk, job.split);
     let n: usize = oshape.iter().product();
     let es = elem_size(target.dtype)?;
     let r = oshape.len();

@@ -192,9 +192,9 @@ impl Node {
     /// A label for messages: `'name' (Op)`, or `#index (Op)` when unnamed.
     pub fn label(&self, id: NodeId) -> String {
         if self.name.is_empty() {
-            format!("#{} ({})", id.0, self.op)
+            format!("#{} ({})", id.0, printable(&self.op))
         } else {
-            format!("'{}' ({})", self.name, self.op)
+            format!("'{}' ({})", printable(&self.name), printable(&self.op))
         }
     }
 
@@ -462,7 +462,7 @@ impl Graph {
             if let Some(prev) = names.insert(&v.name, ValueId::from_index(i)) {
                 let _ = prev;
                 return Err(GraphError::DuplicateName {
-                    name: v.name.clone(),
+                    name: printable(&v.name).into_owned(),
                 });
             }
         }
@@ -510,11 +510,14 @@ impl Node {
 /// Structural errors in a graph.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum GraphError {
-    #[error("cycle in the graph through node {node}")]
+    #[error("cycle in the graph through node {}", printable(.node))]
     Cycle { node: String },
-    #[error("value name '{name}' is defined twice")]
+    #[error("value name '{}' is defined twice", printable(.name))]
     DuplicateName { name: String },
-    #[error("node {node} refers to a value id out of range or to an output it does not produce")]
+    #[error(
+        "node {} refers to a value id out of range or to an output it does not produce",
+        printable(.node)
+    )]
     BadId { node: String },
 }
 
@@ -546,6 +549,16 @@ impl Model {
             .iter()
             .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
             .map(|o| o.version)
+    }
+}
+
+/// A name as messages show it: control characters (a newline in a name from a malformed model)
+/// escaped, so that every message stays one line.
+pub fn printable(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().any(char::is_control) {
+        std::borrow::Cow::Owned(name.escape_debug().to_string())
+    } else {
+        std::borrow::Cow::Borrowed(name)
     }
 }
 

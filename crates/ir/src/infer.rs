@@ -5,6 +5,7 @@
 //! Rules live with each op in [`crate::ops`]. Inference never panics: an op without a rule leaves its
 //! outputs unknown and is reported; a shape contradiction is an error naming the node.
 
+use crate::graph::printable;
 use std::collections::BTreeMap;
 
 use crate::dim::Expr;
@@ -426,9 +427,9 @@ impl Facts {
 pub enum InferError {
     #[error(transparent)]
     Graph(#[from] crate::graph::GraphError),
-    #[error("node {node}: {msg}")]
+    #[error("node {}: {}", printable(.node), printable(.msg))]
     Node { node: String, msg: String },
-    #[error("graph input '{name}': {msg}")]
+    #[error("graph input '{}': {}", printable(.name), printable(.msg))]
     Input { name: String, msg: String },
 }
 
@@ -569,7 +570,7 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
 fn input_fact(v: &crate::graph::Value, symbols: &mut SymbolTable) -> Result<Fact, InferError> {
     let Some(decl) = &v.decl else {
         return Err(InferError::Input {
-            name: v.name.clone(),
+            name: crate::graph::printable(&v.name).into_owned(),
             msg: "has no declared type".into(),
         });
     };

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use memplan_ir::graph::printable;
+
 /// An error while reading, converting or writing an ONNX model.
 ///
 /// `Display` is one line that names where the problem is (file, node, tensor, function) and what rule
@@ -28,7 +30,12 @@ pub enum OnnxError {
     NoGraph { path: PathBuf },
 
     /// A tensor's external-data reference is malformed or points outside the model's directory or file.
-    #[error("tensor '{tensor}': external data '{location}': {reason}")]
+    #[error(
+        "tensor '{}': external data '{}': {}",
+        printable(.tensor),
+        printable(.location),
+        printable(.reason)
+    )]
     ExternalData {
         tensor: String,
         location: String,
@@ -36,15 +43,20 @@ pub enum OnnxError {
     },
 
     /// A tensor's stored data disagree with its type or dims (wrong field, wrong length, unknown type).
-    #[error("tensor '{tensor}': {reason}")]
+    #[error("tensor '{}': {}", printable(.tensor), printable(.reason))]
     TensorData { tensor: String, reason: String },
 
     /// A model-local function could not be inlined (recursion, undefined value, opset conflict).
-    #[error("function '{function}': {reason}")]
+    #[error("function '{}': {}", printable(.function), printable(.reason))]
     Function { function: String, reason: String },
 
     /// A node violates the ONNX rules on import (bad attribute, unknown value, unsupported construct).
-    #[error("node '{node}' ({op_type}): {reason}")]
+    #[error(
+        "node '{}' ({}): {}",
+        printable(.node),
+        printable(.op_type),
+        printable(.reason)
+    )]
     Node {
         node: String,
         op_type: String,
@@ -52,11 +64,11 @@ pub enum OnnxError {
     },
 
     /// The graph as a whole is malformed (dangling input, duplicate producer, cycle, bad declaration).
-    #[error("graph '{graph}': {reason}")]
+    #[error("graph '{}': {}", printable(.graph), printable(.reason))]
     Graph { graph: String, reason: String },
 
     /// The model cannot be written in the requested form (e.g. over 2 GiB inline).
-    #[error("{}: cannot save: {reason}", path.display())]
+    #[error("{}: cannot save: {}", path.display(), printable(.reason))]
     Save { path: PathBuf, reason: String },
 }
 

@@ -308,6 +308,34 @@ pub fn random_bytes(rng: &mut Rng) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// Cases that once broke the one-line rule (a newline inside a value name), whatever the
+    /// machine's speed lets the timed test below reach.
+    #[test]
+    fn names_with_control_characters_stay_on_one_line() {
+        for n in [105_820u64, 125_991] {
+            let bytes = random_bytes(&mut Rng::new(n));
+            let msg = check_bytes(&bytes).expect_err("the case is invalid");
+            assert!(!msg.is_empty() && !msg.contains('\n'), "case {n}: {msg:?}");
+        }
+    }
+
+    /// All 200,000 cases the timed test may reach (`cargo test --release -p memplan-onnx --lib
+    /// -- --ignored`; about a minute).
+    #[test]
+    #[ignore]
+    fn all_random_cases() {
+        for n in 0..200_000u64 {
+            let bytes = random_bytes(&mut Rng::new(n));
+            match std::panic::catch_unwind(|| check_bytes(&bytes)) {
+                Err(_) => panic!("case {n} panicked"),
+                Ok(Err(msg)) => {
+                    assert!(!msg.is_empty() && !msg.contains('\n'), "case {n}: {msg:?}")
+                }
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+
     /// Bounded in time (about 2 s) and deterministic in its cases: import and inference never panic,
     /// and every error is one non-empty line.
     #[test]

@@ -1167,14 +1167,7 @@ fn cast_encode(dt: DataType, mode: CastMode) -> Option<(u32, Encode)> {
     use crate::kernels::minifloat::{self as m, MiniFloat, SubInt};
     use DataType::*;
     // Float sources convert in one rounding from their exact value.
-    fn wide(v: CastValue) -> f64 {
-        match v {
-            CastValue::F32(x) => x as f64,
-            CastValue::F64(x) => x,
-            CastValue::Int(i) => i as f64,
-            CastValue::Bool(b) => b as u8 as f64,
-        }
-    }
+    let wide = <f64 as CastElem>::from_value;
     let sat = mode.saturate;
     let float = |f: MiniFloat| -> Encode { Box::new(move |v| f.encode(wide(v), sat)) };
     let int = |s: SubInt| -> Encode {
