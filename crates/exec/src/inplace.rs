@@ -7,12 +7,15 @@
 //! behaviour. Two sound paths instead, both bit-identical to the normal run:
 //!
 //! - **staged** (`Mem::inplace_elementwise`: output element `i` reads element `i` of each input, or
-//!   its broadcast source): the op runs on consecutive chunks of the flattened output. For each chunk,
-//!   the overwritten input's elements (and those of any input reading the same bytes) are copied to a
-//!   staging buffer, an input that broadcasts is gathered into one, and the op writes its output
-//!   chunk straight into the arena. Staging buffers hold [`STAGE_BYTES`] of the output type whatever
-//!   the tensors' sizes and are not charged to the run: like a kernel's stack, they do not grow with
-//!   the dims. The op's own code computes every
+//!   its broadcast source): the op runs on consecutive chunks of the output, each of whole rows of
+//!   its trailing axes where every input either spans the leading axes or broadcasts over all of
+//!   them (each input then keeps its own shape over a chunk), else of the flattened output. For each
+//!   chunk, the overwritten input's elements (and those of any input reading the same bytes) are
+//!   copied to a staging buffer, in flat chunks an input that broadcasts is gathered into one, and
+//!   the op writes its output chunk straight into the arena. Large outputs are cut into one range per
+//!   worker thread, each with its own staging buffers. Staging buffers hold at most [`STAGE_BYTES`]
+//!   of the output type per input and thread, whatever the tensors' sizes, and are not charged to
+//!   the run: like a kernel's stack, they do not grow with the dims. The op's own code computes every
 //!   element, and an elementwise kernel computes each element the same way whatever slice it is given
 //!   (the executor's kernel invariant), so the bits are the normal run's.
 //! - **overwrite** (Trilu, CumSum, ScatterND, ScatterElements): the op's [`crate::ops::OverwriteFn`] turns the
