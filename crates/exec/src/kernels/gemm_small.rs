@@ -63,40 +63,28 @@ pub unsafe fn gemm(
         }
     }
     let bp = bp.as_ptr();
+    // Four rows at a time, then the rest one by one.
+    type Rows =
+        unsafe fn(usize, usize, usize, *const f32, isize, isize, *const f32, *mut f32, isize);
     let mut i = 0;
-    while i + 4 <= m {
-        // SAFETY: rows `i..i + 4` are in bounds (caller's contract).
-        unsafe {
-            rows::<4>(
-                k,
-                n,
-                np,
-                a.offset(i as isize * rsa),
-                rsa,
-                csa,
-                bp,
-                c.offset(i as isize * rsc),
-                rsc,
-            )
-        };
-        i += 4;
-    }
-    while i < m {
-        // SAFETY: row `i` is in bounds (caller's contract).
-        unsafe {
-            rows::<1>(
-                k,
-                n,
-                np,
-                a.offset(i as isize * rsa),
-                rsa,
-                csa,
-                bp,
-                c.offset(i as isize * rsc),
-                rsc,
-            )
-        };
-        i += 1;
+    for (step, f) in [(4, rows::<4> as Rows), (1, rows::<1> as Rows)] {
+        while i + step <= m {
+            // SAFETY: rows `i..i + step` are in bounds (caller's contract).
+            unsafe {
+                f(
+                    k,
+                    n,
+                    np,
+                    a.offset(i as isize * rsa),
+                    rsa,
+                    csa,
+                    bp,
+                    c.offset(i as isize * rsc),
+                    rsc,
+                )
+            };
+            i += step;
+        }
     }
 }
 

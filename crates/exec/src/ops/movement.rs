@@ -324,6 +324,19 @@ fn trilu_over(ctx: &OpCtx, inputs: &[Option<&Tensor>], out: &mut [u8]) -> Result
     Ok(())
 }
 
+/// The length of a float Range from `limit - start` and `delta` (both widened to f64), as
+/// onnxruntime counts it: `ceil((limit - start) / delta)` in double, at least 0; the values then
+/// accumulate `delta`.
+fn float_range_len(span: f64, delta: f64) -> Result<usize, OpFail> {
+    if delta == 0.0 {
+        return fail("Range delta must not be 0");
+    }
+    let n = (span / delta).ceil();
+    if !n.is_finite() || n > 1e12 {
+        return fail(format!("Range length {n} is not a usable count"));
+    }
+    Ok(n.max(0.0) as usize)
+}
 fn range(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let (s, l, d) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
     if s.dtype != l.dtype || s.dtype != d.dtype {
@@ -355,15 +368,7 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     macro_rules! float_range {
         ($t:ty) => {{
             let (a, b, c) = (s.data::<$t>()?[0], l.data::<$t>()?[0], d.data::<$t>()?[0]);
-            if c == 0.0 {
-                return fail("Range delta must not be 0");
-            }
-            // onnxruntime: count = ceil((limit - start) / delta) in double; values accumulate delta.
-            let n = (((b - a) as f64) / c as f64).ceil();
-            if !n.is_finite() || n > 1e12 {
-                return fail(format!("Range length {n} is not a usable count"));
-            }
-            let n = n.max(0.0) as usize;
+            let n = float_range_len((b - a) as f64, c as f64)?;
             let mut out = ctx.alloc(<$t as crate::tensor::Element>::DTYPE, &[n])?;
             let mut v = a;
             for o in out.data_mut::<$t>()? {
@@ -378,14 +383,7 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
         ($t:ty) => {{
             let w = |t: &Tensor| -> Result<f32, OpFail> { Ok(t.data::<$t>()?[0].to_f32()) };
             let (a, b, c) = (w(s)?, w(l)?, w(d)?);
-            if c == 0.0 {
-                return fail("Range delta must not be 0");
-            }
-            let n = (((b - a) as f64) / c as f64).ceil();
-            if !n.is_finite() || n > 1e12 {
-                return fail(format!("Range length {n} is not a usable count"));
-            }
-            let n = n.max(0.0) as usize;
+            let n = float_range_len((b - a) as f64, c as f64)?;
             let mut out = ctx.alloc(<$t as crate::tensor::Element>::DTYPE, &[n])?;
             let mut v = a;
             for o in out.data_mut::<$t>()? {
