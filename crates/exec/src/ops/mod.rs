@@ -58,6 +58,7 @@ pub mod index;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+pub mod random;
 pub mod reduce;
 #[cfg(test)]
 pub(crate) mod testutil;
@@ -335,6 +336,7 @@ fn table() -> &'static BTreeMap<&'static str, OpFn> {
             linalg::OPS,
             reduce::OPS,
             nn::OPS,
+            random::OPS,
         ] {
             for (name, f) in fam {
                 m.insert(*name, *f);

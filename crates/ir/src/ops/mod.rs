@@ -13,6 +13,7 @@ pub mod axes;
 pub mod elementwise;
 pub mod linalg;
 pub mod nn;
+pub mod random;
 pub mod reduce;
 pub mod shape;
 #[cfg(test)]
@@ -110,6 +111,7 @@ fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
             reduce::DEFS,
             linalg::DEFS,
             nn::DEFS,
+            random::DEFS,
         ] {
             for d in fam {
                 t.insert(d.op, d);
@@ -159,6 +161,9 @@ pub fn arity(op: &str) -> Option<(usize, usize)> {
         "Squeeze" | "Unsqueeze" => (1, 2),
         "Clip" => (1, 3),
         "Trilu" | "CumSum" => (1, 2),
+        "RandomUniform" | "RandomNormal" => (0, 0),
+        "RandomUniformLike" | "RandomNormalLike" | "Bernoulli" | "Multinomial" => (1, 1),
+        "Dropout" => (1, 3),
         "Not" | "IsNaN" | "IsInf" | "Cast" | "Neg" | "Abs" | "Sign" | "Floor" | "Ceil"
         | "Round" | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Tanh" | "Sigmoid" | "Relu" | "Erf"
         | "Shape" | "Size" | "Transpose" | "Flatten" | "Identity" | "NonZero" | "Softmax"
