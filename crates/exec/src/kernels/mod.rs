@@ -12,5 +12,6 @@ pub mod minifloat;
 pub mod movement;
 pub mod norm;
 pub mod pool;
+pub mod random;
 pub mod reduce;
 pub mod topk;

@@ -1,13 +1,13 @@
 //! Neural-network ops: Conv, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool,
-//! BatchNormalization (inference), InstanceNormalization, and the seeded RandomUniformLike /
-//! RandomNormalLike.
+//! BatchNormalization (inference), InstanceNormalization, Dropout (training mode draws its mask from
+//! the counter-based generator of `kernels::random`).
 //!
 //! Scratch (bytes, `e` = element size; f16/bf16 compute in f32 with `e = 4`):
 //! - Conv: `e * C/group * prod(kernel) * prod(out spatial)` (im2col, one buffer reused by every
 //!   (batch, group) pair), none for a 1x1 stride-1 unpadded kernel. f16/bf16 add `4 * (|X|+|W|+|B|+|Y|)`.
 //! - Pools, BatchNormalization, InstanceNormalization: none for f32/f64; f16/bf16 add
 //!   `4 * (sum of |inputs| + |Y|)`.
-//! - Random*Like: none.
+//! - Dropout: none.
 
 use half::{bf16, f16};
 use memplan_ir::DataType;
@@ -281,74 +281,71 @@ fn instance_norm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     Ok(vec![out])
 }
 
-/// `Dropout`: the identity in inference (no `training_mode`, or false, or ratio 0); in training
-/// mode each element is kept when its counter-based uniform draw is at least `ratio`, and scaled by
-/// `1 / (1 - ratio)`. The optional mask output says which elements were kept.
+/// Dropout: the identity (a copy; the mask all true) unless `training_mode` is true and the ratio is
+/// above 0; then element `i` is kept when the uniform draw `i` of the node's stream
+/// ([`super::random::node_stream`]) is at least the ratio, and scaled by `1 / (1 - ratio)`.
 fn dropout(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
     let ratio = match opt(inputs, 1) {
-        Some(r) => r.to_f32_vec()?.first().map_or(0.5, |&v| f64::from(v)),
-        None => f64::from(ctx.float("ratio", 0.5)?),
+        Some(r) if r.numel() == 1 => super::random::Floats::of(r)?.get(0),
+        Some(r) => return fail(format!("ratio must hold one element, has {}", r.numel())),
+        None => ctx.float("ratio", 0.5)? as f64,
     };
     let training = match opt(inputs, 2) {
-        Some(t) => t.to_i64_vec()?.first().copied().unwrap_or(0) != 0,
+        Some(t) => super::scalar_i64(t, "training_mode")? != 0,
         None => false,
     };
-    let seed = ctx.opt_int("seed")?.map_or(0, |s| s as u64);
-    let keep =
-        |i: usize| !training || ratio == 0.0 || super::random::unit(seed, i as u64, 0) >= ratio;
-    let want_mask = ctx.node.outputs.get(1).copied().flatten().is_some();
+    if training && !(0.0..1.0).contains(&ratio) {
+        return fail(format!("ratio {ratio} is not in [0, 1)"));
+    }
+    let drop = training && ratio > 0.0;
+    let stream = super::random::node_stream(ctx)?;
+    let keep = |i: u64| !drop || stream.uniform(i, 53) >= ratio;
+    let scale = if drop { 1.0 / (1.0 - ratio) } else { 1.0 };
     let mut out = ctx.alloc_for_overwrite(x.dtype, &x.shape)?;
-    if !training || ratio == 0.0 {
+    if !drop {
         out.bytes_mut()?.copy_from_slice(x.bytes());
     } else {
-        if !(0.0..1.0).contains(&ratio) {
-            return fail(format!("Dropout ratio must be in [0, 1), got {ratio}"));
+        macro_rules! scaled {
+            ($t:ty, $to:expr, $from:expr) => {{
+                let v = x.data::<$t>()?;
+                super::random::fill(out.data_mut::<$t>()?, |i| {
+                    if keep(i) {
+                        $from($to(v[i as usize]) * scale)
+                    } else {
+                        $from(0.0)
+                    }
+                })
+            }};
         }
-        let scale = 1.0 / (1.0 - ratio);
         match x.dtype {
-            DataType::F32 => {
-                let (src, dst) = (x.data::<f32>()?, out.data_mut::<f32>()?);
-                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
-                    *o = if keep(i) { v * scale as f32 } else { 0.0 };
-                }
-            }
-            DataType::F64 => {
-                let (src, dst) = (x.data::<f64>()?, out.data_mut::<f64>()?);
-                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
-                    *o = if keep(i) { v * scale } else { 0.0 };
-                }
-            }
-            DataType::F16 => {
-                let (src, dst) = (x.data::<f16>()?, out.data_mut::<f16>()?);
-                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
-                    *o = if keep(i) {
-                        f16::from_f32(v.to_f32() * scale as f32)
-                    } else {
-                        f16::ZERO
-                    };
-                }
-            }
-            DataType::BF16 => {
-                let (src, dst) = (x.data::<bf16>()?, out.data_mut::<bf16>()?);
-                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
-                    *o = if keep(i) {
-                        bf16::from_f32(v.to_f32() * scale as f32)
-                    } else {
-                        bf16::ZERO
-                    };
-                }
-            }
+            DataType::F32 => scaled!(f32, f64::from, |v: f64| v as f32),
+            DataType::F64 => scaled!(f64, f64::from, |v: f64| v),
+            DataType::F16 => scaled!(f16, f16::to_f64, f16::from_f64),
+            DataType::BF16 => scaled!(bf16, bf16::to_f64, bf16::from_f64),
             d => return unsupported(format!("Dropout in training mode on {d}")),
         }
     }
     let mut outs = vec![out];
-    if want_mask {
-        let mut m = ctx.alloc_for_overwrite(DataType::Bool, &x.shape)?;
-        for (i, b) in m.bytes_mut()?.iter_mut().enumerate() {
-            *b = u8::from(keep(i));
+    if ctx.node.outputs.get(1).is_some_and(|o| o.is_some()) {
+        let mask_type = if ctx.opset >= 10 {
+            DataType::Bool
+        } else {
+            x.dtype
+        };
+        let mut mask = ctx.alloc_for_overwrite(mask_type, &x.shape)?;
+        match mask_type {
+            DataType::Bool => {
+                super::random::fill(super::raw_mut::<u8>(&mut mask)?, |i| keep(i) as u8)
+            }
+            DataType::F32 => super::random::fill(mask.data_mut::<f32>()?, |i| keep(i) as u8 as f32),
+            DataType::F64 => super::random::fill(mask.data_mut::<f64>()?, |i| keep(i) as u8 as f64),
+            DataType::F16 => super::random::fill(mask.data_mut::<f16>()?, |i| {
+                f16::from_f32(keep(i) as u8 as f32)
+            }),
+            d => return unsupported(format!("Dropout mask of type {d}")),
         }
-        outs.push(m);
+        outs.push(mask);
     }
     Ok(outs)
 }
@@ -410,6 +407,56 @@ mod tests {
             .unwrap()
             .iter()
             .all(|&v| (0.0..1.0).contains(&v)));
+    }
+
+    #[test]
+    fn dropout_training_keeps_one_minus_ratio_and_scales() {
+        let n = 50_000;
+        let x = t_f32(&[n], &rand_f32(n, 3));
+        let ratio = t_f32(&[], &[0.3]);
+        let on = t_bool(&[], &[true]);
+        let o = run_op(
+            "Dropout",
+            &[("seed", AttrValue::Int(4))],
+            &[Some(&x), Some(&ratio), Some(&on)],
+            2,
+        )
+        .unwrap();
+        let (y, mask) = (o[0].data::<f32>().unwrap(), o[1].data::<u8>().unwrap());
+        let xs = x.data::<f32>().unwrap();
+        let mut kept = 0;
+        for i in 0..n {
+            if mask[i] == 1 {
+                kept += 1;
+                assert_eq!(y[i], (xs[i] as f64 / 0.7f32 as f64) as f32);
+            } else {
+                assert_eq!((mask[i], y[i]), (0, 0.0));
+            }
+        }
+        // Standard error of the keep rate sqrt(0.21 / 5e4) ~ 0.002.
+        let rate = kept as f64 / n as f64;
+        assert!((rate - 0.7).abs() < 0.01, "keep rate {rate}");
+        // Same seed, same mask; inference mode and ratio 0 are the identity with an all-true mask.
+        let again = run_op(
+            "Dropout",
+            &[("seed", AttrValue::Int(4))],
+            &[Some(&x), Some(&ratio), Some(&on)],
+            2,
+        )
+        .unwrap();
+        assert_eq!(again[1].bytes(), o[1].bytes());
+        let zero = t_f32(&[], &[0.0]);
+        let off = t_bool(&[], &[false]);
+        for ins in [
+            [Some(&x), Some(&ratio), Some(&off)],
+            [Some(&x), Some(&zero), Some(&on)],
+        ] {
+            let o = run_op("Dropout", &[], &ins, 2).unwrap();
+            assert_eq!(o[0].bytes(), x.bytes());
+            assert!(o[1].data::<u8>().unwrap().iter().all(|&m| m == 1));
+        }
+        let bad = t_f32(&[], &[1.0]);
+        assert!(run_op("Dropout", &[], &[Some(&x), Some(&bad), Some(&on)], 2).is_err());
     }
 
     proptest! {

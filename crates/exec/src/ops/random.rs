@@ -1,222 +1,385 @@
-//! Random generators (`RandomUniform`, `RandomNormal`, `*Like`, `Bernoulli`, `Multinomial`) over one
-//! counter-based generator: element `i` of a draw is a pure function of `(seed, i)`, so a run, a
-//! re-run, any slice of the output and any thread count agree bit for bit. The `seed` attribute's
-//! bits seed it (0 when absent: runs are deterministic). Values differ from other runtimes' draws.
+//! Random draws: `RandomUniform`, `RandomUniformLike`, `RandomNormal`, `RandomNormalLike`,
+//! `Bernoulli`, `Multinomial`. Element `i` of an output is a pure function of the node's seed and
+//! `i` ([`crate::kernels::random`]), so any slice and any thread count give the same values. No
+//! scratch: probabilities and logits are read in place.
 
 use half::{bf16, f16};
 use memplan_ir::DataType;
+use rayon::prelude::*;
 
 use super::{fail, req, unsupported, OpCtx, OpFail, OpFn};
+use crate::kernels::random::{seed_for, Stream};
 use crate::tensor::Tensor;
 
 pub const OPS: &[(&str, OpFn)] = &[
-    ("RandomUniform", random),
-    ("RandomNormal", random),
-    ("RandomUniformLike", random),
-    ("RandomNormalLike", random),
+    ("RandomUniform", random_uniform),
+    ("RandomUniformLike", random_uniform),
+    ("RandomNormal", random_normal),
+    ("RandomNormalLike", random_normal),
     ("Bernoulli", bernoulli),
     ("Multinomial", multinomial),
 ];
 
-/// splitmix64 finalizer.
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// Elements per parallel task.
+const TASK: usize = 1 << 14;
+
+/// The stream of `ctx`'s node: its `seed` attribute (float for the Random* ops, int for `Dropout`),
+/// else the documented default mixed with the node's name.
+pub fn node_stream(ctx: &OpCtx) -> Result<Stream, OpFail> {
+    use memplan_ir::graph::AttrValue;
+    let seed = match ctx.node.attr("seed") {
+        None => None,
+        Some(AttrValue::Float(f)) => Some(u64::from(f.to_bits())),
+        Some(AttrValue::Int(i)) => Some(*i as u64),
+        Some(o) => {
+            return fail(format!(
+                "attribute 'seed' must be FLOAT or INT, got {}",
+                o.kind_name()
+            ))
+        }
+    };
+    Ok(seed_for(seed, &ctx.node.name))
 }
 
-/// Uniform in [0, 1) with 53 random bits: draw `i` of stream `stream` under `seed`.
-pub(crate) fn unit(seed: u64, i: u64, stream: u64) -> f64 {
-    (splitmix(seed ^ splitmix(i.wrapping_mul(2).wrapping_add(stream))) >> 11) as f64
-        / (1u64 << 53) as f64
+/// Fills `out` in parallel: element `i` is `f(i)`.
+pub fn fill<T: Send>(out: &mut [T], f: impl Fn(u64) -> T + Sync) {
+    out.par_chunks_mut(TASK).enumerate().for_each(|(c, chunk)| {
+        let base = (c * TASK) as u64;
+        for (j, o) in chunk.iter_mut().enumerate() {
+            *o = f(base + j as u64);
+        }
+    });
 }
 
-/// The generator seed: the bits of the float `seed` attribute, 0 when absent.
-fn seed_of(ctx: &OpCtx) -> Result<u64, OpFail> {
-    Ok(ctx.opt_float("seed")?.map_or(0, |s| u64::from(s.to_bits())))
-}
-
-/// Fills a float tensor with `value(i)` per element.
-fn fill(out: &mut Tensor, op: &str, value: impl Fn(usize) -> f64) -> Result<(), OpFail> {
+/// Fills a float tensor: element `i` is `f(i, bits)` rounded to its type, where `bits` is the
+/// type's significand precision (for uniform draws exact in it).
+fn fill_float(out: &mut Tensor, f: impl Fn(u64, u32) -> f64 + Sync) -> Result<(), OpFail> {
     match out.dtype {
-        DataType::F32 => out
-            .data_mut::<f32>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = value(i) as f32),
-        DataType::F64 => out
-            .data_mut::<f64>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = value(i)),
-        DataType::F16 => out
-            .data_mut::<f16>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = f16::from_f64(value(i))),
-        DataType::BF16 => out
-            .data_mut::<bf16>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = bf16::from_f64(value(i))),
-        d => return unsupported(format!("{op} of {d}")),
+        DataType::F32 => fill(out.data_mut::<f32>()?, |i| f(i, 24) as f32),
+        DataType::F64 => fill(out.data_mut::<f64>()?, |i| f(i, 53)),
+        DataType::F16 => fill(out.data_mut::<f16>()?, |i| f16::from_f64(f(i, 11))),
+        DataType::BF16 => fill(out.data_mut::<bf16>()?, |i| bf16::from_f64(f(i, 8))),
+        d => return unsupported(format!("random values of type {d}")),
     }
     Ok(())
 }
 
-fn dtype_attr(ctx: &OpCtx, default: DataType) -> Result<DataType, OpFail> {
+/// The output type: the `dtype` attribute, else the input's (the *Like ops), else float.
+fn out_dtype(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<DataType, OpFail> {
     match ctx.opt_int("dtype")? {
-        Some(c) => DataType::from_onnx(c as i32)
-            .ok_or_else(|| OpFail::Invalid(format!("unknown dtype {c}"))),
-        None => Ok(default),
+        Some(c) => i32::try_from(c)
+            .ok()
+            .and_then(DataType::from_onnx)
+            .map_or_else(|| fail(format!("attribute 'dtype' is {c}, not a type")), Ok),
+        None => Ok(super::opt(inputs, 0).map_or(DataType::F32, |t| t.dtype)),
     }
 }
 
-/// `RandomUniform`/`RandomNormal` (shape from the attribute) and their `*Like` forms (shape of the
-/// input). Normal draws use Box-Muller over two independent uniforms of the element.
-fn random(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
-    let like = ctx.node.op.ends_with("Like");
-    let (shape, default) = if like {
-        let x = req(inputs, 0)?;
-        (x.shape.clone(), x.dtype)
-    } else {
-        let s = ctx.ints("shape")?.unwrap_or_default();
-        let dims = s
-            .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| OpFail::Invalid(format!("negative dim {d}"))))
-            .collect::<Result<Vec<_>, _>>()?;
-        (dims, DataType::F32)
+/// The output shape: the input's (the *Like ops), else the `shape` attribute.
+fn out_shape(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<usize>, OpFail> {
+    if let Some(t) = super::opt(inputs, 0) {
+        return Ok(t.shape.clone());
+    }
+    let Some(s) = ctx.ints("shape")? else {
+        return fail("attribute 'shape' is required");
     };
-    let dtype = dtype_attr(ctx, default)?;
-    let seed = seed_of(ctx)?;
-    let normal = ctx.node.op.starts_with("RandomNormal");
-    let (p0, p1) = if normal {
-        (
-            f64::from(ctx.float("mean", 0.0)?),
-            f64::from(ctx.float("scale", 1.0)?),
-        )
-    } else {
-        (
-            f64::from(ctx.float("low", 0.0)?),
-            f64::from(ctx.float("high", 1.0)?),
-        )
-    };
-    let mut out = ctx.alloc_for_overwrite(dtype, &shape)?;
-    fill(&mut out, &ctx.node.op, |i| {
-        let u = unit(seed, i as u64, 0);
-        if normal {
-            let v = unit(seed, i as u64, 1);
-            p0 + p1 * (-2.0 * (1.0 - u).ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-        } else {
-            p0 + (p1 - p0) * u
-        }
-    })?;
+    s.iter()
+        .map(|&d| usize::try_from(d).map_err(|_| OpFail::Invalid(format!("shape has dim {d}"))))
+        .collect()
+}
+
+fn random_uniform(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (low, high) = (
+        ctx.float("low", 0.0)? as f64,
+        ctx.float("high", 1.0)? as f64,
+    );
+    let s = node_stream(ctx)?;
+    let mut out = ctx.alloc_for_overwrite(out_dtype(ctx, inputs)?, &out_shape(ctx, inputs)?)?;
+    fill_float(&mut out, |i, bits| low + (high - low) * s.uniform(i, bits))?;
     Ok(vec![out])
 }
 
-/// `Bernoulli`: element `i` is 1 when its uniform draw is below the probability `x[i]`.
+fn random_normal(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (mean, scale) = (
+        ctx.float("mean", 0.0)? as f64,
+        ctx.float("scale", 1.0)? as f64,
+    );
+    let s = node_stream(ctx)?;
+    let mut out = ctx.alloc_for_overwrite(out_dtype(ctx, inputs)?, &out_shape(ctx, inputs)?)?;
+    fill_float(&mut out, |i, _| mean + scale * s.normal(i))?;
+    Ok(vec![out])
+}
+
+/// A float tensor's elements read as f64, whatever its float type.
+#[derive(Clone, Copy)]
+pub enum Floats<'a> {
+    F32(&'a [f32]),
+    F64(&'a [f64]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
+}
+
+impl<'a> Floats<'a> {
+    pub fn of(t: &'a Tensor) -> Result<Floats<'a>, OpFail> {
+        Ok(match t.dtype {
+            DataType::F32 => Floats::F32(t.data()?),
+            DataType::F64 => Floats::F64(t.data()?),
+            DataType::F16 => Floats::F16(t.data()?),
+            DataType::BF16 => Floats::BF16(t.data()?),
+            d => return unsupported(format!("{d} where a float type is expected")),
+        })
+    }
+
+    pub fn get(&self, i: usize) -> f64 {
+        match self {
+            Floats::F32(v) => v[i] as f64,
+            Floats::F64(v) => v[i],
+            Floats::F16(v) => v[i].to_f64(),
+            Floats::BF16(v) => v[i].to_f64(),
+        }
+    }
+}
+
+/// Element `i` is 1 with probability `p[i]` (a 53-bit uniform draw below it), else 0.
 fn bernoulli(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
-    let p: Vec<f32> = x.to_f32_vec()?;
-    let dtype = dtype_attr(ctx, x.dtype)?;
-    let seed = seed_of(ctx)?;
-    let mut out = ctx.alloc_for_overwrite(dtype, &x.shape)?;
-    let bit = |i: usize| unit(seed, i as u64, 0) < f64::from(p[i]);
-    match dtype {
-        DataType::Bool | DataType::U8 | DataType::I8 => {
-            for (i, o) in out.bytes_mut()?.iter_mut().enumerate() {
-                *o = u8::from(bit(i));
+    let p = Floats::of(x)?;
+    let s = node_stream(ctx)?;
+    let mut out = ctx.alloc_for_overwrite(out_dtype(ctx, inputs)?, &x.shape)?;
+    let hit = |i: u64| s.uniform(i, 53) < p.get(i as usize);
+    macro_rules! ints {
+        ($($d:ident => $t:ty),*) => {
+            match out.dtype {
+                DataType::F32 => fill(out.data_mut::<f32>()?, |i| hit(i) as u8 as f32),
+                DataType::F64 => fill(out.data_mut::<f64>()?, |i| hit(i) as u8 as f64),
+                DataType::F16 => fill(out.data_mut::<f16>()?, |i| f16::from_f32(hit(i) as u8 as f32)),
+                DataType::BF16 => {
+                    fill(out.data_mut::<bf16>()?, |i| bf16::from_f32(hit(i) as u8 as f32))
+                }
+                DataType::Bool => fill(super::raw_mut::<u8>(&mut out)?, |i| hit(i) as u8),
+                $(DataType::$d => fill(out.data_mut::<$t>()?, |i| hit(i) as $t),)*
+                d => return unsupported(format!("Bernoulli output of type {d}")),
             }
-        }
-        DataType::I32 => out
-            .data_mut::<i32>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = i32::from(bit(i))),
-        DataType::I64 => out
-            .data_mut::<i64>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = i64::from(bit(i))),
-        _ => fill(&mut out, "Bernoulli", |i| if bit(i) { 1.0 } else { 0.0 })?,
+        };
     }
+    ints!(I8 => i8, U8 => u8, I16 => i16, U16 => u16, I32 => i32, U32 => u32, I64 => i64, U64 => u64);
     Ok(vec![out])
 }
 
-/// `Multinomial`: `sample_size` class indices per batch row, drawn from the softmax of the row's
-/// unnormalized log-probabilities by inverting its cumulative distribution.
+/// Sample `j` of row `b` (element `b * samples + j`) is the first class whose cumulative
+/// `exp(x - max)` exceeds a uniform draw times the row's total; the row is read twice per sample,
+/// so nothing is cached between elements.
 fn multinomial(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
-    if x.rank() != 2 {
+    let [batch, classes] = x.shape[..] else {
         return fail(format!(
-            "Multinomial input must be [batch, classes], got {:?}",
+            "input must be [batch, classes], has shape {:?}",
             x.shape
         ));
-    }
-    let (b, k) = (x.shape[0], x.shape[1]);
-    let n = usize::try_from(ctx.int("sample_size", 1)?)
-        .map_err(|_| OpFail::Invalid("sample_size must be >= 1".into()))?;
-    let dtype = dtype_attr(ctx, DataType::I32)?;
-    let seed = seed_of(ctx)?;
-    let logits = x.to_f32_vec()?;
-    let mut idx = vec![0i64; b * n];
-    for r in 0..b {
-        let row = &logits[r * k..(r + 1) * k];
-        let m = row
-            .iter()
-            .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
-        let mut cdf = Vec::with_capacity(k);
-        let mut acc = 0.0;
-        for &v in row {
-            acc += (f64::from(v) - m).exp();
-            cdf.push(acc);
-        }
-        for s in 0..n {
-            let u = unit(seed, (r * n + s) as u64, 0) * acc;
-            let c = cdf.partition_point(|&c| c <= u).min(k.saturating_sub(1));
-            idx[r * n + s] = c as i64;
-        }
-    }
-    let out = match dtype {
-        DataType::I64 => ctx.from_vec(&[b, n], &idx)?,
-        DataType::I32 => {
-            let v: Vec<i32> = idx.iter().map(|&i| i as i32).collect();
-            ctx.from_vec(&[b, n], &v)?
-        }
-        d => return fail(format!("Multinomial dtype must be int32 or int64, got {d}")),
     };
+    if classes == 0 {
+        return fail("input has no classes");
+    }
+    let samples = ctx.int("sample_size", 1)?;
+    let Ok(samples @ 1..) = usize::try_from(samples) else {
+        return fail(format!(
+            "attribute 'sample_size' is {samples}, must be >= 1"
+        ));
+    };
+    let dtype = match ctx.int("dtype", DataType::I32 as i64)? {
+        6 => DataType::I32,
+        7 => DataType::I64,
+        c => {
+            return fail(format!(
+                "attribute 'dtype' is {c}, must be int32 (6) or int64 (7)"
+            ))
+        }
+    };
+    let p = Floats::of(x)?;
+    let s = node_stream(ctx)?;
+    let draw = |i: u64| -> usize {
+        let row = i as usize / samples * classes;
+        let max = (row..row + classes)
+            .map(|k| p.get(k))
+            .fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = (row..row + classes).map(|k| (p.get(k) - max).exp()).sum();
+        let target = s.uniform(i, 53) * total;
+        let mut cum = 0.0;
+        let mut last = 0;
+        for k in 0..classes {
+            let w = (p.get(row + k) - max).exp();
+            if w > 0.0 {
+                last = k;
+            }
+            cum += w;
+            if cum > target {
+                return k;
+            }
+        }
+        last
+    };
+    let mut out = ctx.alloc_for_overwrite(dtype, &[batch, samples])?;
+    match dtype {
+        DataType::I32 => fill(out.data_mut::<i32>()?, |i| draw(i) as i32),
+        _ => fill(out.data_mut::<i64>()?, |i| draw(i) as i64),
+    }
     Ok(vec![out])
 }
 
 #[cfg(test)]
 mod tests {
-    use super::unit;
+    use super::*;
+    use crate::ops::testutil::*;
+    use memplan_ir::graph::AttrValue;
 
     #[test]
-    fn uniform_draws_are_uniform_and_independent_of_order() {
-        let n = 200_000u64;
-        let draws: Vec<f64> = (0..n).map(|i| unit(7, i, 0)).collect();
-        let mean = draws.iter().sum::<f64>() / n as f64;
-        let var = draws.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
-        assert!((mean - 0.5).abs() < 0.005, "mean {mean}");
-        assert!((var - 1.0 / 12.0).abs() < 0.002, "variance {var}");
-        // Kolmogorov-Smirnov distance against U(0, 1).
-        let mut s = draws.clone();
-        s.sort_by(f64::total_cmp);
-        let d = s
+    fn slices_equal_the_same_slice_drawn_alone() {
+        // A chunk of an output (any start, any length, any task split) equals the full draw's slice.
+        let s = Stream::new(99);
+        let mut full = vec![0f32; 50_000];
+        fill(&mut full, |i| s.uniform(i, 24) as f32);
+        let (a, b) = (12_345, 40_001);
+        let mut part = vec![0f32; b - a];
+        for (j, o) in part.iter_mut().enumerate() {
+            *o = s.uniform((a + j) as u64, 24) as f32;
+        }
+        assert_eq!(&full[a..b], &part[..]);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let mut one = vec![0f32; 50_000];
+        pool.install(|| fill(&mut one, |i| s.uniform(i, 24) as f32));
+        assert_eq!(full, one);
+    }
+
+    fn run1(op: &str, attrs: Vec<(&str, AttrValue)>, inputs: Vec<Tensor>) -> Tensor {
+        let ins: Vec<Option<&Tensor>> = inputs.iter().map(Some).collect();
+        run_op(op, &attrs, &ins, 1).unwrap().remove(0)
+    }
+
+    #[test]
+    fn uniform_range_mean_and_seed() {
+        let attrs = || {
+            vec![
+                ("shape", AttrValue::Ints(vec![200, 500])),
+                ("low", AttrValue::Float(-2.0)),
+                ("high", AttrValue::Float(6.0)),
+                ("seed", AttrValue::Float(5.0)),
+            ]
+        };
+        let t = run1("RandomUniform", attrs(), vec![]);
+        assert_eq!(t.shape, vec![200, 500]);
+        let v = t.data::<f32>().unwrap();
+        assert!(v.iter().all(|&x| (-2.0..6.0).contains(&x)));
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+        // Standard error 8 / sqrt(12 * 1e5) ~ 0.0073.
+        assert!((mean - 2.0).abs() < 0.04, "mean {mean}");
+        // Same seed, same values; the *Like form over an input of that shape draws the same.
+        assert_eq!(
+            run1("RandomUniform", attrs(), vec![])
+                .data::<f32>()
+                .unwrap(),
+            v
+        );
+        let like = run1(
+            "RandomUniformLike",
+            vec![
+                ("low", AttrValue::Float(-2.0)),
+                ("high", AttrValue::Float(6.0)),
+                ("seed", AttrValue::Float(5.0)),
+            ],
+            vec![Tensor::from_vec(&[200, 500], &vec![0f32; 100_000], None).unwrap()],
+        );
+        assert_eq!(like.data::<f32>().unwrap(), v);
+    }
+
+    #[test]
+    fn normal_moments_in_half_precision() {
+        let t = run1(
+            "RandomNormalLike",
+            vec![
+                ("mean", AttrValue::Float(3.0)),
+                ("scale", AttrValue::Float(0.5)),
+            ],
+            vec![Tensor::from_vec(&[100_000], &vec![f16::ZERO; 100_000], None).unwrap()],
+        );
+        assert_eq!(t.dtype, DataType::F16);
+        let v: Vec<f64> = t
+            .data::<f16>()
+            .unwrap()
             .iter()
-            .enumerate()
-            .map(|(i, &x)| {
-                ((i + 1) as f64 / n as f64 - x)
-                    .abs()
-                    .max((x - i as f64 / n as f64).abs())
-            })
-            .fold(0.0, f64::max);
-        assert!(d < 1.63 / (n as f64).sqrt(), "KS distance {d}");
-        // A draw is a function of (seed, index) only: computing a slice alone gives the same bits.
-        let slice: Vec<f64> = (1000..1010).map(|i| unit(7, i, 0)).collect();
-        assert_eq!(&draws[1000..1010], slice.as_slice());
-        assert_ne!(unit(7, 5, 0), unit(8, 5, 0));
+            .map(|x| x.to_f64())
+            .collect();
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
+        assert!((mean - 3.0).abs() < 0.01, "mean {mean}");
+        assert!((var - 0.25).abs() < 0.01, "variance {var}");
+    }
+
+    #[test]
+    fn bernoulli_rate_follows_each_probability() {
+        let n = 40_000;
+        let p: Vec<f64> = (0..n).map(|i| [0.0, 0.1, 0.5, 1.0][i % 4]).collect();
+        let t = run1(
+            "Bernoulli",
+            vec![("dtype", AttrValue::Int(7))],
+            vec![Tensor::from_vec(&[n], &p, None).unwrap()],
+        );
+        let v = t.data::<i64>().unwrap();
+        for (k, &pk) in [0.0, 0.1, 0.5, 1.0].iter().enumerate() {
+            let hits = v.iter().skip(k).step_by(4).filter(|&&x| x == 1).count();
+            let rate = hits as f64 / (n / 4) as f64;
+            // Standard error at most sqrt(0.25 / 1e4) = 0.005.
+            assert!((rate - pk).abs() < 0.025, "p {pk}: rate {rate}");
+        }
+        assert!(v.iter().all(|&x| x == 0 || x == 1));
+    }
+
+    #[test]
+    fn multinomial_frequencies_follow_the_softmax() {
+        let probs = [0.1f32, 0.2, 0.3, 0.4];
+        let logits: Vec<f32> = probs.iter().flat_map(|&q| [q.ln(), q.ln()]).collect();
+        // Two rows: the probabilities, and the same probabilities with a large common offset.
+        let mut x: Vec<f32> = probs.iter().map(|q| q.ln()).collect();
+        x.extend(probs.iter().map(|q| q.ln() + 500.0));
+        assert_eq!(logits.len(), 8);
+        let t = run1(
+            "Multinomial",
+            vec![
+                ("sample_size", AttrValue::Int(20_000)),
+                ("seed", AttrValue::Float(1.0)),
+            ],
+            vec![Tensor::from_vec(&[2, 4], &x, None).unwrap()],
+        );
+        assert_eq!((t.dtype, t.shape.clone()), (DataType::I32, vec![2, 20_000]));
+        let v = t.data::<i32>().unwrap();
+        for row in v.chunks(20_000) {
+            for (k, &q) in probs.iter().enumerate() {
+                let f = row.iter().filter(|&&c| c == k as i32).count() as f64 / 20_000.0;
+                // Standard error at most sqrt(0.25 / 2e4) ~ 0.0035.
+                assert!((f - q as f64).abs() < 0.015, "class {k}: {f} vs {q}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_attributes_are_errors() {
+        assert!(run_op("RandomUniform", &[], &[], 1).is_err());
+        let x = t_f32(&[1, 2], &[0.0, 0.0]);
+        assert!(run_op(
+            "Multinomial",
+            &[("sample_size", AttrValue::Int(0))],
+            &[Some(&x)],
+            1
+        )
+        .is_err());
+        assert!(run_op(
+            "Multinomial",
+            &[("dtype", AttrValue::Int(1))],
+            &[Some(&x)],
+            1
+        )
+        .is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! Op family: neural-network layers: normalizations (`LayerNormalization`, `RMSNormalization`,
 //! `BatchNormalization`, `InstanceNormalization`, `GroupNormalization`), `Conv`, pooling
-//! (`MaxPool`, `AveragePool`, `Global*Pool`) and `Dropout` (inference: the identity).
+//! (`MaxPool`, `AveragePool`, `Global*Pool`) and `Dropout` (the identity at
+//! inference; in training mode its mask is drawn by `exec`'s counter-based generator, no scratch).
 
 use crate::dim::Expr;
 use crate::dtype::DataType;
@@ -177,7 +178,9 @@ fn same_as_input(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 fn dropout(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let x = ctx.shape(0)?.to_vec();
     let t = ctx.dtype(0)?;
-    Ok(vec![Fact::new(t, x.clone()), Fact::new(DataType::Bool, x)])
+    // The mask is bool from opset 10 on, of the data's type before.
+    let mask = if ctx.opset >= 10 { DataType::Bool } else { t };
+    Ok(vec![Fact::new(t, x.clone()), Fact::new(mask, x)])
 }
 
 /// Spatial output extents of a sliding window: per spatial axis `i`, input `d`, kernel `k`.
