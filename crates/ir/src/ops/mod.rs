@@ -155,14 +155,15 @@ pub fn arity(op: &str) -> Option<(usize, usize)> {
         "MatMulInteger" => (2, 4),
         "ScatterND" | "ScatterElements" => (3, 3),
         "Slice" => (3, 5),
+        "Pad" => (1, 4),
+        "RandomUniform" | "RandomNormal" => (0, 0),
+        "RandomUniformLike" | "RandomNormalLike" | "Bernoulli" | "Multinomial" => (1, 1),
         "TopK" => (2, 2),
         "Einsum" => (1, V),
         "Split" => (1, 2),
         "Squeeze" | "Unsqueeze" => (1, 2),
         "Clip" => (1, 3),
         "Trilu" | "CumSum" => (1, 2),
-        "RandomUniform" | "RandomNormal" => (0, 0),
-        "RandomUniformLike" | "RandomNormalLike" | "Bernoulli" | "Multinomial" => (1, 1),
         "Dropout" => (1, 3),
         "Not" | "IsNaN" | "IsInf" | "Cast" | "Neg" | "Abs" | "Sign" | "Floor" | "Ceil"
         | "Round" | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Tanh" | "Sigmoid" | "Relu" | "Erf"
