@@ -162,8 +162,6 @@ pub fn arity(op: &str) -> Option<(usize, usize)> {
         "Squeeze" | "Unsqueeze" => (1, 2),
         "Clip" => (1, 3),
         "Trilu" | "CumSum" => (1, 2),
-        "RandomUniform" | "RandomNormal" => (0, 0),
-        "RandomUniformLike" | "RandomNormalLike" | "Bernoulli" | "Multinomial" => (1, 1),
         "Dropout" => (1, 3),
         "Not" | "IsNaN" | "IsInf" | "Cast" | "Neg" | "Abs" | "Sign" | "Floor" | "Ceil"
         | "Round" | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Tanh" | "Sigmoid" | "Relu" | "Erf"
