@@ -54,11 +54,13 @@ macro_rules! by_size {
 
 pub mod basic;
 pub mod elementwise;
+pub mod image;
 pub mod index;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
 pub mod reduce;
+pub mod signal;
 #[cfg(test)]
 pub(crate) mod testutil;
 
@@ -335,6 +337,8 @@ fn table() -> &'static BTreeMap<&'static str, OpFn> {
             linalg::OPS,
             reduce::OPS,
             nn::OPS,
+            image::OPS,
+            signal::OPS,
         ] {
             for (name, f) in fam {
                 m.insert(*name, *f);

@@ -11,10 +11,12 @@ use crate::infer::{Fact, InferCtx, OpError};
 
 pub mod axes;
 pub mod elementwise;
+pub mod image;
 pub mod linalg;
 pub mod nn;
 pub mod reduce;
 pub mod shape;
+pub mod signal;
 #[cfg(test)]
 mod tests;
 
@@ -110,6 +112,8 @@ fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
             reduce::DEFS,
             linalg::DEFS,
             nn::DEFS,
+            image::DEFS,
+            signal::DEFS,
         ] {
             for d in fam {
                 t.insert(d.op, d);
@@ -159,6 +163,10 @@ pub fn arity(op: &str) -> Option<(usize, usize)> {
         "Squeeze" | "Unsqueeze" => (1, 2),
         "Clip" => (1, 3),
         "Trilu" | "CumSum" => (1, 2),
+        "Resize" => (1, 4),
+        "Upsample" => (1, 2),
+        "GridSample" => (2, 2),
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => (1, 1),
         "Not" | "IsNaN" | "IsInf" | "Cast" | "Neg" | "Abs" | "Sign" | "Floor" | "Ceil"
         | "Round" | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Tanh" | "Sigmoid" | "Relu" | "Erf"
         | "Shape" | "Size" | "Transpose" | "Flatten" | "Identity" | "NonZero" | "Softmax"
