@@ -2,6 +2,7 @@
 
 mod commands;
 mod estimate;
+mod grad;
 mod npz;
 mod optimize;
 mod plot;
@@ -37,6 +38,8 @@ enum Cmd {
     Run(run::RunArgs),
     /// Plan memory at given dims: a better order, in-place reuse, one arena; write the reordered model and the plan.
     Optimize(optimize::OptimizeArgs),
+    /// Build the training step: forward outputs plus gradients, as one standard ONNX graph.
+    Grad(grad::GradArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Cmd::Estimate(a) => estimate::estimate(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Optimize(a) => optimize::optimize(a),
+        Cmd::Grad(a) => grad::grad(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

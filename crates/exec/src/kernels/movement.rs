@@ -386,3 +386,101 @@ mod tests {
         }
     }
 }
+
+/// How `Pad` fills the border.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PadMode {
+    Constant,
+    Reflect,
+    Edge,
+    Wrap,
+}
+
+/// For one axis of extent `n` padded by `before` (negative: cropped) to `out` elements, the input
+/// index each output index reads, `None` where it takes the constant.
+pub fn pad_map(n: usize, before: i64, out: usize, mode: PadMode) -> KResult<Vec<Option<usize>>> {
+    let ni = n as i64;
+    if n == 0 && out > 0 && mode != PadMode::Constant {
+        return Err(shape_err(format!("{mode:?} padding of an empty axis")));
+    }
+    Ok((0..out as i64)
+        .map(|i| {
+            let j = i - before;
+            match mode {
+                PadMode::Constant => (0..ni).contains(&j).then_some(j as usize),
+                PadMode::Edge => Some(j.clamp(0, ni - 1) as usize),
+                PadMode::Wrap => Some(j.rem_euclid(ni) as usize),
+                PadMode::Reflect => {
+                    if ni == 1 {
+                        return Some(0);
+                    }
+                    let period = 2 * (ni - 1);
+                    let m = j.rem_euclid(period);
+                    Some(if m < ni { m } else { period - m } as usize)
+                }
+            }
+        })
+        .collect())
+}
+
+/// `Pad`: `dst` (of the per-axis map lengths) takes `src[maps]`, or `value` where any axis maps to
+/// the constant. Rows of the last axis are filled in parallel for large outputs.
+pub fn pad<T: Copy + Send + Sync>(
+    src: &[T],
+    shape: &[usize],
+    maps: &[Vec<Option<usize>>],
+    value: T,
+    dst: &mut [T],
+) -> KResult<()> {
+    check_len("Pad input", src.len(), shape)?;
+    let oshape: Vec<usize> = maps.iter().map(Vec::len).collect();
+    check_len("Pad output", dst.len(), &oshape)?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let r = shape.len();
+    if r == 0 {
+        dst[0] = src[0];
+        return Ok(());
+    }
+    let st = istrides(shape);
+    let row = oshape[r - 1];
+    let last = &maps[r - 1];
+    let fill_row = |ri: usize, out: &mut [T]| {
+        // Decode the outer index of row `ri` and its input base offset.
+        let mut rem = ri;
+        let mut base: Option<isize> = Some(0);
+        for k in (0..r - 1).rev() {
+            let i = rem % oshape[k];
+            rem /= oshape[k];
+            base = match (base, maps[k][i]) {
+                (Some(b), Some(j)) => Some(b + j as isize * st[k]),
+                _ => None,
+            };
+        }
+        match base {
+            None => out.fill(value),
+            Some(b) => {
+                for (o, m) in out.iter_mut().zip(last) {
+                    *o = match m {
+                        Some(j) => src[(b + *j as isize * st[r - 1]) as usize],
+                        None => value,
+                    };
+                }
+            }
+        }
+    };
+    if row == 0 {
+        return Ok(());
+    }
+    if dst.len() >= PAR_MIN {
+        dst.par_chunks_mut(row)
+            .enumerate()
+            .for_each(|(ri, out)| fill_row(ri, out));
+    } else {
+        for (ri, out) in dst.chunks_mut(row).enumerate() {
+            fill_row(ri, out);
+        }
+    }
+    Ok(())
+}

@@ -59,6 +59,7 @@ pub mod index;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+pub mod random;
 pub mod reduce;
 pub mod signal;
 #[cfg(test)]
@@ -339,6 +340,7 @@ fn table() -> &'static BTreeMap<&'static str, OpFn> {
             nn::OPS,
             image::OPS,
             signal::OPS,
+            random::OPS,
         ] {
             for (name, f) in fam {
                 m.insert(*name, *f);

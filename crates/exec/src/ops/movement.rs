@@ -1,4 +1,4 @@
-//! Data-movement ops: Transpose, Slice, Split, Concat, Expand, Tile, Trilu, Range. They move element
+//! Data-movement ops: Transpose, Slice, Split, Concat, Expand, Tile, Trilu, Range, Pad. They move element
 //! bits (dispatched on the element size), so every dtype the executor holds is supported.
 //!
 //! Scratch: none. Slice returns a view of its input when the plan marks it as one.
@@ -25,6 +25,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("Tile", tile),
     ("Trilu", trilu),
     ("Range", range),
+    ("Pad", pad),
 ];
 
 /// A new tensor of `shape` filled by `dst[i] = x[base + sum idx_k * strides_k]`.
@@ -403,6 +404,85 @@ fn range(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
         DataType::BF16 => half_range!(half::bf16),
         t => unsupported(format!("Range on {t}")),
     }
+}
+
+/// `Pad` (opset 2 attributes or opset 11+ inputs, with `axes` from opset 18): constant, reflect,
+/// edge and wrap modes; negative pads crop.
+fn pad(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let r = x.rank();
+    let pads: Vec<i64> = match (ctx.ints("pads")?, opt(inputs, 1)) {
+        (Some(p), _) => p,
+        (None, Some(t)) => t.to_i64_vec()?,
+        (None, None) => return fail("Pad needs pads"),
+    };
+    let axes: Vec<usize> = match opt(inputs, 3) {
+        Some(t) => t
+            .to_i64_vec()?
+            .iter()
+            .map(|&a| axis(a, r))
+            .collect::<Result<_, _>>()?,
+        None => (0..r).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return fail(format!(
+            "Pad has {} pads for {} axes (needs two per axis)",
+            pads.len(),
+            axes.len()
+        ));
+    }
+    let mode = match ctx.string("mode")?.as_deref() {
+        None | Some("constant") => mv::PadMode::Constant,
+        Some("reflect") => mv::PadMode::Reflect,
+        Some("edge") => mv::PadMode::Edge,
+        Some("wrap") => mv::PadMode::Wrap,
+        Some(m) => return fail(format!("unknown Pad mode '{m}'")),
+    };
+    let (mut before, mut after) = (vec![0i64; r], vec![0i64; r]);
+    for (k, &a) in axes.iter().enumerate() {
+        before[a] += pads[k];
+        after[a] += pads[k + axes.len()];
+    }
+    let mut maps = Vec::with_capacity(r);
+    for a in 0..r {
+        let n = x.shape[a] as i64 + before[a] + after[a];
+        if n < 0 {
+            return fail(format!("Pad makes axis {a} negative ({n})"));
+        }
+        maps.push(mv::pad_map(x.shape[a], before[a], n as usize, mode)?);
+    }
+    let oshape: Vec<usize> = maps.iter().map(Vec::len).collect();
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &oshape)?;
+    let es = elem_size(x.dtype)?;
+    let value_attr = f64::from(ctx.float("value", 0.0)?);
+    let attr_bytes = scalar_bytes(x.dtype, value_attr);
+    by_size!(es, T => {
+        let value: T = match opt(inputs, 2) {
+            Some(v) if v.numel() > 0 => raw::<T>(v)?[0],
+            _ => match &attr_bytes {
+                Some(b) if b.len() == es => bytemuck::pod_read_unaligned(b),
+                _ => bytemuck::Zeroable::zeroed(),
+            },
+        };
+        mv::pad(raw::<T>(x)?, &x.shape, &maps, value, raw_mut::<T>(&mut out)?)?
+    });
+    Ok(vec![out])
+}
+
+/// The little-endian bytes of `v` as one element of `dtype` (numeric types only).
+fn scalar_bytes(dtype: DataType, v: f64) -> Option<Vec<u8>> {
+    use DataType as D;
+    Some(match dtype {
+        D::F32 => (v as f32).to_le_bytes().to_vec(),
+        D::F64 => v.to_le_bytes().to_vec(),
+        D::F16 => half::f16::from_f64(v).to_le_bytes().to_vec(),
+        D::BF16 => half::bf16::from_f64(v).to_le_bytes().to_vec(),
+        D::I8 | D::U8 | D::Bool => vec![v as i64 as u8],
+        D::I16 | D::U16 => (v as i64 as u16).to_le_bytes().to_vec(),
+        D::I32 | D::U32 => (v as i64 as u32).to_le_bytes().to_vec(),
+        D::I64 | D::U64 => (v as i64 as u64).to_le_bytes().to_vec(),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

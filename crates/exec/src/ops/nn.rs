@@ -31,8 +31,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("GlobalMaxPool", global_pool),
     ("BatchNormalization", batch_norm_op),
     ("InstanceNormalization", instance_norm_op),
-    ("RandomUniformLike", random_like),
-    ("RandomNormalLike", random_like),
+    ("Dropout", dropout),
 ];
 
 fn usizes(ctx: &OpCtx, name: &str) -> Result<Vec<usize>, OpFail> {
@@ -282,77 +281,76 @@ fn instance_norm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     Ok(vec![out])
 }
 
-/// splitmix64: a counter-based generator, so element `i`'s value depends only on `(seed, i)`.
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// Uniform in [0, 1) with 53 random bits.
-fn unit(seed: u64, i: u64, stream: u64) -> f64 {
-    (splitmix(seed ^ splitmix(i.wrapping_mul(2).wrapping_add(stream))) >> 11) as f64
-        / (1u64 << 53) as f64
-}
-
-/// RandomUniformLike / RandomNormalLike. Deterministic: the `seed` attribute's bits (0 when absent)
-/// seed a counter-based generator, so a run, a re-run and any slice of the output agree bit for bit.
-fn random_like(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+/// `Dropout`: the identity in inference (no `training_mode`, or false, or ratio 0); in training
+/// mode each element is kept when its counter-based uniform draw is at least `ratio`, and scaled by
+/// `1 / (1 - ratio)`. The optional mask output says which elements were kept.
+fn dropout(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
-    let dtype = match ctx.opt_int("dtype")? {
-        Some(c) => DataType::from_onnx(c as i32)
-            .ok_or_else(|| OpFail::Invalid(format!("unknown dtype {c}")))?,
-        None => x.dtype,
+    let ratio = match opt(inputs, 1) {
+        Some(r) => r.to_f32_vec()?.first().map_or(0.5, |&v| f64::from(v)),
+        None => f64::from(ctx.float("ratio", 0.5)?),
     };
-    let seed = ctx.opt_float("seed")?.map_or(0, |s| s.to_bits() as u64);
-    let normal = ctx.node.op == "RandomNormalLike";
-    let (p0, p1) = if normal {
-        (
-            ctx.float("mean", 0.0)? as f64,
-            ctx.float("scale", 1.0)? as f64,
-        )
+    let training = match opt(inputs, 2) {
+        Some(t) => t.to_i64_vec()?.first().copied().unwrap_or(0) != 0,
+        None => false,
+    };
+    let seed = ctx.opt_int("seed")?.map_or(0, |s| s as u64);
+    let keep =
+        |i: usize| !training || ratio == 0.0 || super::random::unit(seed, i as u64, 0) >= ratio;
+    let want_mask = ctx.node.outputs.get(1).copied().flatten().is_some();
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &x.shape)?;
+    if !training || ratio == 0.0 {
+        out.bytes_mut()?.copy_from_slice(x.bytes());
     } else {
-        (
-            ctx.float("low", 0.0)? as f64,
-            ctx.float("high", 1.0)? as f64,
-        )
-    };
-    let value = |i: usize| -> f64 {
-        let u = unit(seed, i as u64, 0);
-        if normal {
-            // Box-Muller with a second independent uniform.
-            let v = unit(seed, i as u64, 1);
-            p0 + p1 * (-2.0 * (1.0 - u).ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-        } else {
-            p0 + (p1 - p0) * u
+        if !(0.0..1.0).contains(&ratio) {
+            return fail(format!("Dropout ratio must be in [0, 1), got {ratio}"));
         }
-    };
-    let mut out = ctx.alloc(dtype, &x.shape)?;
-    match dtype {
-        DataType::F32 => out
-            .data_mut::<f32>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = value(i) as f32),
-        DataType::F64 => out
-            .data_mut::<f64>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = value(i)),
-        DataType::F16 => out
-            .data_mut::<f16>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = f16::from_f64(value(i))),
-        DataType::BF16 => out
-            .data_mut::<bf16>()?
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, o)| *o = bf16::from_f64(value(i))),
-        d => return unsupported(format!("{} of {d}", ctx.node.op)),
+        let scale = 1.0 / (1.0 - ratio);
+        match x.dtype {
+            DataType::F32 => {
+                let (src, dst) = (x.data::<f32>()?, out.data_mut::<f32>()?);
+                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
+                    *o = if keep(i) { v * scale as f32 } else { 0.0 };
+                }
+            }
+            DataType::F64 => {
+                let (src, dst) = (x.data::<f64>()?, out.data_mut::<f64>()?);
+                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
+                    *o = if keep(i) { v * scale } else { 0.0 };
+                }
+            }
+            DataType::F16 => {
+                let (src, dst) = (x.data::<f16>()?, out.data_mut::<f16>()?);
+                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
+                    *o = if keep(i) {
+                        f16::from_f32(v.to_f32() * scale as f32)
+                    } else {
+                        f16::ZERO
+                    };
+                }
+            }
+            DataType::BF16 => {
+                let (src, dst) = (x.data::<bf16>()?, out.data_mut::<bf16>()?);
+                for (i, (o, v)) in dst.iter_mut().zip(src).enumerate() {
+                    *o = if keep(i) {
+                        bf16::from_f32(v.to_f32() * scale as f32)
+                    } else {
+                        bf16::ZERO
+                    };
+                }
+            }
+            d => return unsupported(format!("Dropout in training mode on {d}")),
+        }
     }
-    Ok(vec![out])
+    let mut outs = vec![out];
+    if want_mask {
+        let mut m = ctx.alloc_for_overwrite(DataType::Bool, &x.shape)?;
+        for (i, b) in m.bytes_mut()?.iter_mut().enumerate() {
+            *b = u8::from(keep(i));
+        }
+        outs.push(m);
+    }
+    Ok(outs)
 }
 
 #[cfg(test)]

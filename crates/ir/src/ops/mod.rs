@@ -14,6 +14,7 @@ pub mod elementwise;
 pub mod image;
 pub mod linalg;
 pub mod nn;
+pub mod random;
 pub mod reduce;
 pub mod shape;
 pub mod signal;
@@ -114,6 +115,7 @@ fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
             nn::DEFS,
             image::DEFS,
             signal::DEFS,
+            random::DEFS,
         ] {
             for d in fam {
                 t.insert(d.op, d);
@@ -157,6 +159,9 @@ pub fn arity(op: &str) -> Option<(usize, usize)> {
         "MatMulInteger" => (2, 4),
         "ScatterND" | "ScatterElements" => (3, 3),
         "Slice" => (3, 5),
+        "Pad" => (1, 4),
+        "RandomUniform" | "RandomNormal" => (0, 0),
+        "RandomUniformLike" | "RandomNormalLike" | "Bernoulli" | "Multinomial" => (1, 1),
         "TopK" => (2, 2),
         "Einsum" => (1, V),
         "Split" => (1, 2),

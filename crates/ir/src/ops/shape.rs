@@ -40,6 +40,7 @@ pub const DEFS: &[OpDef] = &[
     def("ScatterElements", scatter, Mem::OVERWRITE),
     def("Transpose", transpose, Mem::NEW),
     def("Tile", tile, Mem::NEW),
+    def("Pad", pad, Mem::NEW),
     def("NonZero", nonzero, Mem::NEW),
     def("Trilu", same_as_input, Mem::OVERWRITE),
     def("CumSum", same_as_input, Mem::OVERWRITE),
@@ -842,6 +843,63 @@ fn nonzero(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let r = ctx.shape(0)?.len();
     let n = ctx.fresh_symbol("nonzero_count", "NonZero's count depends on the data");
     Ok(vec![Fact::new(DataType::I64, vec![Expr::int(r as i64), n])])
+}
+
+/// `Pad`: each padded axis grows by its two amounts (negative amounts crop). Amounts from the
+/// `pads` attribute (opset 2) or the `pads` input, known symbolically when computed from shapes; an
+/// unknown amount gives the axis a fresh data-dependent extent.
+fn pad(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    let r = x.len();
+    let axes: Vec<usize> = match ctx.opt_input(3) {
+        None => (0..r).collect(),
+        Some(_) => match ctx.known_ints(3) {
+            Some(a) => a
+                .iter()
+                .map(|e| {
+                    let v = e
+                        .as_const()
+                        .ok_or_else(|| OpError::Invalid("Pad axes must be constants".into()))?;
+                    ctx.axis(v, r)
+                })
+                .collect::<Result<_, _>>()?,
+            None => {
+                let dims = (0..r)
+                    .map(|_| ctx.fresh_symbol("pad", "Pad over axes not known before running"))
+                    .collect();
+                return Ok(vec![Fact::new(t, dims)]);
+            }
+        },
+    };
+    let pads: Option<Vec<Expr>> = match ctx.attr_ints("pads")? {
+        Some(p) => Some(p.into_iter().map(Expr::int).collect()),
+        None => ctx.known_ints(1),
+    };
+    let mut out = x.clone();
+    match pads {
+        Some(p) => {
+            if p.len() != 2 * axes.len() {
+                return invalid(format!(
+                    "Pad has {} pads for {} axes (needs two per axis)",
+                    p.len(),
+                    axes.len()
+                ));
+            }
+            for (k, &a) in axes.iter().enumerate() {
+                out[a] = &out[a] + &p[k] + &p[k + axes.len()];
+                if out[a].as_const().is_some_and(|c| c < 0) {
+                    return invalid(format!("Pad makes axis {a} negative"));
+                }
+            }
+        }
+        None => {
+            for &a in &axes {
+                out[a] = ctx.fresh_symbol("pad", "Pad amounts not known before running");
+            }
+        }
+    }
+    Ok(vec![Fact::new(t, out)])
 }
 
 #[cfg(test)]
