@@ -735,3 +735,102 @@ fn grid_sample(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, O
     }
     Ok(vec![out])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::testutil::{run_op_at, t_f32};
+    use memplan_ir::graph::AttrValue;
+
+    fn s(v: &str) -> AttrValue {
+        AttrValue::String(v.as_bytes().to_vec())
+    }
+
+    fn run(op: &str, attrs: &[(&str, AttrValue)], inputs: &[Option<&Tensor>]) -> Tensor {
+        run_op_at(op, attrs, inputs, 1, 19, false)
+            .unwrap()
+            .remove(0)
+    }
+
+    #[test]
+    fn nearest_upsample_repeats_and_linear_half_pixel_interpolates() {
+        let x = t_f32(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let scales = t_f32(&[4], &[1.0, 1.0, 2.0, 2.0]);
+        let y = run("Resize", &[], &[Some(&x), None, Some(&scales)]);
+        assert_eq!(y.shape, vec![1, 1, 4, 4]);
+        let want = [
+            1., 1., 2., 2., 1., 1., 2., 2., 3., 3., 4., 4., 3., 3., 4., 4.,
+        ];
+        assert_eq!(y.data::<f32>().unwrap(), &want);
+        // Linear, half_pixel: output 1 of 4 maps to 0.25 -> 1 * 0.75 + 2 * 0.25 along a row.
+        let x = t_f32(&[1, 2], &[1.0, 2.0]);
+        let scales = t_f32(&[2], &[1.0, 2.0]);
+        let y = run(
+            "Resize",
+            &[("mode", s("linear"))],
+            &[Some(&x), None, Some(&scales)],
+        );
+        assert_eq!(y.data::<f32>().unwrap(), &[1.0, 1.25, 1.75, 2.0]);
+    }
+
+    #[test]
+    fn sizes_with_aspect_policy_keep_one_scale() {
+        let x = t_f32(&[1, 1, 2, 4], &[0.0; 8]);
+        let sizes = crate::ops::testutil::t_i64(&[2], &[4, 4]);
+        let y = run(
+            "Resize",
+            &[
+                ("axes", AttrValue::Ints(vec![2, 3])),
+                ("keep_aspect_ratio_policy", s("not_larger")),
+            ],
+            &[Some(&x), None, None, Some(&sizes)],
+        );
+        assert_eq!(y.shape, vec![1, 1, 2, 4]);
+    }
+
+    #[test]
+    fn grid_sample_corners_and_zero_padding() {
+        let x = t_f32(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        // align_corners: (-1, -1) is the top-left element, (1, 1) the bottom-right; (3, 0) is
+        // outside and reads zeros.
+        let grid = t_f32(&[1, 1, 3, 2], &[-1.0, -1.0, 1.0, 1.0, 3.0, 0.0]);
+        let y = run(
+            "GridSample",
+            &[("align_corners", AttrValue::Int(1))],
+            &[Some(&x), Some(&grid)],
+        );
+        assert_eq!(y.shape, vec![1, 1, 1, 3]);
+        assert_eq!(y.data::<f32>().unwrap(), &[1.0, 4.0, 0.0]);
+    }
+
+    #[test]
+    fn bad_operands_are_errors() {
+        let x = t_f32(&[1, 2], &[1.0, 2.0]);
+        let scales = t_f32(&[1], &[2.0]);
+        let e = run_op_at(
+            "Resize",
+            &[],
+            &[Some(&x), None, Some(&scales)],
+            1,
+            19,
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("one positive factor per resized axis"),
+            "{e}"
+        );
+        let attrs = [("mode", s("nearest")), ("antialias", AttrValue::Int(1))];
+        let scales = t_f32(&[2], &[1.0, 2.0]);
+        assert!(run_op_at(
+            "Resize",
+            &attrs,
+            &[Some(&x), None, Some(&scales)],
+            1,
+            19,
+            false
+        )
+        .is_err());
+    }
+}

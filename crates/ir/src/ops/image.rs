@@ -8,7 +8,9 @@
 use crate::dim::Expr;
 use crate::infer::{invalid, Fact, InferCtx, Known, OpError};
 
+use super::axes::AxisFlow;
 use super::{Mem, OpDef};
+use crate::graph::{AttrValue, Node};
 
 pub const DEFS: &[OpDef] = &[
     OpDef {
@@ -197,4 +199,59 @@ pub fn aspect_scale(policy: &str, want: &[i64], have: &[i64]) -> f64 {
     } else {
         ratios.fold(f64::NEG_INFINITY, f64::max)
     }
+}
+
+/// Axis flow of `Resize`/`Upsample`: an axis passes through when it is not resized (not in `axes`,
+/// or scaled by exactly 1 outside `tf_crop_and_resize`); an axis sized by `sizes` is `Mixed`, since
+/// a slice would keep the full size.
+pub fn resize_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Vec<AxisFlow> {
+    let opset_hint = if node.inputs.len() >= 3 { 11 } else { 10 };
+    let (scales_at, sizes_at) = operand_slots(&node.op, opset_hint);
+    let at = |i: Option<usize>| i.and_then(|i| inputs.get(i).copied().flatten());
+    let axes: Vec<usize> = match node.attr("axes") {
+        Some(AttrValue::Ints(v)) => v
+            .iter()
+            .filter_map(|&a| {
+                let a = if a < 0 { a + rank as i64 } else { a };
+                usize::try_from(a).ok()
+            })
+            .collect(),
+        _ => (0..rank).collect(),
+    };
+    let crop = matches!(
+        node.attr("coordinate_transformation_mode"),
+        Some(AttrValue::String(m)) if m.as_slice() == b"tf_crop_and_resize"
+    );
+    let scales: Option<Vec<f64>> = if given(at(sizes_at)) {
+        None
+    } else {
+        match at(scales_at).and_then(|f| f.value.as_ref()) {
+            Some(Known::Float(v)) => Some(v.clone()),
+            _ => match node.attr("scales") {
+                Some(AttrValue::Floats(v)) => Some(v.iter().map(|&s| f64::from(s)).collect()),
+                _ => None,
+            },
+        }
+    };
+    (0..rank)
+        .map(|o| {
+            let through = match axes.iter().position(|&a| a == o) {
+                None => true,
+                Some(k) => {
+                    !crop
+                        && scales
+                            .as_ref()
+                            .and_then(|s| s.get(k))
+                            .is_some_and(|&s| s == 1.0)
+                }
+            };
+            if through {
+                let mut v = vec![None; inputs.len()];
+                v[0] = Some(o);
+                AxisFlow::Split(v)
+            } else {
+                AxisFlow::Mixed
+            }
+        })
+        .collect()
 }
