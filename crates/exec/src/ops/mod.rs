@@ -54,12 +54,14 @@ macro_rules! by_size {
 
 pub mod basic;
 pub mod elementwise;
+pub mod image;
 pub mod index;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
 pub mod random;
 pub mod reduce;
+pub mod signal;
 #[cfg(test)]
 pub(crate) mod testutil;
 
@@ -336,6 +338,8 @@ fn table() -> &'static BTreeMap<&'static str, OpFn> {
             linalg::OPS,
             reduce::OPS,
             nn::OPS,
+            image::OPS,
+            signal::OPS,
             random::OPS,
         ] {
             for (name, f) in fam {

@@ -131,6 +131,14 @@ pub fn axis_flow(
             };
             (0..outputs.len()).map(one).collect()
         }
+        "Resize" | "Upsample" => vec![super::image::resize_flow(node, inputs, r0)],
+        "GridSample" => vec![(0..r0)
+            .map(|o| match o {
+                0 => AxisFlow::Split(vec![Some(0), Some(0)]),
+                1 => AxisFlow::Split(vec![Some(1), None]),
+                _ => AxisFlow::Split(vec![None, Some(o - 1)]),
+            })
+            .collect()],
         "Transpose" => {
             let perm = attr_ints(node, "perm").unwrap_or_else(|| (0..r0 as i64).rev().collect());
             vec![perm

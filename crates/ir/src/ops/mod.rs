@@ -11,11 +11,13 @@ use crate::infer::{Fact, InferCtx, OpError};
 
 pub mod axes;
 pub mod elementwise;
+pub mod image;
 pub mod linalg;
 pub mod nn;
 pub mod random;
 pub mod reduce;
 pub mod shape;
+pub mod signal;
 #[cfg(test)]
 mod tests;
 
@@ -111,6 +113,8 @@ fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
             reduce::DEFS,
             linalg::DEFS,
             nn::DEFS,
+            image::DEFS,
+            signal::DEFS,
             random::DEFS,
         ] {
             for d in fam {
@@ -163,6 +167,10 @@ pub fn arity(op: &str) -> Option<(usize, usize)> {
         "Clip" => (1, 3),
         "Trilu" | "CumSum" => (1, 2),
         "Dropout" => (1, 3),
+        "Resize" => (1, 4),
+        "Upsample" => (1, 2),
+        "GridSample" => (2, 2),
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => (1, 1),
         "Not" | "IsNaN" | "IsInf" | "Cast" | "Neg" | "Abs" | "Sign" | "Floor" | "Ceil"
         | "Round" | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Tanh" | "Sigmoid" | "Relu" | "Erf"
         | "Shape" | "Size" | "Transpose" | "Flatten" | "Identity" | "NonZero" | "Softmax"
