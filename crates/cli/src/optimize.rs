@@ -53,6 +53,11 @@ pub struct OptimizeArgs {
     /// (default: the development machine's calibration).
     #[arg(long, value_name = "FILE.json")]
     pub cost_model: Option<PathBuf>,
+    /// With --budget: first recompute values read again after the peak (the activations a
+    /// training graph's backward pass reads) until the graph-order peak fits, as cloned nodes;
+    /// outputs stay bit-identical.
+    #[arg(long)]
+    pub recompute: bool,
     /// Time for the exact schedule search, in milliseconds.
     #[arg(long, default_value_t = 300, value_name = "MS")]
     pub exact_ms: u64,
@@ -74,6 +79,8 @@ struct JsonReport<'a> {
     fits: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     chunking: Option<&'a ChunkReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recompute: Option<&'a memplan_plan::remat::Report>,
     #[serde(flatten)]
     report: &'a Report,
 }
@@ -337,11 +344,52 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
         Some(p) => read_cost_model(p)?,
         None => CostModel::default(),
     };
+    if a.recompute && budget.is_none() {
+        bail!("--recompute applies to a budget: give --budget");
+    }
     let t0 = Instant::now();
+    let mut model = model;
+    let mut facts = facts;
+    let mut recompute = None;
+    let mut recompute_passes = Vec::new();
+    if let (true, Some(b)) = (a.recompute, budget) {
+        let r = memplan_plan::remat::rematerialize(
+            &model,
+            &facts,
+            &dims,
+            b,
+            &memplan_plan::remat::Options::default(),
+        )
+        .with_context(|| format!("{}: recomputation", a.model.display()))?;
+        for (i, s) in r.report.steps.iter().enumerate() {
+            recompute_passes.push(Pass {
+                name: format!(
+                    "recompute {}: '{}' ({}, {} node(s))",
+                    i + 1,
+                    s.value,
+                    human(s.bytes),
+                    s.nodes
+                ),
+                peak_bytes: s.peak_bytes,
+            });
+        }
+        model = r.model;
+        facts = r.facts;
+        recompute = Some(r.report);
+    }
     let mut out = memplan_plan::optimize(&model.graph, &facts, &dims, &opts)
         .with_context(|| format!("{}", a.model.display()))?;
+    if let Some(r) = &recompute {
+        let mut passes = vec![Pass {
+            name: "graph order".into(),
+            peak_bytes: r.peak_bytes_before,
+        }];
+        passes.extend(recompute_passes);
+        passes.extend(out.report.passes.iter().skip(1).cloned());
+        out.report.passes = passes;
+        out.report.peak_bytes_before = r.peak_bytes_before;
+    }
     let mut chunking = None;
-    let mut model = model;
     if let Some(b) = budget.filter(|&b| out.report.peak_bytes_after > b) {
         let (m, o, c) = chunk_and_plan(&model, &dims, b, &a.chunks, cost, &opts)
             .with_context(|| format!("{}", a.model.display()))?;
@@ -400,6 +448,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
             budget_bytes: budget,
             fits,
             chunking: chunking.as_ref(),
+            recompute: recompute.as_ref(),
             report: r,
         };
         println!("{}", serde_json::to_string_pretty(&j)?);

@@ -20,6 +20,7 @@ pub mod inplace;
 pub mod model;
 pub mod place;
 pub mod plan;
+pub mod remat;
 pub mod sched;
 
 use std::collections::BTreeMap;

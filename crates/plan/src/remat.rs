@@ -1,0 +1,393 @@
+//! Rematerialization (recomputation) under a budget, as a standard-ONNX rewrite.
+//!
+//! A value made before the peak and read again after it (an activation the backward pass of a
+//! training graph reads, a residual branch) is live across the peak only for those late readers.
+//! [`rematerialize`] recomputes it instead: it clones the producing node (and, where an input would
+//! otherwise be kept alive longer, that input's producer, up to [`Options::depth`] levels) right before
+//! the first late reader and points the late readers at the clone, so the original dies at its last
+//! early reader. Clones run the same kernels on the same inputs, so every output stays bit-identical.
+//!
+//! The search is greedy and bounded by work, not time: each round simulates the rewrite of the
+//! largest candidates live at the graph-order peak and keeps the one that lowers the peak the most per
+//! recomputed byte, until the peak fits the budget or no candidate lowers it. Each rewrite keeps the
+//! node list in a topological order with every clone just before its first reader, which is the order
+//! `memplan estimate` and the planner start from.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use memplan_ir::graph::{Graph, Model, NodeId, ValueId, ValueKind};
+use memplan_ir::infer::{infer_model, Facts};
+use memplan_sim::peak::concrete_peak;
+use memplan_sim::{Category, Timeline};
+
+/// Bounds of the search.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Producer levels cloned per recomputed value.
+    pub depth: usize,
+    /// Candidates simulated per round (the largest live at the peak).
+    pub candidates: usize,
+    /// Rounds (values recomputed) at most.
+    pub max_rounds: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            depth: 8,
+            candidates: 16,
+            max_rounds: 256,
+        }
+    }
+}
+
+/// One recomputed value.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Recomputed {
+    /// The value recomputed.
+    pub value: String,
+    /// Its bytes at the given dims.
+    pub bytes: u64,
+    /// Nodes cloned to recompute it.
+    pub nodes: usize,
+    /// Bytes the clones write (a measure of the recomputation's cost).
+    pub work_bytes: u64,
+    /// The graph-order peak after this step.
+    pub peak_bytes: u64,
+}
+
+/// What [`rematerialize`] did.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Report {
+    pub peak_bytes_before: u64,
+    pub peak_bytes_after: u64,
+    pub budget_bytes: u64,
+    pub steps: Vec<Recomputed>,
+}
+
+/// Why the pass failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RematError {
+    #[error("inference failed after recomputation: {0}")]
+    Infer(String),
+    #[error(transparent)]
+    Sim(#[from] memplan_sim::SimError),
+    #[error("{0}")]
+    Graph(String),
+}
+
+/// The rewritten model and its facts.
+pub struct Outcome {
+    pub model: Model,
+    pub facts: Facts,
+    pub report: Report,
+}
+
+/// Simulated graph-order peak and the timeline it came from.
+fn simulate(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> Result<(u64, Timeline, memplan_sim::ConcretePeak), RematError> {
+    let t = Timeline::build(&model.graph, facts, &facts.order)?;
+    let p = concrete_peak(&t, dims)?;
+    Ok((p.peak_bytes, t, p))
+}
+
+/// Recomputes values until the graph-order peak at `dims` is at most `budget` (or nothing helps).
+pub fn rematerialize(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    budget: u64,
+    opts: &Options,
+) -> Result<Outcome, RematError> {
+    let mut model = model.clone();
+    let mut facts = facts.clone();
+    let (before, _, _) = simulate(&model, &facts, dims)?;
+    let mut peak = before;
+    let mut steps = Vec::new();
+    let mut tried_out: BTreeSet<String> = BTreeSet::new();
+    for _ in 0..opts.max_rounds {
+        if peak <= budget {
+            break;
+        }
+        let (_, t, cp) = simulate(&model, &facts, dims)?;
+        let Some(step) = cp.peak_step else { break };
+        let order_pos: BTreeMap<NodeId, usize> = t
+            .schedule
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (n, i))
+            .collect();
+        // Candidates: node-made buffers live at the peak, read again after it, largest first.
+        let mut cands: Vec<(u64, ValueId)> = Vec::new();
+        for e in &cp.live {
+            let b = &t.buffers[e.buf.0 as usize];
+            let (Some(v), Some(alloc)) = (b.value, b.alloc) else {
+                continue;
+            };
+            if b.category == Category::Scratch || alloc >= step || b.last.is_none() {
+                continue;
+            }
+            if b.last.is_some_and(|l| l <= step) {
+                continue;
+            }
+            let name = &model.graph.value(v).name;
+            if tried_out.contains(name) {
+                continue;
+            }
+            cands.push((e.bytes, v));
+        }
+        cands.truncate(opts.candidates);
+        let mut best: Option<(f64, u64, Model, Facts, Recomputed)> = None;
+        for &(bytes, v) in &cands {
+            let Some((m2, f2, nodes, work)) =
+                rewrite(&model, &facts, &t, &order_pos, v, step, dims, opts.depth)
+            else {
+                tried_out.insert(model.graph.value(v).name.clone());
+                continue;
+            };
+            let (p2, _, _) = simulate(&m2, &f2, dims)?;
+            if p2 >= peak {
+                tried_out.insert(model.graph.value(v).name.clone());
+                continue;
+            }
+            let score = (peak - p2) as f64 / (work as f64 + 1.0);
+            if best.as_ref().is_none_or(|b| score > b.0) {
+                let r = Recomputed {
+                    value: model.graph.value(v).name.clone(),
+                    bytes,
+                    nodes,
+                    work_bytes: work,
+                    peak_bytes: p2,
+                };
+                best = Some((score, p2, m2, f2, r));
+            }
+        }
+        let Some((_, p2, m2, f2, r)) = best else {
+            break;
+        };
+        model = m2;
+        facts = f2;
+        peak = p2;
+        steps.push(r);
+    }
+    if !steps.is_empty() {
+        // The facts carried through the rounds are the originals' copied to the clones; inference
+        // of the final graph checks them.
+        facts = infer_model(&model).map_err(|e| RematError::Infer(e.to_string()))?;
+    }
+    Ok(Outcome {
+        model,
+        facts,
+        report: Report {
+            peak_bytes_before: before,
+            peak_bytes_after: peak,
+            budget_bytes: budget,
+            steps,
+        },
+    })
+}
+
+/// The graph with `v` (and its views) recomputed for its readers after `step`, the clones placed
+/// before the first of them; `None` when there is nothing to rewrite. Also returns the number of
+/// cloned nodes and the bytes they write.
+#[allow(clippy::too_many_arguments)]
+fn rewrite(
+    model: &Model,
+    facts: &Facts,
+    t: &Timeline,
+    pos: &BTreeMap<NodeId, usize>,
+    v: ValueId,
+    step: usize,
+    dims: &BTreeMap<String, i64>,
+    depth: usize,
+) -> Option<(Model, Facts, usize, u64)> {
+    let g = &model.graph;
+    let buf = t.value_buf[v.index()]?;
+    // Late readers: nodes after the peak reading v or a view of it.
+    let mut late: Vec<(NodeId, usize, ValueId)> = Vec::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let id = NodeId::from_index(i);
+        let Some(&p) = pos.get(&id) else { continue };
+        if p <= step {
+            continue;
+        }
+        for (slot, inp) in node.inputs.iter().enumerate() {
+            if let Some(u) = inp {
+                if t.value_buf[u.index()] == Some(buf) && g.producer(*u).is_some() {
+                    late.push((id, slot, *u));
+                }
+            }
+        }
+    }
+    if late.is_empty() {
+        return None;
+    }
+    if g.outputs
+        .iter()
+        .any(|o| t.value_buf[o.index()] == Some(buf))
+    {
+        return None;
+    }
+    let first_late = late.iter().map(|(n, _, _)| pos[n]).min()?;
+    let live_at_peak = |u: ValueId| -> bool {
+        match t.value_buf[u.index()] {
+            Some(b) => {
+                let b = &t.buffers[b.0 as usize];
+                b.alloc.is_none() || (b.live_at(step) && b.last.is_none_or(|l| l >= first_late))
+            }
+            None => true,
+        }
+    };
+    let mut c = Cloner {
+        g: g.clone(),
+        facts,
+        dims,
+        memo: BTreeMap::new(),
+        new_nodes: Vec::new(),
+        work: 0,
+        names: g.values.iter().map(|x| x.name.clone()).collect(),
+    };
+    let mut replaced: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    for &(_, _, u) in &late {
+        if let std::collections::btree_map::Entry::Vacant(e) = replaced.entry(u) {
+            let nu = c.clone_value(
+                u,
+                depth,
+                &|w| w != u && live_at_peak(w) && t.value_buf[w.index()] != Some(buf),
+                true,
+            )?;
+            e.insert(nu);
+        }
+    }
+    for &(n, slot, u) in &late {
+        c.g.nodes[n.index()].inputs[slot] = Some(replaced[&u]);
+    }
+    let nodes = c.new_nodes.len();
+    let work = c.work;
+    // Order: the old schedule with the clones (in creation order, which is topological) inserted
+    // before the first late reader.
+    let mut schedule: Vec<NodeId> = Vec::with_capacity(t.schedule.len() + nodes);
+    for (i, &n) in t.schedule.iter().enumerate() {
+        if i == first_late {
+            schedule.extend(c.new_nodes.iter().copied());
+        }
+        schedule.push(n);
+    }
+    let mut out = model.clone();
+    out.graph = crate::reorder(&c.g, &schedule);
+    // A clone's outputs have its original's facts; the node list is the new order.
+    let mut f2 = facts.clone();
+    f2.values.resize(out.graph.values.len(), Default::default());
+    for (&orig, &copy) in &c.memo {
+        f2.values[copy.index()] = facts.get(orig).clone();
+    }
+    f2.order = (0..out.graph.nodes.len()).map(NodeId::from_index).collect();
+    Some((out, f2, nodes, work))
+}
+
+struct Cloner<'a> {
+    g: Graph,
+    facts: &'a Facts,
+    dims: &'a BTreeMap<String, i64>,
+    memo: BTreeMap<ValueId, ValueId>,
+    new_nodes: Vec<NodeId>,
+    work: u64,
+    names: BTreeSet<String>,
+}
+
+impl Cloner<'_> {
+    fn fresh_name(&mut self, base: &str) -> String {
+        let mut k = 0usize;
+        loop {
+            let n = if k == 0 {
+                format!("{base}/recompute")
+            } else {
+                format!("{base}/recompute{k}")
+            };
+            if self.names.insert(n.clone()) {
+                return n;
+            }
+            k += 1;
+        }
+    }
+
+    fn bytes_of(&self, v: ValueId) -> u64 {
+        self.facts
+            .get(v)
+            .bytes()
+            .and_then(|e| e.eval_map(self.dims).ok())
+            .map_or(0, |b| b.max(0) as u64)
+    }
+
+    /// A value equal to `u` computed again: `u` itself when `keep(u)` (and not `force`d), a resident
+    /// value or `depth` exhausted; otherwise a clone of its producer over recomputed inputs.
+    fn clone_value(
+        &mut self,
+        u: ValueId,
+        depth: usize,
+        keep: &dyn Fn(ValueId) -> bool,
+        force: bool,
+    ) -> Option<ValueId> {
+        if let Some(&m) = self.memo.get(&u) {
+            return Some(m);
+        }
+        let ValueKind::Node { node, slot } = self.g.value(u).kind.clone() else {
+            return if force { None } else { Some(u) };
+        };
+        if !force && (depth == 0 || keep(u)) {
+            return Some(u);
+        }
+        if depth == 0 {
+            return None;
+        }
+        let orig = self.g.nodes[node.index()].clone();
+        if orig.subgraphs().next().is_some() {
+            return None;
+        }
+        let mut inputs = Vec::with_capacity(orig.inputs.len());
+        for i in &orig.inputs {
+            inputs.push(match i {
+                Some(w) => Some(self.clone_value(*w, depth - 1, keep, false)?),
+                None => None,
+            });
+        }
+        let mut outputs = Vec::with_capacity(orig.outputs.len());
+        let mut made = Vec::with_capacity(orig.outputs.len());
+        let nid = NodeId::from_index(self.g.nodes.len());
+        for (k, o) in orig.outputs.iter().enumerate() {
+            match o {
+                Some(o) => {
+                    let base = self.g.value(*o).name.clone();
+                    let name = self.fresh_name(&base);
+                    let nv = self.g.add_value(
+                        name,
+                        ValueKind::Node {
+                            node: nid,
+                            slot: k as u32,
+                        },
+                    );
+                    outputs.push(Some(nv));
+                    made.push((*o, nv));
+                }
+                None => outputs.push(None),
+            }
+        }
+        let name = self.fresh_name(&orig.name);
+        self.g.nodes.push(memplan_ir::graph::Node {
+            name,
+            inputs,
+            outputs,
+            ..orig.clone()
+        });
+        self.new_nodes.push(nid);
+        for (o, nv) in made {
+            self.memo.insert(o, nv);
+            self.work += self.bytes_of(o);
+        }
+        let _ = slot;
+        self.memo.get(&u).copied()
+    }
+}
