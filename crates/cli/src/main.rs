@@ -7,6 +7,7 @@ mod npz;
 mod optimize;
 mod plot;
 mod run;
+mod sysmem;
 mod table;
 mod units;
 

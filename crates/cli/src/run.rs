@@ -69,6 +69,10 @@ pub struct RunArgs {
     /// checked first and an invalid one is refused.
     #[arg(long, value_name = "PLAN.json")]
     pub plan: Option<PathBuf>,
+    /// Run even when the estimated peak exceeds the memory available (an allocation that then
+    /// fails is still reported as an error naming the node or input).
+    #[arg(long)]
+    pub force: bool,
     /// Print JSON instead of the report.
     #[arg(long)]
     pub json: bool,
@@ -171,33 +175,50 @@ fn random_input(
                 })
         })
         .collect::<Result<_>>()?;
-    let n: usize = shape.iter().product();
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| anyhow!("input '{name}': shape {shape:?} overflows"))?;
     let high = index_bound(graph, facts, v, dims)
         .unwrap_or(int_high)
         .max(1);
-    let bytes: Vec<u8> = match dtype {
-        DataType::F32 => (0..n)
-            .flat_map(|_| (rng.normal() as f32).to_le_bytes())
-            .collect(),
-        DataType::F64 => (0..n).flat_map(|_| rng.normal().to_le_bytes()).collect(),
-        DataType::F16 => (0..n)
-            .flat_map(|_| half::f16::from_f64(rng.normal()).to_le_bytes())
-            .collect(),
-        DataType::BF16 => (0..n)
-            .flat_map(|_| half::bf16::from_f64(rng.normal()).to_le_bytes())
-            .collect(),
-        DataType::Bool => (0..n).map(|_| (rng.next() & 1) as u8).collect(),
-        DataType::I64 => (0..n)
-            .flat_map(|_| ((rng.next() % high as u64) as i64).to_le_bytes())
-            .collect(),
-        DataType::I32 => (0..n)
-            .flat_map(|_| ((rng.next() % high as u64) as i32).to_le_bytes())
-            .collect(),
-        DataType::U8 => (0..n)
-            .map(|_| (rng.next() % high.min(256) as u64) as u8)
-            .collect(),
+    let width = match dtype {
+        DataType::F32 | DataType::I32 => 4,
+        DataType::F64 | DataType::I64 => 8,
+        DataType::F16 | DataType::BF16 => 2,
+        DataType::Bool | DataType::U8 => 1,
         other => bail!("input '{name}': cannot draw random values of type {other}"),
     };
+    // Reserved up front and fallibly, so an input too large for memory is an error, not an abort.
+    let len = n
+        .checked_mul(width)
+        .ok_or_else(|| anyhow!("input '{name}': shape {shape:?} overflows"))?;
+    let mut bytes: Vec<u8> = Vec::new();
+    bytes.try_reserve_exact(len).map_err(|_| {
+        anyhow!(
+            "input '{name}': cannot allocate {} ({len} B) for its random values",
+            human(len as u64)
+        )
+    })?;
+    let b = &mut bytes;
+    match dtype {
+        DataType::F32 => (0..n).for_each(|_| b.extend((rng.normal() as f32).to_le_bytes())),
+        DataType::F64 => (0..n).for_each(|_| b.extend(rng.normal().to_le_bytes())),
+        DataType::F16 => {
+            (0..n).for_each(|_| b.extend(half::f16::from_f64(rng.normal()).to_le_bytes()))
+        }
+        DataType::BF16 => {
+            (0..n).for_each(|_| b.extend(half::bf16::from_f64(rng.normal()).to_le_bytes()))
+        }
+        DataType::Bool => (0..n).for_each(|_| b.push((rng.next() & 1) as u8)),
+        DataType::I64 => {
+            (0..n).for_each(|_| b.extend(((rng.next() % high as u64) as i64).to_le_bytes()))
+        }
+        DataType::I32 => {
+            (0..n).for_each(|_| b.extend(((rng.next() % high as u64) as i32).to_le_bytes()))
+        }
+        _ => (0..n).for_each(|_| b.push((rng.next() % high.min(256) as u64) as u8)),
+    }
     Tensor::from_bytes(dtype, &shape, Bytes::from(bytes), None)
         .map_err(|e| anyhow!("input '{name}': {e}"))
 }
@@ -273,6 +294,48 @@ fn compare(
             a[i], b[i]
         )
     })
+}
+
+/// Refuses a run whose estimated peak exceeds the memory available ([`crate::sysmem`]), in one
+/// line: what it needs, what there is, and `optimize --budget` as the way out. Skipped when the
+/// dims do not fix the peak before running (data-dependent sizes) or the memory is unknown.
+fn check_memory(
+    a: &RunArgs,
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    plan: Option<&memplan_plan::Plan>,
+) -> Result<()> {
+    let Some((avail, source)) = crate::sysmem::available() else {
+        return Ok(());
+    };
+    let Ok(t) = memplan_sim::timeline::Timeline::build(g, facts, &facts.order) else {
+        return Ok(());
+    };
+    let Ok(cp) = memplan_sim::peak::concrete_peak(&t, dims) else {
+        return Ok(());
+    };
+    let (need, what) = match plan {
+        Some(p) => (cp.resident.saturating_add(p.arena_bytes), "planned peak"),
+        None => (cp.peak_bytes, "estimated peak"),
+    };
+    if need <= avail {
+        return Ok(());
+    }
+    let d: Vec<String> = dims
+        .iter()
+        .map(|(k, v)| format!(" --dim {k}={v}"))
+        .collect();
+    bail!(
+        "cannot run {}: its {what} is {} ({need} B) but {} ({avail} B, {source}) is available; \
+         `memplan optimize {}{} --budget {}B` makes a plan that fits, or pass --force",
+        a.model.display(),
+        human(need),
+        human(avail),
+        a.model.display(),
+        d.concat(),
+        avail / 10 * 9,
+    )
 }
 
 /// Time spent in one op type over a run.
@@ -370,18 +433,6 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         all_dims.insert(k.clone(), *v);
     }
-    let mut rng = Rng(a.seed);
-    for &v in &g.inputs {
-        let val = g.value(v);
-        if given.contains_key(&val.name) || matches!(val.kind, ValueKind::Initializer(_)) {
-            continue;
-        }
-        if !a.random {
-            bail!("input '{}' is not given: pass --input {}=FILE.npy, --inputs-npz FILE.npz, or --random", val.name, val.name);
-        }
-        let t = random_input(g, &facts, v, &all_dims, &mut rng, a.int_high)?;
-        given.insert(val.name.clone(), t);
-    }
     let plan = match &a.plan {
         Some(p) => {
             let text =
@@ -394,6 +445,21 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         None => None,
     };
+    if !a.force {
+        check_memory(&a, g, &facts, &all_dims, plan.as_ref())?;
+    }
+    let mut rng = Rng(a.seed);
+    for &v in &g.inputs {
+        let val = g.value(v);
+        if given.contains_key(&val.name) || matches!(val.kind, ValueKind::Initializer(_)) {
+            continue;
+        }
+        if !a.random {
+            bail!("input '{}' is not given: pass --input {}=FILE.npy, --inputs-npz FILE.npz, or --random", val.name, val.name);
+        }
+        let t = random_input(g, &facts, v, &all_dims, &mut rng, a.int_high)?;
+        given.insert(val.name.clone(), t);
+    }
     memplan_exec::mem::reset_heap_peak();
     let heap_before = memplan_exec::mem::heap_current();
     let opset = model.onnx_opset().unwrap_or(memplan_ir::ops::DEFAULT_OPSET);

@@ -385,3 +385,88 @@ fn bad_cost_models_are_refused_before_anything_is_written() {
     );
     assert!(!out.exists());
 }
+
+/// `fails_with` with extra environment variables.
+fn fails_with_env(env: &[(&str, &str)], args: &[&str], needles: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: stderr: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: not one line: {err}"
+    );
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: '{n}' not in: {err}");
+    }
+}
+
+#[test]
+fn run_never_dies_of_its_own_allocation() {
+    let m = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/corpus/models/of3_pair_transition.onnx"
+    );
+    // The estimated peak (16 TiB) exceeds any machine's memory: refused before drawing inputs.
+    fails_with(
+        &["run", m, "--dim", "N=100000", "--random"],
+        &[
+            "estimated peak is 16.33 TiB",
+            "is available",
+            "optimize",
+            "--budget",
+            "--force",
+        ],
+    );
+    // The same at a small size, with the memory available given.
+    fails_with_env(
+        &[("MEMPLAN_MEM_AVAILABLE", "1000")],
+        &["run", m, "--dim", "N=16", "--random"],
+        &[
+            "(509192 B)",
+            "(1000 B, MEMPLAN_MEM_AVAILABLE)",
+            "--budget 900B",
+        ],
+    );
+    // Forced: the 1.2 TiB random input cannot be allocated, and says so.
+    fails_with(
+        &["run", m, "--dim", "N=100000", "--random", "--force"],
+        &["input 'z'", "cannot allocate 1.16 TiB"],
+    );
+    // Forced past the check, a node whose output cannot be allocated is named.
+    let dir = Tmp::new("huge-alloc");
+    let fill = node("huge_fill", "ConstantOfShape", &["shp"], &["big"]);
+    let mut mp = model(
+        vec![fill, node("add", "Add", &["big", "x"], &["y"])],
+        vec![vi("x", &["1"])],
+        vec![vi("y", &["100000", "100000", "128"])],
+    );
+    mp.graph.as_mut().unwrap().initializer.push(TensorProto {
+        name: Some("shp".into()),
+        data_type: Some(7),
+        dims: vec![3],
+        int64_data: vec![100_000, 100_000, 128],
+        ..Default::default()
+    });
+    let p = write(&dir, "huge.onnx", &mp);
+    let p = p.to_str().unwrap();
+    fails_with(&["run", p, "--random"], &["estimated peak", "--force"]);
+    fails_with(
+        &["run", p, "--random", "--force"],
+        &[
+            "'huge_fill' (ConstantOfShape)",
+            "cannot allocate 5120000000000 bytes",
+        ],
+    );
+    // And a run that fits is not refused.
+    let out = memplan(&["run", m, "--dim", "N=16", "--random"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -5,7 +5,7 @@
 //! updates are stored, so duplicate indices with a reduction give one deterministic result.
 
 use super::elementwise::{index_err, strides_of};
-use super::matmul::{check_len, shape_err, KResult};
+use super::matmul::{check_len, shape_err, try_vec, KResult};
 use rayon::prelude::*;
 
 /// Resolves index `i` for an axis of length `len` (negative counts from the end).
@@ -141,7 +141,7 @@ pub fn nd_offsets(
     let block: usize = shape[batch_dims + q..].iter().product();
     let tuples = idx.len().checked_div(q).unwrap_or(0);
     let per_batch: usize = ishape[batch_dims..ishape.len() - 1].iter().product();
-    let mut offs = Vec::with_capacity(tuples);
+    let mut offs = try_vec(tuples)?;
     for t in 0..tuples {
         let b = t.checked_div(per_batch).unwrap_or(0);
         let mut off = 0;
@@ -235,7 +235,7 @@ pub fn elements_offsets(
     }
     let xs = strides_of(shape);
     let mut p = vec![0usize; ishape.len()];
-    let mut offs = Vec::with_capacity(idx.len());
+    let mut offs = try_vec(idx.len())?;
     for &i in idx {
         let mut off = 0;
         for k in 0..p.len() {
@@ -267,7 +267,8 @@ pub fn nonzero<T: Copy + PartialEq + Default>(
     let zero = T::default();
     let nnz = x.iter().filter(|&&v| v != zero).count();
     let r = shape.len().max(1);
-    let mut out = vec![0i64; r * nnz];
+    let mut out = try_vec(r * nnz)?;
+    out.resize(r * nnz, 0i64);
     let mut j = 0;
     let st = strides_of(shape);
     for (i, &v) in x.iter().enumerate() {
@@ -284,6 +285,14 @@ pub fn nonzero<T: Copy + PartialEq + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_buffers_that_cannot_be_allocated_are_errors() {
+        // More than any address space: refused by the allocator, reported, not aborted.
+        let e = try_vec::<u64>(usize::MAX / 16).unwrap_err();
+        assert!(e.to_string().contains("cannot allocate"), "{e}");
+        assert_eq!(try_vec::<u8>(10).unwrap().capacity(), 10);
+    }
 
     #[test]
     fn gather_negative_and_out_of_range() {

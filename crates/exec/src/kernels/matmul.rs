@@ -25,6 +25,17 @@ pub enum KernelError {
     /// An operator/dtype combination that is not defined.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A kernel-side buffer could not be allocated.
+    #[error("{0}")]
+    Alloc(#[from] crate::mem::AllocError),
+}
+
+/// An empty vector with room for `n` elements, or an allocation error instead of an abort.
+pub(crate) fn try_vec<T>(n: usize) -> KResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| crate::mem::AllocError(n.saturating_mul(std::mem::size_of::<T>())))?;
+    Ok(v)
 }
 
 /// Result of a kernel.

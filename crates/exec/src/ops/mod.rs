@@ -80,6 +80,7 @@ impl From<KernelError> for OpFail {
     fn from(e: KernelError) -> Self {
         match e {
             KernelError::Unsupported(m) => OpFail::Unsupported(m),
+            KernelError::Alloc(a) => OpFail::Tensor(TensorError::Alloc(a)),
             e => OpFail::Invalid(e.to_string()),
         }
     }
