@@ -91,7 +91,7 @@ def main():
             f"{statistics.median(plan_t) / statistics.median(base_t):.2f}x | "
             f"{'yes' if ident else 'NO'} | {opt_s:.0f} s |"
         )
-    print(f"{a.blocks}-block PairFormer stack, training step w.r.t. every weight; formula: {formula}\n")
+    print(f"{a.blocks}-block PairFormer stack, training step w.r.t. every weight; memplan formula: {formula['text']}; exact: {formula['along']} bytes\n")
     print("| N | forward peak | training estimate | training measured | budget | planned (recompute) | "
           "measured (planned run) | values recomputed | time vs unoptimized | gradients bit-identical | optimize time |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
