@@ -79,54 +79,67 @@ impl Ctx<'_> {
         self.node.inputs.len()
     }
 
+    /// Attribute `name` read by `get` (`None` when absent); another kind is an error naming `kind`.
+    fn attr<T>(
+        &self,
+        name: &str,
+        kind: &str,
+        get: impl Fn(&memplan_ir::AttrValue) -> Option<T>,
+    ) -> Result<Option<T>, String> {
+        match self.node.attr(name) {
+            None => Ok(None),
+            Some(a) => get(a)
+                .map(Some)
+                .ok_or_else(|| format!("attribute '{name}' must be {kind}, got {}", a.kind_name())),
+        }
+    }
+
     /// An INT attribute.
     pub fn int(&self, name: &str, default: i64) -> Result<i64, String> {
-        match self.node.attr(name) {
-            None => Ok(default),
-            Some(memplan_ir::AttrValue::Int(v)) => Ok(*v),
-            Some(o) => Err(format!(
-                "attribute '{name}' must be INT, got {}",
-                o.kind_name()
-            )),
-        }
+        use memplan_ir::AttrValue as A;
+        let v = self.attr(
+            name,
+            "INT",
+            |a| if let A::Int(v) = a { Some(*v) } else { None },
+        )?;
+        Ok(v.unwrap_or(default))
     }
 
     /// A FLOAT attribute.
     pub fn float(&self, name: &str, default: f32) -> Result<f32, String> {
-        match self.node.attr(name) {
-            None => Ok(default),
-            Some(memplan_ir::AttrValue::Float(v)) => Ok(*v),
-            Some(o) => Err(format!(
-                "attribute '{name}' must be FLOAT, got {}",
-                o.kind_name()
-            )),
-        }
+        use memplan_ir::AttrValue as A;
+        let v = self.attr(name, "FLOAT", |a| {
+            if let A::Float(v) = a {
+                Some(*v)
+            } else {
+                None
+            }
+        })?;
+        Ok(v.unwrap_or(default))
     }
 
     /// An INTS attribute.
     pub fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, String> {
-        match self.node.attr(name) {
-            None => Ok(None),
-            Some(memplan_ir::AttrValue::Ints(v)) => Ok(Some(v.clone())),
-            Some(o) => Err(format!(
-                "attribute '{name}' must be INTS, got {}",
-                o.kind_name()
-            )),
-        }
+        use memplan_ir::AttrValue as A;
+        self.attr(name, "INTS", |a| {
+            if let A::Ints(v) = a {
+                Some(v.clone())
+            } else {
+                None
+            }
+        })
     }
 
     /// A STRING attribute.
     pub fn string(&self, name: &str) -> Result<Option<String>, String> {
-        match self.node.attr(name) {
-            None => Ok(None),
-            Some(memplan_ir::AttrValue::String(v)) => {
-                Ok(Some(String::from_utf8_lossy(v).into_owned()))
+        use memplan_ir::AttrValue as A;
+        self.attr(name, "STRING", |a| {
+            if let A::String(v) = a {
+                Some(String::from_utf8_lossy(v).into_owned())
+            } else {
+                None
             }
-            Some(o) => Err(format!(
-                "attribute '{name}' must be STRING, got {}",
-                o.kind_name()
-            )),
-        }
+        })
     }
 }
 
