@@ -1,5 +1,9 @@
 //! Op implementations: each ONNX op maps to a function from input tensors to output tensors, built on
 //! the kernels. Outputs are allocated through [`OpCtx`] so that they are charged to the run.
+//!
+//! The families are those of `memplan_ir::ops`: an op's semantics (arity, shape, memory and axis
+//! rules) are in `ir/src/ops/<family>.rs` and its entry here in `ops/<family>.rs` (see
+//! [`FAMILIES`]; a test checks that both sides list the same ops).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -62,6 +66,8 @@ pub mod nn;
 pub mod random;
 pub mod reduce;
 pub mod signal;
+#[cfg(test)]
+mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
 
@@ -327,23 +333,26 @@ pub fn cast_mut<T: bytemuck::Pod>(bytes: &mut [u8]) -> Result<&mut [T], OpFail> 
     })
 }
 
+/// Every family, named as in `memplan_ir::ops::FAMILIES`, with its implementations.
+pub const FAMILIES: &[(&str, &[(&str, OpFn)])] = &[
+    ("basic", basic::OPS),
+    ("elementwise", elementwise::OPS),
+    ("index", index::OPS),
+    ("linalg", linalg::OPS),
+    ("movement", movement::OPS),
+    ("nn", nn::OPS),
+    ("reduce", reduce::OPS),
+    ("image", image::OPS),
+    ("signal", signal::OPS),
+    ("random", random::OPS),
+];
+
 fn table() -> &'static BTreeMap<&'static str, OpFn> {
     static T: OnceLock<BTreeMap<&'static str, OpFn>> = OnceLock::new();
     T.get_or_init(|| {
         let mut m = BTreeMap::new();
-        for fam in [
-            basic::OPS,
-            elementwise::OPS,
-            movement::OPS,
-            index::OPS,
-            linalg::OPS,
-            reduce::OPS,
-            nn::OPS,
-            image::OPS,
-            signal::OPS,
-            random::OPS,
-        ] {
-            for (name, f) in fam {
+        for (_, fam) in FAMILIES {
+            for (name, f) in *fam {
                 m.insert(*name, *f);
             }
         }

@@ -6,6 +6,10 @@
 //! element along it depends on the inputs at the same position of the mapped input axes (or on inputs
 //! read whole), never on other positions along it. Softmax's axis, reduced axes, contraction axes,
 //! concatenation and slicing axes are `Mixed`.
+//!
+//! Each op's flow is a [`FlowFn`] named in its [`OpDef`](super::OpDef), written in its family file;
+//! this module holds [`axis_flow`] (the entry point) and the helpers several families share
+//! (broadcasting, reshapes, einsum).
 
 use crate::dim::Expr;
 use crate::graph::{AttrValue, Node};
@@ -21,28 +25,53 @@ pub enum AxisFlow {
     Mixed,
 }
 
-fn attr_int(node: &Node, name: &str, default: i64) -> i64 {
+/// An op's axis flow: for each output slot, for each output axis, how it relates to the inputs;
+/// `None` when the facts are incomplete. Called only when output 0's rank is known.
+pub type FlowFn = fn(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>>;
+
+/// Integer attribute `name`, or `default`.
+pub fn attr_int(node: &Node, name: &str, default: i64) -> i64 {
     match node.attr(name) {
         Some(AttrValue::Int(v)) => *v,
         _ => default,
     }
 }
 
-fn attr_ints(node: &Node, name: &str) -> Option<Vec<i64>> {
+/// Integer-list attribute `name`.
+pub fn attr_ints(node: &Node, name: &str) -> Option<Vec<i64>> {
     match node.attr(name) {
         Some(AttrValue::Ints(v)) => Some(v.clone()),
         _ => None,
     }
 }
 
-fn norm(axis: i64, rank: usize) -> Option<usize> {
+/// A possibly negative axis normalized for `rank`, `None` when out of range.
+pub fn norm(axis: i64, rank: usize) -> Option<usize> {
     let a = if axis < 0 { axis + rank as i64 } else { axis };
     (0..rank as i64).contains(&a).then_some(a as usize)
 }
 
+/// The rank of output `k`, when known.
+pub fn out_rank(outputs: &[Option<&Fact>], k: usize) -> Option<usize> {
+    outputs.get(k).copied().flatten().and_then(|f| f.rank())
+}
+
+/// The shape of input `k`, when known.
+pub fn in_shape<'a>(inputs: &[Option<&'a Fact>], k: usize) -> Option<&'a [Expr]> {
+    inputs
+        .get(k)
+        .copied()
+        .flatten()
+        .and_then(|f| f.shape.as_deref())
+}
+
 /// Numpy broadcasting: output axis `o` of rank `rank` maps to each input's aligned axis unless the
 /// input is missing that axis or has extent 1 there (then it is read whole).
-fn broadcast_flow(inputs: &[Option<&Fact>], rank: usize, mixed: &[usize]) -> Vec<AxisFlow> {
+pub fn broadcast_flow(inputs: &[Option<&Fact>], rank: usize, mixed: &[usize]) -> Vec<AxisFlow> {
     (0..rank)
         .map(|o| {
             if mixed.contains(&o) {
@@ -63,256 +92,83 @@ fn broadcast_flow(inputs: &[Option<&Fact>], rank: usize, mixed: &[usize]) -> Vec
         .collect()
 }
 
+/// Each output axis `o` is axis `o` of input 0, except the `mixed` ones; other inputs are read whole.
+pub fn pass_through(n_inputs: usize, rank: usize, mixed: &[usize]) -> Vec<AxisFlow> {
+    (0..rank)
+        .map(|o| {
+            if mixed.contains(&o) {
+                AxisFlow::Mixed
+            } else {
+                let mut v = vec![None; n_inputs];
+                v[0] = Some(o);
+                AxisFlow::Split(v)
+            }
+        })
+        .collect()
+}
+
+/// Flow of ops that broadcast all their inputs together (binary and variadic elementwise ops).
+pub fn broadcast(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    Some(vec![broadcast_flow(inputs, out_rank(outputs, 0)?, &[])])
+}
+
+/// Flow of ops whose output follows input 0 (broadcast to the output, as in `Expand`); other inputs
+/// (Clip's bounds, Expand's target shape) are read whole.
+pub fn first_input(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let mut f = broadcast_flow(&inputs[..1], out_rank(outputs, 0)?, &[]);
+    for x in &mut f {
+        if let AxisFlow::Split(v) = x {
+            v.resize(inputs.len(), None);
+        }
+    }
+    Some(vec![f])
+}
+
+/// Flow of reshape-like ops (Reshape, Flatten, Squeeze, Unsqueeze): see [`reshape_flow`].
+pub fn reshape(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let a = in_shape(inputs, 0)?;
+    let b = outputs.first().copied().flatten()?.shape.as_deref()?;
+    let mut flows = reshape_flow(a, b);
+    for f in &mut flows {
+        if let AxisFlow::Split(v) = f {
+            v.resize(inputs.len(), None);
+        }
+    }
+    Some(vec![flows])
+}
+
+/// Flow of `Einsum`: see [`einsum_flow`].
+pub fn einsum(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    Some(vec![einsum_flow(node, inputs, out_rank(outputs, 0)?)?])
+}
+
 /// The axis flow of each output of `node` (indexed `[output slot][output axis]`), or `None` when the
-/// op has no rule here or the facts are incomplete (then nothing may be split through it).
+/// op has no flow in its [`OpDef`](super::OpDef) or the facts are incomplete (then nothing may be
+/// split through it).
 pub fn axis_flow(
     node: &Node,
     inputs: &[Option<&Fact>],
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
-    if !node.is_onnx_domain() {
-        return None;
-    }
-    let out_rank = |k: usize| outputs.get(k).copied().flatten().and_then(|f| f.rank());
-    let in_shape = |k: usize| {
-        inputs
-            .get(k)
-            .copied()
-            .flatten()
-            .and_then(|f| f.shape.as_deref())
-    };
-    let r0 = out_rank(0)?;
-    let op = node.op.as_str();
-    let flows = match op {
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Mod" | "Max" | "Min" | "Sum" | "Mean"
-        | "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or"
-        | "Xor" | "Where" | "PRelu" | "BitShift" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => {
-            vec![broadcast_flow(inputs, r0, &[])]
-        }
-        "Neg" | "Abs" | "Sign" | "Floor" | "Ceil" | "Round" | "Reciprocal" | "Sqrt" | "Exp"
-        | "Log" | "Tanh" | "Sigmoid" | "HardSigmoid" | "HardSwish" | "Erf" | "Relu"
-        | "LeakyRelu" | "Elu" | "Selu" | "Celu" | "Gelu" | "Mish" | "Softplus" | "Softsign"
-        | "ThresholdedRelu" | "Shrink" | "Sin" | "Cos" | "Tan" | "Asin" | "Acos" | "Atan"
-        | "Sinh" | "Cosh" | "Asinh" | "Acosh" | "Atanh" | "Not" | "IsNaN" | "IsInf" | "Cast"
-        | "Identity" | "Clip" => {
-            // Clip's min/max are scalars: read whole.
-            vec![broadcast_flow(&inputs[..1], r0, &[])
-                .into_iter()
-                .map(|f| match f {
-                    AxisFlow::Split(mut v) => {
-                        v.resize(inputs.len(), None);
-                        AxisFlow::Split(v)
-                    }
-                    m => m,
-                })
-                .collect()]
-        }
-        "CastLike" => vec![(0..r0)
-            .map(|o| AxisFlow::Split(vec![Some(o), None]))
-            .collect()],
-        "Softmax" | "LogSoftmax" | "Hardmax" => {
-            let axis = norm(attr_int(node, "axis", -1), r0)?;
-            vec![broadcast_flow(&inputs[..1], r0, &[axis])]
-        }
-        "LayerNormalization" | "RMSNormalization" => {
-            let axis = norm(attr_int(node, "axis", -1), r0)?;
-            let one = |k: usize| -> Vec<AxisFlow> {
-                (0..out_rank(k).unwrap_or(r0))
-                    .map(|o| {
-                        if o >= axis {
-                            AxisFlow::Mixed
-                        } else {
-                            let mut v = vec![None; inputs.len()];
-                            v[0] = Some(o);
-                            AxisFlow::Split(v)
-                        }
-                    })
-                    .collect()
-            };
-            (0..outputs.len()).map(one).collect()
-        }
-        "Resize" | "Upsample" => vec![super::image::resize_flow(node, inputs, r0)],
-        "GridSample" => vec![(0..r0)
-            .map(|o| match o {
-                0 => AxisFlow::Split(vec![Some(0), Some(0)]),
-                1 => AxisFlow::Split(vec![Some(1), None]),
-                _ => AxisFlow::Split(vec![None, Some(o - 1)]),
-            })
-            .collect()],
-        "Transpose" => {
-            let perm = attr_ints(node, "perm").unwrap_or_else(|| (0..r0 as i64).rev().collect());
-            vec![perm
-                .iter()
-                .map(|&p| AxisFlow::Split(vec![Some(p as usize)]))
-                .collect()]
-        }
-        "Squeeze" | "Unsqueeze" | "Reshape" | "Flatten" => {
-            let a = in_shape(0)?;
-            let b = outputs[0]?.shape.as_deref()?;
-            let mut flows = reshape_flow(a, b);
-            for f in &mut flows {
-                if let AxisFlow::Split(v) = f {
-                    v.resize(inputs.len(), None);
-                }
-            }
-            vec![flows]
-        }
-        "MatMul" => {
-            let (a, b) = (in_shape(0)?, in_shape(1)?);
-            if a.len() < 2 || b.len() < 2 {
-                return None;
-            }
-            let batch_rank = r0 - 2;
-            let mut flows: Vec<AxisFlow> = (0..batch_rank)
-                .map(|o| {
-                    let map = |s: &[Expr]| {
-                        let off = batch_rank.checked_sub(s.len() - 2)?;
-                        let k = o.checked_sub(off)?;
-                        (s[k] != Expr::one()).then_some(k)
-                    };
-                    AxisFlow::Split(vec![map(a), map(b)])
-                })
-                .collect();
-            flows.push(AxisFlow::Split(vec![Some(a.len() - 2), None]));
-            flows.push(AxisFlow::Split(vec![None, Some(b.len() - 1)]));
-            vec![flows]
-        }
-        "Einsum" => vec![einsum_flow(node, inputs, r0)?],
-        "Gather" => {
-            let data = in_shape(0)?;
-            let idx = in_shape(1)?;
-            let axis = norm(attr_int(node, "axis", 0), data.len())?;
-            let q = idx.len();
-            vec![(0..r0)
-                .map(|o| {
-                    if o < axis {
-                        AxisFlow::Split(vec![Some(o), None])
-                    } else if o < axis + q {
-                        AxisFlow::Split(vec![None, Some(o - axis)])
-                    } else {
-                        AxisFlow::Split(vec![Some(o - q + 1), None])
-                    }
-                })
-                .collect()]
-        }
-        "GatherElements" => {
-            let axis = norm(attr_int(node, "axis", 0), r0)?;
-            vec![(0..r0)
-                .map(|o| {
-                    if o == axis {
-                        AxisFlow::Mixed
-                    } else {
-                        AxisFlow::Split(vec![Some(o), Some(o)])
-                    }
-                })
-                .collect()]
-        }
-        "Concat" => {
-            let axis = norm(attr_int(node, "axis", 0), r0)?;
-            vec![(0..r0)
-                .map(|o| {
-                    if o == axis {
-                        AxisFlow::Mixed
-                    } else {
-                        AxisFlow::Split(vec![Some(o); inputs.len()])
-                    }
-                })
-                .collect()]
-        }
-        n if n.starts_with("Reduce") || n == "ArgMax" || n == "ArgMin" => {
-            let a = in_shape(0)?;
-            let b = outputs[0]?.shape.as_deref()?;
-            let keep = attr_int(node, "keepdims", 1) != 0;
-            // Axes from the node; with keepdims and unknown axes, those whose extent changes or
-            // is 1 in the output.
-            let reduced = match reduced_axes(node, inputs, a.len()) {
-                Some(r) => r,
-                None if keep && a.len() == b.len() => (0..a.len())
-                    .filter(|&k| a[k] != b[k] || b[k] == Expr::one())
-                    .collect(),
-                None => return None,
-            };
-            // Kept input axes, in order; with keepdims every axis stays (reduced ones as 1).
-            let kept: Vec<usize> = (0..a.len())
-                .filter(|k| keep || !reduced.contains(k))
-                .collect();
-            if kept.len() != r0 {
-                return None;
-            }
-            vec![kept
-                .iter()
-                .map(|&k| {
-                    if reduced.contains(&k) {
-                        AxisFlow::Mixed
-                    } else {
-                        let mut v = vec![None; inputs.len()];
-                        v[0] = Some(k);
-                        AxisFlow::Split(v)
-                    }
-                })
-                .collect()]
-        }
-        "Slice" => {
-            // Axes it cuts are mixed; the others pass through. Needs known `axes` (or none).
-            let a = in_shape(0)?;
-            let known = |k: usize| {
-                inputs
-                    .get(k)
-                    .copied()
-                    .flatten()
-                    .and_then(|f| f.value.as_ref())
-                    .and_then(|v| v.as_consts())
-            };
-            let starts = known(1)?;
-            let cut: Vec<usize> = match node.inputs.get(3).copied().flatten() {
-                None => (0..starts.len()).collect(),
-                Some(_) => known(3)?
-                    .iter()
-                    .map(|&x| norm(x, a.len()))
-                    .collect::<Option<Vec<_>>>()?,
-            };
-            if a.len() != r0 {
-                return None;
-            }
-            vec![(0..r0)
-                .map(|o| {
-                    if cut.contains(&o) {
-                        AxisFlow::Mixed
-                    } else {
-                        let mut v = vec![None; inputs.len()];
-                        v[0] = Some(o);
-                        AxisFlow::Split(v)
-                    }
-                })
-                .collect()]
-        }
-        "Expand" => {
-            // Broadcasting of input 0 to the output; the target shape is read whole (a chunked
-            // region gives each chunk its own).
-            let mut f = broadcast_flow(&inputs[..1], r0, &[]);
-            for x in &mut f {
-                if let AxisFlow::Split(v) = x {
-                    v.resize(inputs.len(), None);
-                }
-            }
-            vec![f]
-        }
-        "TopK" => {
-            let axis = norm(attr_int(node, "axis", -1), r0)?;
-            let f: Vec<AxisFlow> = (0..r0)
-                .map(|o| {
-                    if o == axis {
-                        AxisFlow::Mixed
-                    } else {
-                        AxisFlow::Split(vec![Some(o), None])
-                    }
-                })
-                .collect();
-            vec![f.clone(), f]
-        }
-        _ => return None,
-    };
-    Some(flows)
+    let f = super::lookup(node)?.flow?;
+    out_rank(outputs, 0)?;
+    f(node, inputs, outputs)
 }
 
 /// Whether a `Concat` node's output can be assembled in place: each input written straight into
@@ -341,37 +197,9 @@ pub fn concat_in_place(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<
         && out[..axis].iter().all(|d| d.as_const() == Some(1))
 }
 
-/// The input axes a reduction reduces (ArgMax/ArgMin: its `axis`; Reduce*: `axes` from the attribute
-/// or input 1, all of them when empty), or `None` when they are not known or it reduces nothing.
-fn reduced_axes(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option<Vec<usize>> {
-    if !node.op.starts_with("Reduce") {
-        return Some(vec![norm(attr_int(node, "axis", 0), rank)?]);
-    }
-    let listed: Vec<i64> = match attr_ints(node, "axes") {
-        Some(v) => v,
-        None => match node.inputs.get(1).copied().flatten() {
-            Some(_) => inputs
-                .get(1)
-                .copied()
-                .flatten()?
-                .value
-                .as_ref()?
-                .as_consts()?,
-            None => Vec::new(),
-        },
-    };
-    if listed.is_empty() {
-        if attr_int(node, "noop_with_empty_axes", 0) != 0 {
-            return None;
-        }
-        return Some((0..rank).collect());
-    }
-    listed.iter().map(|&a| norm(a, rank)).collect()
-}
-
 /// Reshape-like ops: output axis `o` maps to input axis `a` when everything before them has the same
 /// element count and the extents agree, so a slice along `o` is a slice along `a`.
-fn reshape_flow(a: &[Expr], b: &[Expr]) -> Vec<AxisFlow> {
+pub fn reshape_flow(a: &[Expr], b: &[Expr]) -> Vec<AxisFlow> {
     let prefix = |s: &[Expr], k: usize| Expr::product(s[..k].iter());
     (0..b.len())
         .map(|o| {
@@ -386,7 +214,7 @@ fn reshape_flow(a: &[Expr], b: &[Expr]) -> Vec<AxisFlow> {
 /// Einsum: an output label maps to the axis with that label in each operand that has it; `...`
 /// dims align from the right as in broadcasting. Operands that repeat a label (diagonals) and
 /// equations without `->` are not handled.
-fn einsum_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option<Vec<AxisFlow>> {
+pub fn einsum_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option<Vec<AxisFlow>> {
     let eq = match node.attr("equation") {
         Some(AttrValue::String(s)) => String::from_utf8_lossy(s).replace(' ', ""),
         _ => return None,

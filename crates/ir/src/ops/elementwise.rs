@@ -5,96 +5,106 @@ use crate::dim::Expr;
 use crate::dtype::DataType;
 use crate::infer::{broadcast, invalid, Fact, InferCtx, Known, OpError};
 
-use super::{Mem, OpDef};
+use crate::graph::Node;
 
-const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
-    OpDef { op, infer, mem }
-}
+use super::axes::{self, out_rank, AxisFlow};
+use super::{Mem, OpDef, ONE, THREE, TWO, VARIADIC};
 
 pub const DEFS: &[OpDef] = &[
     // Arithmetic (same type out, foldable).
-    def("Add", arith, Mem::ELEMENTWISE),
-    def("Sub", arith, Mem::ELEMENTWISE),
-    def("Mul", arith, Mem::ELEMENTWISE),
-    def("Div", arith, Mem::ELEMENTWISE),
-    def("Mod", arith, Mem::ELEMENTWISE),
-    def("Pow", pow, Mem::UNARY),
-    def("BitShift", arith, Mem::ELEMENTWISE),
-    def("BitwiseAnd", arith, Mem::ELEMENTWISE),
-    def("BitwiseOr", arith, Mem::ELEMENTWISE),
-    def("BitwiseXor", arith, Mem::ELEMENTWISE),
-    def("PRelu", arith, Mem::UNARY),
+    OpDef::new("Add", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Sub", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Mul", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Div", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Mod", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Pow", TWO, pow, Mem::UNARY).flow(axes::broadcast),
+    OpDef::new("BitShift", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("BitwiseAnd", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("BitwiseOr", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("BitwiseXor", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("PRelu", TWO, arith, Mem::UNARY).flow(axes::broadcast),
     // Variadic.
-    def("Max", variadic, Mem::ELEMENTWISE),
-    def("Min", variadic, Mem::ELEMENTWISE),
-    def("Sum", variadic, Mem::ELEMENTWISE),
-    def("Mean", variadic, Mem::ELEMENTWISE),
+    OpDef::new("Max", VARIADIC, variadic, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Min", VARIADIC, variadic, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Sum", VARIADIC, variadic, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Mean", VARIADIC, variadic, Mem::ELEMENTWISE).flow(axes::broadcast),
     // Comparisons and logic (bool out).
-    def("Equal", compare, Mem::NEW),
-    def("Less", compare, Mem::NEW),
-    def("LessOrEqual", compare, Mem::NEW),
-    def("Greater", compare, Mem::NEW),
-    def("GreaterOrEqual", compare, Mem::NEW),
-    def("And", compare, Mem::ELEMENTWISE),
-    def("Or", compare, Mem::ELEMENTWISE),
-    def("Xor", compare, Mem::ELEMENTWISE),
-    def("Not", not, Mem::UNARY),
-    def("IsNaN", is_class, Mem::NEW),
-    def("IsInf", is_class, Mem::NEW),
-    def(
-        "Where",
-        where_,
-        Mem {
-            view: super::View::None,
-            inplace: &[1, 2],
-            inplace_elementwise: true,
-            scratch: None,
-        },
-    ),
-    def("Cast", cast, Mem::NEW),
-    def("CastLike", cast_like, Mem::NEW),
+    OpDef::new("Equal", TWO, compare, Mem::NEW).flow(axes::broadcast),
+    OpDef::new("Less", TWO, compare, Mem::NEW).flow(axes::broadcast),
+    OpDef::new("LessOrEqual", TWO, compare, Mem::NEW).flow(axes::broadcast),
+    OpDef::new("Greater", TWO, compare, Mem::NEW).flow(axes::broadcast),
+    OpDef::new("GreaterOrEqual", TWO, compare, Mem::NEW).flow(axes::broadcast),
+    OpDef::new("And", TWO, compare, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Or", TWO, compare, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Xor", TWO, compare, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Not", ONE, not, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("IsNaN", ONE, is_class, Mem::NEW).flow(axes::first_input),
+    OpDef::new("IsInf", ONE, is_class, Mem::NEW).flow(axes::first_input),
+    OpDef::new("Where", THREE, where_, WHERE_MEM).flow(axes::broadcast),
+    OpDef::new("Cast", ONE, cast, Mem::NEW).flow(axes::first_input),
+    OpDef::new("CastLike", TWO, cast_like, Mem::NEW).flow(cast_like_flow),
     // Unary, same type and shape.
-    def("Neg", unary, Mem::UNARY),
-    def("Abs", unary, Mem::UNARY),
-    def("Sign", unary, Mem::UNARY),
-    def("Floor", unary, Mem::UNARY),
-    def("Ceil", unary, Mem::UNARY),
-    def("Round", unary, Mem::UNARY),
-    def("Reciprocal", unary, Mem::UNARY),
-    def("Sqrt", unary, Mem::UNARY),
-    def("Exp", unary, Mem::UNARY),
-    def("Log", unary, Mem::UNARY),
-    def("Tanh", unary, Mem::UNARY),
-    def("Sigmoid", unary, Mem::UNARY),
-    def("HardSigmoid", unary, Mem::UNARY),
-    def("HardSwish", unary, Mem::UNARY),
-    def("Erf", unary, Mem::UNARY),
-    def("Relu", unary, Mem::UNARY),
-    def("LeakyRelu", unary, Mem::UNARY),
-    def("Elu", unary, Mem::UNARY),
-    def("Selu", unary, Mem::UNARY),
-    def("Celu", unary, Mem::UNARY),
-    def("Gelu", unary, Mem::UNARY),
-    def("Mish", unary, Mem::UNARY),
-    def("Softplus", unary, Mem::UNARY),
-    def("Softsign", unary, Mem::UNARY),
-    def("ThresholdedRelu", unary, Mem::UNARY),
-    def("Shrink", unary, Mem::UNARY),
-    def("Sin", unary, Mem::UNARY),
-    def("Cos", unary, Mem::UNARY),
-    def("Tan", unary, Mem::UNARY),
-    def("Asin", unary, Mem::UNARY),
-    def("Acos", unary, Mem::UNARY),
-    def("Atan", unary, Mem::UNARY),
-    def("Sinh", unary, Mem::UNARY),
-    def("Cosh", unary, Mem::UNARY),
-    def("Asinh", unary, Mem::UNARY),
-    def("Acosh", unary, Mem::UNARY),
-    def("Atanh", unary, Mem::UNARY),
-    def("BitwiseNot", unary, Mem::UNARY),
-    def("Clip", unary, Mem::UNARY),
-    def("Identity", identity, Mem::ALIAS),
+    OpDef::new("Neg", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Abs", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Sign", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Floor", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Ceil", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Round", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Reciprocal", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Sqrt", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Exp", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Log", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Tanh", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Sigmoid", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("HardSigmoid", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("HardSwish", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Erf", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Relu", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("LeakyRelu", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Elu", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Selu", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Celu", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Gelu", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Mish", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Softplus", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Softsign", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("ThresholdedRelu", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Shrink", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Sin", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Cos", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Tan", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Asin", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Acos", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Atan", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Sinh", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Cosh", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Asinh", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Acosh", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Atanh", ONE, unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("BitwiseNot", ONE, unary, Mem::UNARY),
+    // Min and max (inputs 1, 2 from opset 11) are scalars, read whole.
+    OpDef::new("Clip", (1, 3), unary, Mem::UNARY).flow(axes::first_input),
 ];
+
+/// `Where` may write into either value input.
+const WHERE_MEM: Mem = Mem {
+    view: super::View::None,
+    inplace: &[1, 2],
+    inplace_elementwise: true,
+    scratch: None,
+};
+
+/// CastLike: the output follows input 0; the type source (input 1) is read whole.
+fn cast_like_flow(
+    _node: &Node,
+    _inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    Some(vec![(0..r0)
+        .map(|o| AxisFlow::Split(vec![Some(o), None]))
+        .collect()])
+}
 
 /// The broadcast output shape of all present inputs, and input 0's type.
 fn broadcast_inputs(ctx: &InferCtx) -> Result<Vec<Expr>, OpError> {
@@ -498,10 +508,6 @@ fn unary(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         _ => None,
     };
     Ok(vec![fact(t, shape, value)])
-}
-
-fn identity(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    Ok(vec![ctx.input(0)?.clone()])
 }
 
 #[cfg(test)]

@@ -13,22 +13,37 @@ use super::{Mem, OpDef};
 use crate::graph::{AttrValue, Node};
 
 pub const DEFS: &[OpDef] = &[
-    OpDef {
-        op: "Resize",
-        infer: resize,
-        mem: Mem::NEW,
-    },
-    OpDef {
-        op: "Upsample",
-        infer: resize,
-        mem: Mem::NEW,
-    },
-    OpDef {
-        op: "GridSample",
-        infer: grid_sample,
-        mem: Mem::NEW,
-    },
+    OpDef::new("Resize", (1, 4), resize, Mem::NEW).flow(resize_axes),
+    OpDef::new("Upsample", (1, 2), resize, Mem::NEW).flow(resize_axes),
+    OpDef::new("GridSample", (2, 2), grid_sample, Mem::NEW).flow(grid_sample_axes),
 ];
+
+/// Axis flow of `Resize`/`Upsample` (see [`resize_flow`]).
+fn resize_axes(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = super::axes::out_rank(outputs, 0)?;
+    Some(vec![resize_flow(node, inputs, r0)])
+}
+
+/// Axis flow of `GridSample`: batch from both inputs, channels from `X`, output points from the
+/// grid.
+fn grid_sample_axes(
+    _node: &Node,
+    _inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = super::axes::out_rank(outputs, 0)?;
+    Some(vec![(0..r0)
+        .map(|o| match o {
+            0 => AxisFlow::Split(vec![Some(0), Some(0)]),
+            1 => AxisFlow::Split(vec![Some(1), None]),
+            _ => AxisFlow::Split(vec![None, Some(o - 1)]),
+        })
+        .collect()])
+}
 
 /// `GridSample`: `X` is `(N, C, D1..Dk)`, `grid` is `(N, O1..Ok, k)`; `Y` is `(N, C, O1..Ok)` in
 /// `X`'s type.

@@ -8,19 +8,46 @@ use crate::dim::Expr;
 use crate::dtype::DataType;
 use crate::infer::{broadcast, fmt_shape, invalid, Fact, InferCtx, OpError};
 
-use super::{Mem, OpDef};
+use crate::graph::Node;
 
-const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
-    OpDef { op, infer, mem }
-}
+use super::axes::{self, in_shape, out_rank, AxisFlow};
+use super::{Mem, OpDef, ONE, TWO};
 
 pub const DEFS: &[OpDef] = &[
-    def("MatMul", matmul, MATMUL_MEM),
-    def("MatMulInteger", matmul, Mem::NEW),
-    def("Gemm", gemm, MATMUL_MEM),
-    def("Einsum", einsum, EINSUM_MEM),
-    def("Det", det, Mem::NEW),
+    OpDef::new("MatMul", TWO, matmul, MATMUL_MEM).flow(matmul_flow),
+    // A, B and the optional zero points.
+    OpDef::new("MatMulInteger", (2, 4), matmul, Mem::NEW),
+    OpDef::new("Gemm", (2, 3), gemm, MATMUL_MEM),
+    OpDef::new("Einsum", (1, usize::MAX), einsum, EINSUM_MEM).flow(axes::einsum),
+    OpDef::new("Det", ONE, det, Mem::NEW),
 ];
+
+/// MatMul: batch axes broadcast; rows come from A, columns from B; K is contracted.
+fn matmul_flow(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let (a, b) = (in_shape(inputs, 0)?, in_shape(inputs, 1)?);
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let batch_rank = r0 - 2;
+    let mut flows: Vec<AxisFlow> = (0..batch_rank)
+        .map(|o| {
+            let map = |s: &[Expr]| {
+                let off = batch_rank.checked_sub(s.len() - 2)?;
+                let k = o.checked_sub(off)?;
+                (s[k] != Expr::one()).then_some(k)
+            };
+            AxisFlow::Split(vec![map(a), map(b)])
+        })
+        .collect();
+    flows.push(AxisFlow::Split(vec![Some(a.len() - 2), None]));
+    flows.push(AxisFlow::Split(vec![None, Some(b.len() - 1)]));
+    Some(vec![flows])
+}
 
 /// A new output plus the executor's scratch (see [`matmul_scratch`], [`einsum_scratch`]).
 const MATMUL_MEM: Mem = Mem {

@@ -1,6 +1,9 @@
-//! The op table: per op, its shape/type rule and its memory behaviour, one file per op family.
+//! The op table: one [`OpDef`] per op (arity, shape/type rule, memory rule, axis flow), declared in
+//! its family's file `ops/<family>.rs`; the executor's kernel entry lives in the same-named
+//! `exec::ops::<family>` (a test there checks the two sides match, see [`FAMILIES`]).
 //!
-//! Adding an op means adding an [`OpDef`] to its family's `DEFS` slice (and a kernel in `exec`).
+//! Adding an op means adding one line to its family's `DEFS` slice, e.g.
+//! `OpDef::new("Relu", ONE, unary, Mem::UNARY).flow(axes::first_input)`, and its kernel in `exec`.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -10,13 +13,15 @@ use crate::graph::Node;
 use crate::infer::{Fact, InferCtx, OpError};
 
 pub mod axes;
+pub mod basic;
 pub mod elementwise;
 pub mod image;
+pub mod index;
 pub mod linalg;
+pub mod movement;
 pub mod nn;
 pub mod random;
 pub mod reduce;
-pub mod shape;
 pub mod signal;
 #[cfg(test)]
 mod tests;
@@ -95,29 +100,75 @@ impl Mem {
     };
 }
 
-/// One operator's definition.
+/// How many inputs an op takes, `(min, max)`, per the ONNX spec: optional inputs count toward
+/// `max`; variadic ops have `usize::MAX`.
+pub type Arity = (usize, usize);
+
+/// Exactly one input.
+pub const ONE: Arity = (1, 1);
+/// Exactly two inputs.
+pub const TWO: Arity = (2, 2);
+/// Exactly three inputs.
+pub const THREE: Arity = (3, 3);
+/// One or more inputs.
+pub const VARIADIC: Arity = (1, usize::MAX);
+
+/// One operator's definition: everything the analysis knows about it.
 #[derive(Clone, Copy, Debug)]
 pub struct OpDef {
     pub op: &'static str,
+    /// Checked before the rule runs, so rules may index their required inputs freely.
+    pub arity: Arity,
+    /// Shape/type rule.
     pub infer: InferFn,
+    /// Memory rule.
     pub mem: Mem,
+    /// Axis flow for chunking (see [`axes`]); `None`: nothing may be split through the op.
+    pub flow: Option<axes::FlowFn>,
 }
+
+impl OpDef {
+    /// An op without an axis flow; add one with [`OpDef::flow`].
+    pub const fn new(op: &'static str, arity: Arity, infer: InferFn, mem: Mem) -> OpDef {
+        OpDef {
+            op,
+            arity,
+            infer,
+            mem,
+            flow: None,
+        }
+    }
+
+    /// The same op with axis flow `f`.
+    pub const fn flow(self, f: axes::FlowFn) -> OpDef {
+        OpDef {
+            flow: Some(f),
+            ..self
+        }
+    }
+}
+
+/// Every family: its name (the file `ops/<name>.rs`, and `exec::ops::<name>` for the kernels) and
+/// its definitions.
+pub const FAMILIES: &[(&str, &[OpDef])] = &[
+    ("basic", basic::DEFS),
+    ("elementwise", elementwise::DEFS),
+    ("index", index::DEFS),
+    ("linalg", linalg::DEFS),
+    ("movement", movement::DEFS),
+    ("nn", nn::DEFS),
+    ("reduce", reduce::DEFS),
+    ("image", image::DEFS),
+    ("signal", signal::DEFS),
+    ("random", random::DEFS),
+];
 
 fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
     static TABLE: OnceLock<BTreeMap<&'static str, &'static OpDef>> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut t = BTreeMap::new();
-        for fam in [
-            elementwise::DEFS,
-            shape::DEFS,
-            reduce::DEFS,
-            linalg::DEFS,
-            nn::DEFS,
-            image::DEFS,
-            signal::DEFS,
-            random::DEFS,
-        ] {
-            for d in fam {
+        for (_, fam) in FAMILIES {
+            for d in *fam {
                 t.insert(d.op, d);
             }
         }
@@ -143,42 +194,9 @@ pub fn supported_ops() -> Vec<&'static str> {
     table().keys().copied().collect()
 }
 
-/// How many inputs an op takes, `(min, max)`, per the ONNX spec (optional inputs count toward `max`;
-/// variadic ops have `usize::MAX`). Checked before an op's rule runs, so rules may index their
-/// required inputs freely. `None` for ops not listed here; their rules check arity themselves.
-pub fn arity(op: &str) -> Option<(usize, usize)> {
-    const V: usize = usize::MAX;
-    Some(match op {
-        "Add" | "Sub" | "Mul" | "Div" | "Mod" | "Pow" | "BitShift" | "BitwiseAnd" | "BitwiseOr"
-        | "BitwiseXor" | "PRelu" | "Equal" | "Less" | "LessOrEqual" | "Greater"
-        | "GreaterOrEqual" | "And" | "Or" | "Xor" | "MatMul" | "CastLike" | "Expand" | "Tile"
-        | "GatherElements" | "GatherND" | "Gather" | "Reshape" => (2, 2),
-        "Max" | "Min" | "Sum" | "Mean" | "Concat" => (1, V),
-        "Where" | "Range" => (3, 3),
-        "Gemm" | "LayerNormalization" | "Conv" => (2, 3),
-        "MatMulInteger" => (2, 4),
-        "ScatterND" | "ScatterElements" => (3, 3),
-        "Slice" => (3, 5),
-        "Pad" => (1, 4),
-        "TopK" => (2, 2),
-        "Einsum" => (1, V),
-        "Split" => (1, 2),
-        "Squeeze" | "Unsqueeze" => (1, 2),
-        "Clip" => (1, 3),
-        "Trilu" | "CumSum" => (1, 2),
-        "Dropout" => (1, 3),
-        "Resize" => (1, 4),
-        "Upsample" => (1, 2),
-        "GridSample" => (2, 2),
-        "HannWindow" | "HammingWindow" | "BlackmanWindow" => (1, 1),
-        "Not" | "IsNaN" | "IsInf" | "Cast" | "Neg" | "Abs" | "Sign" | "Floor" | "Ceil"
-        | "Round" | "Reciprocal" | "Sqrt" | "Exp" | "Log" | "Tanh" | "Sigmoid" | "Relu" | "Erf"
-        | "Shape" | "Size" | "Transpose" | "Flatten" | "Identity" | "NonZero" | "Softmax"
-        | "LogSoftmax" | "Hardmax" | "ArgMax" | "ArgMin" | "ConstantOfShape"
-        | "GlobalAveragePool" | "GlobalMaxPool" | "MaxPool" | "AveragePool" => (1, 1),
-        n if n.starts_with("Reduce") => (1, 2),
-        _ => return None,
-    })
+/// How many inputs an op takes (its [`OpDef::arity`]); `None` for ops without a definition.
+pub fn arity(op: &str) -> Option<Arity> {
+    lookup_op(op).map(|d| d.arity)
 }
 
 /// Whether output 0 of `node` is a zero-copy view of input 0, decided from the symbolic facts so that

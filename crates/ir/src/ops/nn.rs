@@ -1,45 +1,48 @@
-//! Op family: neural-network layers: normalizations (`LayerNormalization`, `RMSNormalization`,
-//! `BatchNormalization`, `InstanceNormalization`, `GroupNormalization`), `Conv`, pooling
-//! (`MaxPool`, `AveragePool`, `Global*Pool`) and `Dropout` (the identity at
-//! inference; in training mode its mask is drawn by `exec`'s counter-based generator, no scratch).
+//! Op family: neural-network layers: normalizations over channels (`BatchNormalization`,
+//! `InstanceNormalization`, `GroupNormalization`), `Conv`, pooling
+//! (`MaxPool`, `AveragePool`, `Global*Pool`) and `Dropout` (the identity at inference; in training
+//! mode its mask is drawn by `exec`'s counter-based generator, no scratch).
 
 use crate::dim::Expr;
 use crate::dtype::DataType;
-use crate::infer::{invalid, normalize_axis, Fact, InferCtx, OpError};
+use crate::infer::{invalid, Fact, InferCtx, OpError};
 
-use super::{is_half, numel, Mem, OpDef};
+use super::{is_half, numel, Mem, OpDef, ONE, THREE};
 use crate::graph::{AttrValue, Node};
 
-const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
-    OpDef { op, infer, mem }
-}
-
 pub const DEFS: &[OpDef] = &[
-    def("LayerNormalization", layer_norm, with_scratch(norm_scratch)),
-    def("RMSNormalization", layer_norm, with_scratch(norm_scratch)),
-    def(
+    OpDef::new(
         "BatchNormalization",
+        (5, 5),
         same_as_input,
         with_scratch(widened_scratch),
     ),
-    def(
+    OpDef::new(
         "InstanceNormalization",
+        THREE,
         same_as_input,
         with_scratch(widened_scratch),
     ),
-    def("GroupNormalization", same_as_input, Mem::NEW),
-    def("Conv", conv, with_scratch(conv_scratch)),
-    def("MaxPool", pool, with_scratch(widened_scratch)),
-    def("AveragePool", pool, with_scratch(widened_scratch)),
-    def("LpPool", pool, Mem::NEW),
-    def(
+    OpDef::new("GroupNormalization", THREE, same_as_input, Mem::NEW),
+    OpDef::new("Conv", (2, 3), conv, with_scratch(conv_scratch)),
+    OpDef::new("MaxPool", ONE, pool, with_scratch(widened_scratch)),
+    OpDef::new("AveragePool", ONE, pool, with_scratch(widened_scratch)),
+    OpDef::new("LpPool", ONE, pool, Mem::NEW),
+    OpDef::new(
         "GlobalAveragePool",
+        ONE,
         global_pool,
         with_scratch(widened_scratch),
     ),
-    def("GlobalMaxPool", global_pool, with_scratch(widened_scratch)),
-    def("GlobalLpPool", global_pool, Mem::NEW),
-    def("Dropout", dropout, Mem::NEW),
+    OpDef::new(
+        "GlobalMaxPool",
+        ONE,
+        global_pool,
+        with_scratch(widened_scratch),
+    ),
+    OpDef::new("GlobalLpPool", ONE, global_pool, Mem::NEW),
+    // Inputs: data, ratio, training_mode (opset 12+).
+    OpDef::new("Dropout", (1, 3), dropout, Mem::NEW),
 ];
 
 const fn with_scratch(f: super::ScratchFn) -> Mem {
@@ -73,7 +76,7 @@ fn half_input(inputs: &[Option<&Fact>]) -> bool {
 }
 
 /// Batch/InstanceNormalization and the pools: f16/bf16 `4 * (sum of |inputs| + |Y|)`, else none.
-fn widened_scratch(
+pub(super) fn widened_scratch(
     _node: &Node,
     _opset: i64,
     inputs: &[Option<&Fact>],
@@ -85,22 +88,6 @@ fn widened_scratch(
     numel_sum(inputs.iter().chain(outputs.first()))
         .map(|n| n * 4)
         .unwrap_or_else(Expr::zero)
-}
-
-/// Layer/RMSNormalization: f16/bf16 `4 * (|X| + |Scale| + |B| + |Y|)` (the mean and inverse std
-/// outputs are outputs), else none.
-fn norm_scratch(
-    node: &Node,
-    opset: i64,
-    inputs: &[Option<&Fact>],
-    outputs: &[Option<&Fact>],
-) -> Expr {
-    let n = if node.op == "RMSNormalization" {
-        &inputs[..inputs.len().min(2)]
-    } else {
-        inputs
-    };
-    widened_scratch(node, opset, n, outputs)
 }
 
 /// Conv: the im2col buffer, `e * C/group * prod(kernel) * prod(Y spatial)`, none for a 1x1 stride-1
@@ -143,24 +130,6 @@ fn conv_scratch(
         Some(per_group * Expr::product(kernel.iter()) * Expr::product(y.get(2..)?.iter()) * e)
     };
     col().unwrap_or_else(Expr::zero) + widened_scratch(node, opset, inputs, outputs)
-}
-
-/// `LayerNormalization`/`RMSNormalization`: `Y` like `X`; the optional `Mean` and `InvStdDev` keep
-/// the leading `axis` dims and have 1 for the normalized ones, in `stash_type` (default float).
-fn layer_norm(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let x = ctx.shape(0)?.to_vec();
-    let t = ctx.dtype(0)?;
-    let axis = normalize_axis(ctx.attr_int("axis", -1)?, x.len())?;
-    let stash_code = ctx.attr_int("stash_type", 1)?;
-    let stash = DataType::from_onnx(stash_code as i32)
-        .ok_or_else(|| OpError::BadAttr(format!("stash_type {stash_code} is not a data type")))?;
-    let mut stat = x[..axis].to_vec();
-    stat.extend(std::iter::repeat_n(Expr::one(), x.len() - axis));
-    Ok(vec![
-        Fact::new(t, x),
-        Fact::new(stash, stat.clone()),
-        Fact::new(stash, stat),
-    ])
 }
 
 fn same_as_input(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

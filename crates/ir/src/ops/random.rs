@@ -10,21 +10,17 @@ use crate::infer::{invalid, Fact, InferCtx, OpError};
 
 use super::{Mem, OpDef};
 
-const fn def(op: &'static str, infer: super::InferFn) -> OpDef {
-    OpDef {
-        op,
-        infer,
-        mem: Mem::NEW,
-    }
+const fn def(op: &'static str, arity: super::Arity, infer: super::InferFn) -> OpDef {
+    OpDef::new(op, arity, infer, Mem::NEW)
 }
 
 pub const DEFS: &[OpDef] = &[
-    def("RandomUniform", random_shaped),
-    def("RandomNormal", random_shaped),
-    def("RandomUniformLike", random_like),
-    def("RandomNormalLike", random_like),
-    def("Bernoulli", bernoulli),
-    def("Multinomial", multinomial),
+    def("RandomUniform", (0, 0), random_shaped),
+    def("RandomNormal", (0, 0), random_shaped),
+    def("RandomUniformLike", (1, 1), random_like),
+    def("RandomNormalLike", (1, 1), random_like),
+    def("Bernoulli", (1, 1), bernoulli),
+    def("Multinomial", (1, 1), multinomial),
 ];
 
 /// The `dtype` attribute as a type, `default` when absent.

@@ -1,5 +1,6 @@
-//! Op family: reductions (`ReduceSum` ... `ReduceSumSquare`, `ArgMax`, `ArgMin`, `TopK`) and the
-//! normalizations along one axis (`Softmax`, `LogSoftmax`, `Hardmax`).
+//! Op family: reductions (`ReduceSum` ... `ReduceSumSquare`, `ArgMax`, `ArgMin`), the
+//! normalizations along axes (`Softmax`, `LogSoftmax`, `Hardmax`, `LayerNormalization`,
+//! `RMSNormalization`) and the scan `CumSum`.
 //!
 //! Reduction axes come from the `axes` attribute or, from opset 13 for `ReduceSum` and opset 18 for
 //! the others, from input 1; either form is accepted at any opset. `ReduceSum`, `ReduceProd`,
@@ -9,32 +10,52 @@ use crate::dim::Expr;
 use crate::dtype::DataType;
 use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError, MAX_KNOWN_ELEMS};
 
-use super::{compute_size, is_half, needs_transpose, numel, Mem, OpDef};
+use super::axes::{
+    attr_int, attr_ints, broadcast_flow, in_shape, norm, out_rank, pass_through, AxisFlow,
+};
+use super::nn::widened_scratch;
+use super::{compute_size, is_half, needs_transpose, numel, Mem, OpDef, ONE};
 use crate::graph::{AttrValue, Node};
 
-const fn def(op: &'static str, infer: super::InferFn, mem: Mem) -> OpDef {
-    OpDef { op, infer, mem }
-}
-
 pub const DEFS: &[OpDef] = &[
-    def("ReduceSum", reduce, REDUCE_MEM),
-    def("ReduceMean", reduce, REDUCE_MEM),
-    def("ReduceMax", reduce, REDUCE_MEM),
-    def("ReduceMin", reduce, REDUCE_MEM),
-    def("ReduceProd", reduce, REDUCE_MEM),
-    def("ReduceL1", reduce, REDUCE_MEM),
-    def("ReduceL2", reduce, REDUCE_MEM),
-    def("ReduceLogSum", reduce, REDUCE_MEM),
-    def("ReduceLogSumExp", reduce, REDUCE_MEM),
-    def("ReduceSumSquare", reduce, REDUCE_MEM),
-    def("ArgMax", arg_reduce, with_scratch(arg_scratch)),
-    def("ArgMin", arg_reduce, with_scratch(arg_scratch)),
-    def("TopK", topk, with_scratch(topk_scratch)),
+    reduce_def("ReduceSum"),
+    reduce_def("ReduceMean"),
+    reduce_def("ReduceMax"),
+    reduce_def("ReduceMin"),
+    reduce_def("ReduceProd"),
+    reduce_def("ReduceL1"),
+    reduce_def("ReduceL2"),
+    reduce_def("ReduceLogSum"),
+    reduce_def("ReduceLogSumExp"),
+    reduce_def("ReduceSumSquare"),
+    OpDef::new("ArgMax", ONE, arg_reduce, with_scratch(arg_scratch)).flow(reduce_flow),
+    OpDef::new("ArgMin", ONE, arg_reduce, with_scratch(arg_scratch)).flow(reduce_flow),
     // The kernels write a new buffer; in-place variants are the executor's decision.
-    def("Softmax", along_axis, with_scratch(softmax_scratch)),
-    def("LogSoftmax", along_axis, with_scratch(softmax_scratch)),
-    def("Hardmax", along_axis, Mem::NEW),
+    OpDef::new("Softmax", ONE, along_axis, with_scratch(softmax_scratch)).flow(softmax_flow),
+    OpDef::new("LogSoftmax", ONE, along_axis, with_scratch(softmax_scratch)).flow(softmax_flow),
+    OpDef::new("Hardmax", ONE, along_axis, Mem::NEW).flow(softmax_flow),
+    OpDef::new(
+        "LayerNormalization",
+        (2, 3),
+        layer_norm,
+        with_scratch(norm_scratch),
+    )
+    .flow(layer_norm_flow),
+    OpDef::new(
+        "RMSNormalization",
+        (2, 3),
+        layer_norm,
+        with_scratch(norm_scratch),
+    )
+    .flow(layer_norm_flow),
+    // A running sum along one axis; output 0 is input 0 overwritten.
+    OpDef::new("CumSum", (1, 2), same_as_input, Mem::OVERWRITE),
 ];
+
+/// A `Reduce*` op: data and the optional `axes` input.
+const fn reduce_def(op: &'static str) -> OpDef {
+    OpDef::new(op, (1, 2), reduce, REDUCE_MEM).flow(reduce_flow)
+}
 
 const REDUCE_MEM: Mem = with_scratch(reduce_scratch);
 
@@ -170,21 +191,6 @@ fn softmax_scratch(
             b += nx * 8;
         }
         Some(b)
-    };
-    bytes().unwrap_or_else(Expr::zero)
-}
-
-/// TopK: the indices of one row along the axis, `8 * shape[axis]`.
-fn topk_scratch(
-    node: &Node,
-    _opset: i64,
-    inputs: &[Option<&Fact>],
-    _outputs: &[Option<&Fact>],
-) -> Expr {
-    let bytes = || -> Option<Expr> {
-        let shape = inputs.first().copied().flatten()?.shape.as_ref()?;
-        let a = norm_axis(int_attr(node, "axis", -1), shape.len())?;
-        Some(&shape[a] * 8)
     };
     bytes().unwrap_or_else(Expr::zero)
 }
@@ -365,54 +371,146 @@ fn arg_reduce(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     )])
 }
 
-fn topk(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let t = ctx.dtype(0)?;
-    let s = ctx.shape(0)?;
-    if s.is_empty() {
-        return invalid("TopK needs an input of rank >= 1");
-    }
-    let axis = normalize_axis(ctx.attr_int("axis", -1)?, s.len())?;
-    let k = if let Some(k) = ctx.attr_opt_int("k")? {
-        Some(Expr::int(k))
-    } else if ctx.opt_input(1).is_some() {
-        match ctx.known_ints(1) {
-            Some(v) if v.len() == 1 => Some(v[0].clone()),
-            Some(v) => return invalid(format!("K must hold one element, holds {}", v.len())),
-            None => None,
-        }
-    } else {
-        return invalid("TopK needs K (input 1, or attribute 'k' before opset 10)");
-    };
-    let k = match k {
-        Some(k) => {
-            if let Some(c) = k.as_const() {
-                if c < 0 {
-                    return invalid(format!("K = {c} is negative"));
-                }
-                if let Some(d) = s[axis].as_const() {
-                    if c > d {
-                        return invalid(format!("K = {c} exceeds dim {axis} of size {d}"));
-                    }
-                }
-            }
-            k
-        }
-        None => ctx.fresh_symbol("topk_k", "TopK's K is not known before run time"),
-    };
-    let mut out = s.to_vec();
-    out[axis] = k;
-    Ok(vec![
-        Fact::new(t, out.clone()),
-        Fact::new(DataType::I64, out),
-    ])
-}
-
 fn along_axis(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let t = ctx.dtype(0)?;
     let s = ctx.shape(0)?;
     let default = if ctx.opset >= 13 { -1 } else { 1 };
     normalize_axis(ctx.attr_int("axis", default)?, s.len())?;
     Ok(vec![Fact::new(t, s.to_vec())])
+}
+
+/// Layer/RMSNormalization: f16/bf16 `4 * (|X| + |Scale| + |B| + |Y|)` (the mean and inverse std
+/// outputs are outputs), else none.
+fn norm_scratch(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Expr {
+    let n = if node.op == "RMSNormalization" {
+        &inputs[..inputs.len().min(2)]
+    } else {
+        inputs
+    };
+    widened_scratch(node, opset, n, outputs)
+}
+
+/// `LayerNormalization`/`RMSNormalization`: `Y` like `X`; the optional `Mean` and `InvStdDev` keep
+/// the leading `axis` dims and have 1 for the normalized ones, in `stash_type` (default float).
+fn layer_norm(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    let axis = normalize_axis(ctx.attr_int("axis", -1)?, x.len())?;
+    let stash_code = ctx.attr_int("stash_type", 1)?;
+    let stash = DataType::from_onnx(stash_code as i32)
+        .ok_or_else(|| OpError::BadAttr(format!("stash_type {stash_code} is not a data type")))?;
+    let mut stat = x[..axis].to_vec();
+    stat.extend(std::iter::repeat_n(Expr::one(), x.len() - axis));
+    Ok(vec![
+        Fact::new(t, x),
+        Fact::new(stash, stat.clone()),
+        Fact::new(stash, stat),
+    ])
+}
+
+fn same_as_input(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    Ok(vec![Fact::new(ctx.dtype(0)?, ctx.shape(0)?.to_vec())])
+}
+
+/// Softmax/LogSoftmax/Hardmax: the axis is mixed, the others pass through.
+fn softmax_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let axis = norm(attr_int(node, "axis", -1), r0)?;
+    Some(vec![broadcast_flow(&inputs[..1], r0, &[axis])])
+}
+
+/// Layer/RMSNormalization: axes from `axis` on are mixed (in every output), the others pass
+/// through input 0; scale and bias are read whole.
+fn layer_norm_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let axis = norm(attr_int(node, "axis", -1), r0)?;
+    let one = |k: usize| {
+        let rk = out_rank(outputs, k).unwrap_or(r0);
+        pass_through(inputs.len(), rk, &(axis..rk).collect::<Vec<_>>())
+    };
+    Some((0..outputs.len()).map(one).collect())
+}
+
+/// Reduce*/ArgMax/ArgMin: reduced axes (kept as 1 with `keepdims`) are mixed, the others pass
+/// through input 0.
+fn reduce_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let a = in_shape(inputs, 0)?;
+    let b = outputs[0]?.shape.as_deref()?;
+    let keep = attr_int(node, "keepdims", 1) != 0;
+    // Axes from the node; with keepdims and unknown axes, those whose extent changes or
+    // is 1 in the output.
+    let reduced = match reduced_axes(node, inputs, a.len()) {
+        Some(r) => r,
+        None if keep && a.len() == b.len() => (0..a.len())
+            .filter(|&k| a[k] != b[k] || b[k] == Expr::one())
+            .collect(),
+        None => return None,
+    };
+    // Kept input axes, in order; with keepdims every axis stays (reduced ones as 1).
+    let kept: Vec<usize> = (0..a.len())
+        .filter(|k| keep || !reduced.contains(k))
+        .collect();
+    if kept.len() != r0 {
+        return None;
+    }
+    Some(vec![kept
+        .iter()
+        .map(|&k| {
+            if reduced.contains(&k) {
+                AxisFlow::Mixed
+            } else {
+                let mut v = vec![None; inputs.len()];
+                v[0] = Some(k);
+                AxisFlow::Split(v)
+            }
+        })
+        .collect()])
+}
+
+/// The input axes a reduction reduces (ArgMax/ArgMin: its `axis`; Reduce*: `axes` from the attribute
+/// or input 1, all of them when empty), or `None` when they are not known or it reduces nothing.
+fn reduced_axes(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option<Vec<usize>> {
+    if !node.op.starts_with("Reduce") {
+        return Some(vec![norm(attr_int(node, "axis", 0), rank)?]);
+    }
+    let listed: Vec<i64> = match attr_ints(node, "axes") {
+        Some(v) => v,
+        None => match node.inputs.get(1).copied().flatten() {
+            Some(_) => inputs
+                .get(1)
+                .copied()
+                .flatten()?
+                .value
+                .as_ref()?
+                .as_consts()?,
+            None => Vec::new(),
+        },
+    };
+    if listed.is_empty() {
+        if attr_int(node, "noop_with_empty_axes", 0) != 0 {
+            return None;
+        }
+        return Some((0..rank).collect());
+    }
+    listed.iter().map(|&a| norm(a, rank)).collect()
 }
 
 #[cfg(test)]

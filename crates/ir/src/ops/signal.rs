@@ -9,21 +9,9 @@ use crate::infer::{invalid, Fact, InferCtx, OpError};
 use super::{Mem, OpDef};
 
 pub const DEFS: &[OpDef] = &[
-    OpDef {
-        op: "HannWindow",
-        infer: window,
-        mem: Mem::NEW,
-    },
-    OpDef {
-        op: "HammingWindow",
-        infer: window,
-        mem: Mem::NEW,
-    },
-    OpDef {
-        op: "BlackmanWindow",
-        infer: window,
-        mem: Mem::NEW,
-    },
+    OpDef::new("HannWindow", (1, 1), window, Mem::NEW),
+    OpDef::new("HammingWindow", (1, 1), window, Mem::NEW),
+    OpDef::new("BlackmanWindow", (1, 1), window, Mem::NEW),
 ];
 
 /// A window of `size` (a scalar input) elements of `output_datatype` (default float).

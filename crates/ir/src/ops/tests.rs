@@ -112,3 +112,22 @@ pub fn a_ints(name: &str, v: &[i64]) -> Attribute {
 pub fn a_str(name: &str, v: &str) -> Attribute {
     attr(name, AttrValue::String(v.as_bytes().to_vec()))
 }
+
+/// Every op is defined once, in one family, with a sensible arity; [`super::arity`] and
+/// [`super::lookup_op`] read the same records.
+#[test]
+fn one_record_per_op() {
+    let mut seen = std::collections::BTreeMap::new();
+    for (fam, defs) in super::FAMILIES {
+        for d in *defs {
+            if let Some(other) = seen.insert(d.op, *fam) {
+                panic!("{} is defined in both {other} and {fam}", d.op);
+            }
+            assert!(d.arity.0 <= d.arity.1, "{}: arity {:?}", d.op, d.arity);
+            assert_eq!(super::arity(d.op), Some(d.arity));
+            assert_eq!(super::lookup_op(d.op).map(|x| x.op), Some(d.op));
+        }
+    }
+    assert_eq!(seen.len(), super::supported_ops().len());
+    assert_eq!(super::arity("NoSuchOp"), None);
+}

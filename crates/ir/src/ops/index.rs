@@ -1,0 +1,266 @@
+//! Op family: indexing (`Gather`, `GatherElements`, `GatherND`, `ScatterND`, `ScatterElements`,
+//! `Scatter`, `NonZero`, `TopK`), folding `Gather` of small known tensors so shape arithmetic stays
+//! symbolic.
+
+use crate::dim::Expr;
+use crate::dtype::DataType;
+use crate::graph::Node;
+use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError};
+
+use super::axes::{attr_int, in_shape, norm, out_rank, AxisFlow};
+use super::basic::known_fact;
+use super::movement::pick;
+use super::{Mem, OpDef, ONE, THREE, TWO};
+
+pub const DEFS: &[OpDef] = &[
+    OpDef::new("Gather", TWO, gather, Mem::NEW).flow(gather_flow),
+    OpDef::new("GatherElements", TWO, gather_elements, Mem::NEW).flow(gather_elements_flow),
+    OpDef::new("GatherND", TWO, gather_nd, Mem::NEW),
+    OpDef::new("ScatterND", THREE, scatter, Mem::OVERWRITE),
+    OpDef::new("ScatterElements", THREE, scatter, Mem::OVERWRITE),
+    // The deprecated name of ScatterElements (before opset 11).
+    OpDef::new("Scatter", THREE, scatter, Mem::NEW),
+    OpDef::new("NonZero", ONE, nonzero, Mem::NEW),
+    // Input 1 (K) from opset 10; before, attribute `k`.
+    OpDef::new("TopK", (1, 2), topk, TOPK_MEM).flow(topk_flow),
+];
+
+const TOPK_MEM: Mem = Mem {
+    scratch: Some(topk_scratch),
+    ..Mem::NEW
+};
+
+/// Output axes before the gather axis come from the data, then the index axes, then the data's rest.
+fn gather_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let data = in_shape(inputs, 0)?;
+    let idx = in_shape(inputs, 1)?;
+    let axis = norm(attr_int(node, "axis", 0), data.len())?;
+    let q = idx.len();
+    Some(vec![(0..r0)
+        .map(|o| {
+            if o < axis {
+                AxisFlow::Split(vec![Some(o), None])
+            } else if o < axis + q {
+                AxisFlow::Split(vec![None, Some(o - axis)])
+            } else {
+                AxisFlow::Split(vec![Some(o - q + 1), None])
+            }
+        })
+        .collect()])
+}
+
+/// The gather axis is mixed; the others pass through data and indices alike.
+fn gather_elements_flow(
+    node: &Node,
+    _inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let axis = norm(attr_int(node, "axis", 0), r0)?;
+    Some(vec![(0..r0)
+        .map(|o| {
+            if o == axis {
+                AxisFlow::Mixed
+            } else {
+                AxisFlow::Split(vec![Some(o), Some(o)])
+            }
+        })
+        .collect()])
+}
+
+/// Values and indices: the axis is mixed, the others pass through; K is read whole.
+fn topk_flow(
+    node: &Node,
+    _inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let axis = norm(attr_int(node, "axis", -1), r0)?;
+    let f: Vec<AxisFlow> = (0..r0)
+        .map(|o| {
+            if o == axis {
+                AxisFlow::Mixed
+            } else {
+                AxisFlow::Split(vec![Some(o), None])
+            }
+        })
+        .collect();
+    Some(vec![f.clone(), f])
+}
+
+/// TopK: the indices of one row along the axis, `8 * shape[axis]`.
+fn topk_scratch(
+    node: &Node,
+    _opset: i64,
+    inputs: &[Option<&Fact>],
+    _outputs: &[Option<&Fact>],
+) -> Expr {
+    let bytes = || -> Option<Expr> {
+        let shape = inputs.first().copied().flatten()?.shape.as_ref()?;
+        let a = norm(attr_int(node, "axis", -1), shape.len())?;
+        Some(&shape[a] * 8)
+    };
+    bytes().unwrap_or_else(Expr::zero)
+}
+
+fn gather(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let data = ctx.shape(0)?;
+    let ind = ctx.shape(1)?;
+    let axis = normalize_axis(ctx.attr_int("axis", 0)?, data.len())?;
+    let mut out = data[..axis].to_vec();
+    out.extend(ind.iter().cloned());
+    out.extend(data[axis + 1..].iter().cloned());
+    let value = fold_gather(ctx, axis, &out);
+    Ok(vec![known_fact(t, out, value)])
+}
+
+fn fold_gather(ctx: &InferCtx, axis: usize, out: &[Expr]) -> Option<Known> {
+    let d = ctx.input(0).ok()?;
+    let k = d.value.as_ref()?;
+    let src = d.concrete_shape()?;
+    let idx = ctx.input(1).ok()?.value.as_ref()?.as_consts()?;
+    let ishape = ctx.input(1).ok()?.concrete_shape()?;
+    let dst: Vec<usize> = out
+        .iter()
+        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+        .collect::<Option<_>>()?;
+    let ir = ishape.len();
+    let n_axis = src[axis] as i64;
+    let mut ishape_strides = vec![1usize; ir];
+    for q in (0..ir.saturating_sub(1)).rev() {
+        ishape_strides[q] = ishape_strides[q + 1] * ishape[q + 1];
+    }
+    // Destination coordinate -> source coordinate: axes before `axis` pass, then ir index axes, then the rest.
+    let mut strides = vec![1usize; src.len()];
+    for q in (0..src.len().saturating_sub(1)).rev() {
+        strides[q] = strides[q + 1] * src[q + 1];
+    }
+    let n: usize = dst.iter().product();
+    let mut res = Vec::with_capacity(n);
+    let mut coord = vec![0usize; dst.len()];
+    for _ in 0..n {
+        let mut off = 0usize;
+        for q in 0..axis {
+            off += coord[q] * strides[q];
+        }
+        let flat: usize = (0..ir).map(|q| coord[axis + q] * ishape_strides[q]).sum();
+        let mut j = *idx.get(flat)?;
+        if j < 0 {
+            j += n_axis;
+        }
+        if j < 0 || j >= n_axis {
+            return None;
+        }
+        off += j as usize * strides[axis];
+        for q in axis + 1..src.len() {
+            off += coord[q - 1 + ir] * strides[q];
+        }
+        res.push(off);
+        for q in (0..dst.len()).rev() {
+            coord[q] += 1;
+            if coord[q] < dst[q] {
+                break;
+            }
+            coord[q] = 0;
+        }
+    }
+    Some(pick(k, &res))
+}
+
+fn gather_elements(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let data = ctx.shape(0)?;
+    let ind = ctx.shape(1)?;
+    if data.len() != ind.len() {
+        return invalid(format!(
+            "data has rank {} but indices has rank {}",
+            data.len(),
+            ind.len()
+        ));
+    }
+    normalize_axis(ctx.attr_int("axis", 0)?, data.len())?;
+    Ok(vec![Fact::new(t, ind.to_vec())])
+}
+
+fn gather_nd(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let data = ctx.shape(0)?;
+    let ind = ctx.shape(1)?;
+    let b = ctx.attr_int("batch_dims", 0)?.max(0) as usize;
+    let Some(last) = ind.last() else {
+        return invalid("indices must have rank >= 1");
+    };
+    let Some(k) = last.as_const() else {
+        return Err(OpError::Unsupported(
+            "GatherND with a symbolic last indices dim".into(),
+        ));
+    };
+    let k = k as usize;
+    if b + k > data.len() {
+        return invalid(format!(
+            "batch_dims {b} + index depth {k} exceeds data rank {}",
+            data.len()
+        ));
+    }
+    let mut out = ind[..ind.len() - 1].to_vec();
+    out.extend(data[b + k..].iter().cloned());
+    Ok(vec![Fact::new(t, out)])
+}
+
+fn scatter(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    Ok(vec![Fact::new(ctx.dtype(0)?, ctx.shape(0)?.to_vec())])
+}
+
+fn nonzero(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let r = ctx.shape(0)?.len();
+    let n = ctx.fresh_symbol("nonzero_count", "NonZero's count depends on the data");
+    Ok(vec![Fact::new(DataType::I64, vec![Expr::int(r as i64), n])])
+}
+
+fn topk(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let s = ctx.shape(0)?;
+    if s.is_empty() {
+        return invalid("TopK needs an input of rank >= 1");
+    }
+    let axis = normalize_axis(ctx.attr_int("axis", -1)?, s.len())?;
+    let k = if let Some(k) = ctx.attr_opt_int("k")? {
+        Some(Expr::int(k))
+    } else if ctx.opt_input(1).is_some() {
+        match ctx.known_ints(1) {
+            Some(v) if v.len() == 1 => Some(v[0].clone()),
+            Some(v) => return invalid(format!("K must hold one element, holds {}", v.len())),
+            None => None,
+        }
+    } else {
+        return invalid("TopK needs K (input 1, or attribute 'k' before opset 10)");
+    };
+    let k = match k {
+        Some(k) => {
+            if let Some(c) = k.as_const() {
+                if c < 0 {
+                    return invalid(format!("K = {c} is negative"));
+                }
+                if let Some(d) = s[axis].as_const() {
+                    if c > d {
+                        return invalid(format!("K = {c} exceeds dim {axis} of size {d}"));
+                    }
+                }
+            }
+            k
+        }
+        None => ctx.fresh_symbol("topk_k", "TopK's K is not known before run time"),
+    };
+    let mut out = s.to_vec();
+    out[axis] = k;
+    Ok(vec![
+        Fact::new(t, out.clone()),
+        Fact::new(DataType::I64, out),
+    ])
+}

@@ -1,0 +1,562 @@
+//! Op family: data movement (`Transpose`, `Slice`, `Split`, `Concat`, `Expand`, `Tile`, `Trilu`,
+//! `Range`), folding small known tensors so shape arithmetic stays symbolic.
+
+use crate::dim::Expr;
+use crate::graph::Node;
+use crate::infer::{broadcast, invalid, normalize_axis, Fact, InferCtx, Known, OpError};
+
+use super::axes::{self, attr_int, attr_ints, in_shape, norm, out_rank, pass_through, AxisFlow};
+use super::basic::{known_fact, shape_operand};
+use super::elementwise::broadcast_index;
+use super::{Mem, OpDef, View, ONE, THREE, TWO, VARIADIC};
+
+pub const DEFS: &[OpDef] = &[
+    OpDef::new("Transpose", ONE, transpose, Mem::NEW).flow(transpose_flow),
+    OpDef::new("Slice", (3, 5), slice, SLICE_MEM).flow(slice_flow),
+    OpDef::new("Split", (1, 2), split, Mem::NEW),
+    OpDef::new("Concat", VARIADIC, concat, Mem::NEW).flow(concat_flow),
+    OpDef::new("Expand", TWO, expand, Mem::NEW).flow(axes::first_input),
+    OpDef::new("Tile", TWO, tile, Mem::NEW),
+    OpDef::new("Pad", (1, 4), pad, Mem::NEW),
+    OpDef::new("Trilu", (1, 2), same_as_input, Mem::OVERWRITE),
+    OpDef::new("Range", THREE, range, Mem::NEW),
+];
+
+/// A contiguous slice is a view of its input (see [`super::is_view`]).
+const SLICE_MEM: Mem = Mem {
+    view: View::ContiguousSlice,
+    ..Mem::NEW
+};
+
+/// Output axis `o` is input axis `perm[o]`.
+fn transpose_flow(
+    node: &Node,
+    _inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let perm = attr_ints(node, "perm").unwrap_or_else(|| (0..r0 as i64).rev().collect());
+    Some(vec![perm
+        .iter()
+        .map(|&p| AxisFlow::Split(vec![Some(p as usize)]))
+        .collect()])
+}
+
+/// The concatenation axis is mixed; the others pass through every input.
+fn concat_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let axis = norm(attr_int(node, "axis", 0), r0)?;
+    Some(vec![(0..r0)
+        .map(|o| {
+            if o == axis {
+                AxisFlow::Mixed
+            } else {
+                AxisFlow::Split(vec![Some(o); inputs.len()])
+            }
+        })
+        .collect()])
+}
+
+/// Axes it cuts are mixed; the others pass through. Needs known `axes` (or none).
+fn slice_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let a = in_shape(inputs, 0)?;
+    let known = |k: usize| {
+        inputs
+            .get(k)
+            .copied()
+            .flatten()
+            .and_then(|f| f.value.as_ref())
+            .and_then(|v| v.as_consts())
+    };
+    let starts = known(1)?;
+    let cut: Vec<usize> = match node.inputs.get(3).copied().flatten() {
+        None => (0..starts.len()).collect(),
+        Some(_) => known(3)?
+            .iter()
+            .map(|&x| norm(x, a.len()))
+            .collect::<Option<Vec<_>>>()?,
+    };
+    if a.len() != r0 {
+        return None;
+    }
+    Some(vec![pass_through(inputs.len(), r0, &cut)])
+}
+
+pub(super) fn same_as_input(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    Ok(vec![Fact::new(ctx.dtype(0)?, ctx.shape(0)?.to_vec())])
+}
+
+fn range(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let scalar = |i: usize| -> Option<Known> { ctx.opt_input(i)?.value.clone() };
+    let (s, l, d) = (scalar(0), scalar(1), scalar(2));
+    if t.is_float() {
+        let get = |k: &Option<Known>| -> Option<f64> {
+            match k.as_ref()? {
+                Known::Float(v) => v.first().copied(),
+                Known::Int(v) => v.first()?.as_const().map(|c| c as f64),
+            }
+        };
+        return match (get(&s), get(&l), get(&d)) {
+            (Some(s), Some(l), Some(d)) if d != 0.0 => {
+                let n = ((l - s) / d).ceil().max(0.0) as i64;
+                let vals: Vec<f64> = (0..n).map(|i| s + i as f64 * d).collect();
+                Ok(vec![Fact::with_value(
+                    t,
+                    vec![Expr::int(n)],
+                    Known::Float(vals),
+                )])
+            }
+            _ => {
+                let n = ctx.fresh_symbol("range_len", "Range length from float operands");
+                Ok(vec![Fact::new(t, vec![n])])
+            }
+        };
+    }
+    let get = |k: &Option<Known>| -> Option<Expr> { k.as_ref()?.as_exprs()?.first().cloned() };
+    let (s, l, d) = match (get(&s), get(&l), get(&d)) {
+        (Some(s), Some(l), Some(d)) => (s, l, d),
+        _ => return Err(OpError::Unknown("Range operands".into())),
+    };
+    let Some(dc) = d.as_const() else {
+        return Err(OpError::Unsupported("Range with a symbolic delta".into()));
+    };
+    if dc == 0 {
+        return invalid("Range delta is 0");
+    }
+    // n = max(ceil((limit - start) / delta), 0)
+    let n = Expr::max(&(&l - &s).ceil_div(&d), &Expr::zero());
+    let value = n
+        .as_const()
+        .filter(|&c| c as usize <= crate::infer::MAX_KNOWN_ELEMS)
+        .map(|c| Known::Int((0..c).map(|i| &s + &Expr::int(i * dc)).collect()));
+    Ok(vec![known_fact(t, vec![n], value)])
+}
+
+fn expand(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let s = ctx.shape(0)?;
+    let target = shape_operand(ctx, 1, "shape")?;
+    let out = broadcast(&[s, &target])?;
+    let value = fold_broadcast(ctx.input(0)?, &out);
+    Ok(vec![known_fact(ctx.dtype(0)?, out, value)])
+}
+
+fn fold_broadcast(f: &Fact, out: &[Expr]) -> Option<Known> {
+    let k = f.value.as_ref()?;
+    let src = f.concrete_shape()?;
+    let dst: Vec<usize> = out
+        .iter()
+        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+        .collect::<Option<_>>()?;
+    if dst.iter().product::<usize>() > crate::infer::MAX_KNOWN_ELEMS {
+        return None;
+    }
+    let idx = broadcast_index(&src, &dst);
+    Some(match k {
+        Known::Int(v) => Known::Int(idx.iter().map(|&j| v[j].clone()).collect()),
+        Known::Float(v) => Known::Float(idx.iter().map(|&j| v[j]).collect()),
+    })
+}
+
+fn concat(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let first = ctx.shape(0)?;
+    let r = first.len();
+    let axis = normalize_axis(
+        ctx.attr_opt_int("axis")?
+            .ok_or_else(|| OpError::BadAttr("attribute 'axis' is required".into()))?,
+        r,
+    )?;
+    let mut out = first.to_vec();
+    let mut total = Expr::zero();
+    let mut ints: Option<Vec<Expr>> = (r == 1).then(Vec::new);
+    let mut floats: Option<Vec<f64>> = (r == 1).then(Vec::new);
+    for i in 0..ctx.num_inputs() {
+        let Some(f) = ctx.opt_input(i) else { continue };
+        let s = ctx.shape(i)?;
+        if s.len() != r {
+            return invalid(format!(
+                "input {i} has rank {} but input 0 has rank {r}",
+                s.len()
+            ));
+        }
+        for (k, d) in s.iter().enumerate() {
+            if k == axis {
+                continue;
+            }
+            if let (Some(a), Some(b)) = (d.as_const(), out[k].as_const()) {
+                if a != b {
+                    return invalid(format!("input {i} dim {k} is {a} but input 0 has {b}"));
+                }
+            } else if out[k].as_const().is_none() && d.as_const().is_some() {
+                out[k] = d.clone();
+            }
+        }
+        total = &total + &s[axis];
+        match &f.value {
+            Some(Known::Int(v)) => {
+                if let Some(x) = ints.as_mut() {
+                    x.extend(v.iter().cloned())
+                }
+                floats = None;
+            }
+            Some(Known::Float(v)) => {
+                if let Some(x) = floats.as_mut() {
+                    x.extend(v.iter().copied())
+                }
+                ints = None;
+            }
+            None => {
+                ints = None;
+                floats = None;
+            }
+        }
+    }
+    out[axis] = total;
+    let value = ints.map(Known::Int).or(floats.map(Known::Float));
+    Ok(vec![known_fact(t, out, value)])
+}
+
+fn split(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let s = ctx.shape(0)?;
+    let axis = normalize_axis(ctx.attr_int("axis", 0)?, s.len())?;
+    let n_out = ctx.node.outputs.len();
+    let sizes: Vec<Expr> = if let Some(v) = ctx.attr_ints("split")? {
+        v.into_iter().map(Expr::int).collect()
+    } else if ctx.opt_input(1).is_some() {
+        shape_operand(ctx, 1, "split")?
+    } else {
+        let parts = ctx
+            .attr_opt_int("num_outputs")?
+            .unwrap_or(n_out as i64)
+            .max(1);
+        let d = &s[axis];
+        let chunk = d.ceil_div(&Expr::int(parts));
+        // The last chunk takes the remainder (opset 18 semantics); equal chunks when divisible.
+        (0..parts)
+            .map(|i| {
+                if i + 1 < parts {
+                    chunk.clone()
+                } else {
+                    d - &(&chunk * &Expr::int(parts - 1))
+                }
+            })
+            .collect()
+    };
+    if sizes.len() != n_out {
+        return invalid(format!(
+            "split gives {} parts but the node has {n_out} outputs",
+            sizes.len()
+        ));
+    }
+    Ok(sizes
+        .into_iter()
+        .map(|sz| {
+            let mut o = s.to_vec();
+            o[axis] = sz;
+            Fact::new(t, o)
+        })
+        .collect())
+}
+
+/// Resolves a slice bound against a dim: negative counts from the end, then clamps to [lo, dim+hi].
+fn slice_bound(v: &Expr, dim: &Expr, step_pos: bool) -> Expr {
+    const BIG: i64 = 1 << 30;
+    if let Some(c) = v.as_const() {
+        if step_pos {
+            if c >= BIG {
+                return dim.clone();
+            }
+            if c <= -BIG {
+                return Expr::zero();
+            }
+            if c < 0 {
+                return Expr::max(&(dim + &Expr::int(c)), &Expr::zero());
+            }
+            return Expr::min(&Expr::int(c), dim);
+        }
+        // Negative step: bounds clamp to [-1, dim-1].
+        if c >= BIG {
+            return dim - &Expr::one();
+        }
+        if c <= -BIG {
+            return Expr::int(-1);
+        }
+        if c < 0 {
+            return Expr::max(&(dim + &Expr::int(c)), &Expr::int(-1));
+        }
+        return Expr::min(&Expr::int(c), &(dim - &Expr::one()));
+    }
+    if step_pos {
+        v.min(dim)
+    } else {
+        v.min(&(dim - &Expr::one()))
+    }
+}
+
+fn slice(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let s = ctx.shape(0)?;
+    let (starts, ends, axes, steps) = if ctx.opset < 10 {
+        let st = ctx
+            .attr_ints("starts")?
+            .ok_or_else(|| OpError::BadAttr("attribute 'starts' is required".into()))?;
+        let en = ctx
+            .attr_ints("ends")?
+            .ok_or_else(|| OpError::BadAttr("attribute 'ends' is required".into()))?;
+        let ax = ctx.attr_ints("axes")?;
+        let e = |v: Vec<i64>| v.into_iter().map(Expr::int).collect::<Vec<_>>();
+        (e(st), e(en), ax, None)
+    } else {
+        let st = shape_operand(ctx, 1, "starts")?;
+        let en = shape_operand(ctx, 2, "ends")?;
+        let ax = if ctx.opt_input(3).is_some() {
+            Some(
+                shape_operand(ctx, 3, "axes")?
+                    .iter()
+                    .map(|e| e.as_const())
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| OpError::Unsupported("symbolic axes".into()))?,
+            )
+        } else {
+            None
+        };
+        let sp = if ctx.opt_input(4).is_some() {
+            Some(
+                shape_operand(ctx, 4, "steps")?
+                    .iter()
+                    .map(|e| e.as_const())
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| OpError::Unsupported("symbolic steps".into()))?,
+            )
+        } else {
+            None
+        };
+        (st, en, ax, sp)
+    };
+    if starts.len() != ends.len() {
+        return invalid(format!(
+            "starts has {} entries but ends has {}",
+            starts.len(),
+            ends.len()
+        ));
+    }
+    let axes: Vec<i64> = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if axes.len() != starts.len() || steps.len() != starts.len() {
+        return invalid("starts, ends, axes and steps differ in length");
+    }
+    let mut out = s.to_vec();
+    // Per output axis: (start, step) for folding.
+    let mut plan: Vec<(usize, Expr, i64)> = Vec::new();
+    for k in 0..starts.len() {
+        let ax = normalize_axis(axes[k], s.len())?;
+        let step = steps[k];
+        if step == 0 {
+            return invalid("slice step is 0");
+        }
+        let dim = &s[ax];
+        let b = slice_bound(&starts[k], dim, step > 0);
+        let e = slice_bound(&ends[k], dim, step > 0);
+        let len = if step > 0 {
+            Expr::max(&(&e - &b).ceil_div(&Expr::int(step)), &Expr::zero())
+        } else {
+            Expr::max(&(&b - &e).ceil_div(&Expr::int(-step)), &Expr::zero())
+        };
+        out[ax] = len;
+        plan.push((ax, b, step));
+    }
+    let value = fold_slice(ctx.input(0)?, &out, &plan);
+    Ok(vec![known_fact(t, out, value)])
+}
+
+fn fold_slice(f: &Fact, out: &[Expr], plan: &[(usize, Expr, i64)]) -> Option<Known> {
+    let k = f.value.as_ref()?;
+    let src = f.concrete_shape()?;
+    let dst: Vec<usize> = out
+        .iter()
+        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+        .collect::<Option<_>>()?;
+    let mut start = vec![0i64; src.len()];
+    let mut step = vec![1i64; src.len()];
+    for (ax, b, st) in plan {
+        start[*ax] = b.as_const()?;
+        step[*ax] = *st;
+    }
+    let idx = strided_index(&src, &dst, |axis, i| start[axis] + i as i64 * step[axis])?;
+    Some(pick(k, &idx))
+}
+
+/// Row-major source indices for each destination coordinate mapped through `map(axis, i)`.
+pub(super) fn strided_index(
+    src: &[usize],
+    dst: &[usize],
+    map: impl Fn(usize, usize) -> i64,
+) -> Option<Vec<usize>> {
+    let n: usize = dst.iter().product();
+    let mut strides = vec![1usize; src.len()];
+    for k in (0..src.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * src[k + 1];
+    }
+    let mut res = Vec::with_capacity(n);
+    let mut coord = vec![0usize; dst.len()];
+    for _ in 0..n {
+        let mut off = 0usize;
+        for (axis, &c) in coord.iter().enumerate() {
+            let j = map(axis, c);
+            if j < 0 || j as usize >= src[axis] {
+                return None;
+            }
+            off += j as usize * strides[axis];
+        }
+        res.push(off);
+        for k in (0..dst.len()).rev() {
+            coord[k] += 1;
+            if coord[k] < dst[k] {
+                break;
+            }
+            coord[k] = 0;
+        }
+    }
+    Some(res)
+}
+
+pub(super) fn pick(k: &Known, idx: &[usize]) -> Known {
+    match k {
+        Known::Int(v) => Known::Int(idx.iter().map(|&j| v[j].clone()).collect()),
+        Known::Float(v) => Known::Float(idx.iter().map(|&j| v[j]).collect()),
+    }
+}
+
+fn transpose(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let s = ctx.shape(0)?;
+    let r = s.len();
+    let perm: Vec<i64> = ctx
+        .attr_ints("perm")?
+        .unwrap_or_else(|| (0..r as i64).rev().collect());
+    if perm.len() != r {
+        return invalid(format!("perm has {} entries for rank {r}", perm.len()));
+    }
+    let mut seen = vec![false; r];
+    let mut out = Vec::with_capacity(r);
+    for &p in &perm {
+        let k = normalize_axis(p, r)?;
+        if seen[k] {
+            return invalid(format!("perm {perm:?} repeats axis {p}"));
+        }
+        seen[k] = true;
+        out.push(s[k].clone());
+    }
+    let f = ctx.input(0)?;
+    let value = (|| {
+        let k = f.value.as_ref()?;
+        let src = f.concrete_shape()?;
+        let dst: Vec<usize> = perm.iter().map(|&p| src[p as usize]).collect();
+        let mut strides = vec![1usize; r];
+        for q in (0..r.saturating_sub(1)).rev() {
+            strides[q] = strides[q + 1] * src[q + 1];
+        }
+        let n: usize = dst.iter().product();
+        let mut idx = Vec::with_capacity(n);
+        let mut coord = vec![0usize; r];
+        for _ in 0..n {
+            idx.push(
+                coord
+                    .iter()
+                    .enumerate()
+                    .map(|(q, c)| c * strides[perm[q] as usize])
+                    .sum(),
+            );
+            for q in (0..r).rev() {
+                coord[q] += 1;
+                if coord[q] < dst[q] {
+                    break;
+                }
+                coord[q] = 0;
+            }
+        }
+        Some(pick(k, &idx))
+    })();
+    Ok(vec![known_fact(ctx.dtype(0)?, out, value)])
+}
+
+fn tile(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let s = ctx.shape(0)?;
+    let reps = shape_operand(ctx, 1, "repeats")?;
+    if reps.len() != s.len() {
+        return invalid(format!(
+            "repeats has {} entries for rank {}",
+            reps.len(),
+            s.len()
+        ));
+    }
+    let out = s.iter().zip(&reps).map(|(d, r)| d * r).collect();
+    Ok(vec![Fact::new(ctx.dtype(0)?, out)])
+}
+/// `Pad`: each padded axis grows by its two amounts (negative amounts crop). Amounts from the
+/// `pads` attribute (opset 2) or the `pads` input, known symbolically when computed from shapes; an
+/// unknown amount gives the axis a fresh data-dependent extent.
+fn pad(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    let r = x.len();
+    let axes: Vec<usize> = match ctx.opt_input(3) {
+        None => (0..r).collect(),
+        Some(_) => match ctx.known_ints(3) {
+            Some(a) => a
+                .iter()
+                .map(|e| {
+                    let v = e
+                        .as_const()
+                        .ok_or_else(|| OpError::Invalid("Pad axes must be constants".into()))?;
+                    ctx.axis(v, r)
+                })
+                .collect::<Result<_, _>>()?,
+            None => {
+                let dims = (0..r)
+                    .map(|_| ctx.fresh_symbol("pad", "Pad over axes not known before running"))
+                    .collect();
+                return Ok(vec![Fact::new(t, dims)]);
+            }
+        },
+    };
+    let pads: Option<Vec<Expr>> = match ctx.attr_ints("pads")? {
+        Some(p) => Some(p.into_iter().map(Expr::int).collect()),
+        None => ctx.known_ints(1),
+    };
+    let mut out = x.clone();
+    match pads {
+        Some(p) => {
+            if p.len() != 2 * axes.len() {
+                return invalid(format!(
+                    "Pad has {} pads for {} axes (needs two per axis)",
+                    p.len(),
+                    axes.len()
+                ));
+            }
+            for (k, &a) in axes.iter().enumerate() {
+                out[a] = &out[a] + &p[k] + &p[k + axes.len()];
+                if out[a].as_const().is_some_and(|c| c < 0) {
+                    return invalid(format!("Pad makes axis {a} negative"));
+                }
+            }
+        }
+        None => {
+            for &a in &axes {
+                out[a] = ctx.fresh_symbol("pad", "Pad amounts not known before running");
+            }
+        }
+    }
+    Ok(vec![Fact::new(t, out)])
+}
+
