@@ -11,7 +11,7 @@ and the change. With `--run`, also runs each plan (`memplan run --plan`, inputs 
 Writes a markdown table to stdout.
 
 Usage: .venv/bin/python bench/corpus_plan_table.py [--memplan target/release/memplan] [--legacy]
-           [--exact-ms MS] [--run]
+           [--exact-work STATES] [--run]
 """
 
 import argparse
@@ -56,7 +56,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
     ap.add_argument("--legacy", action="store_true")
-    ap.add_argument("--exact-ms", default="300")
+    ap.add_argument("--exact-work", default="2000000")
     ap.add_argument("--run", action="store_true")
     a = ap.parse_args()
     manifest = json.load(open(os.path.join(CORPUS, "manifest.json")))
@@ -76,7 +76,7 @@ def main():
                 for size, meas in m["measurements"].items():
                     dims = dims_for(decl, meas["input_shapes"])
                     d = " ".join(f"{k}={v}" for k, v in sorted(dims.items()))
-                    cmd = [a.memplan, "optimize", path, "--json", "--exact-ms", a.exact_ms,
+                    cmd = [a.memplan, "optimize", path, "--json", "--exact-work", a.exact_work,
                            "-o", os.path.join(tmp, "o.onnx"), "--plan-out", os.path.join(tmp, "p.json")]
                     cmd += [f"--dim={k}={v}" for k, v in sorted(dims.items())]
                     r = subprocess.run(cmd, capture_output=True, text=True)

@@ -38,6 +38,9 @@ enum Cmd {
     /// Run a model on CPU with memplan's executor: measured peak, time, outputs, comparison.
     Run(run::RunArgs),
     /// Plan memory at given dims: a better order, in-place reuse, one arena; write the reordered model and the plan.
+    #[command(
+        after_help = "Exit status: 0 when planned (and, with --budget, the plan fits); 1 on an error; 2 on a usage error; 3 when the budget is not met: the lowest plan reached is still written and the report says what holds it up."
+    )]
     Optimize(optimize::OptimizeArgs),
     /// Build the training step: forward outputs plus gradients, as one standard ONNX graph.
     Grad(grad::GradArgs),
@@ -45,16 +48,17 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let ok = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     let res = match cli.cmd {
-        Cmd::Inspect(a) => commands::inspect(a),
-        Cmd::Convert(a) => commands::convert(a),
-        Cmd::Estimate(a) => estimate::estimate(a),
-        Cmd::Run(a) => run::run(a),
+        Cmd::Inspect(a) => ok(commands::inspect(a)),
+        Cmd::Convert(a) => ok(commands::convert(a)),
+        Cmd::Estimate(a) => ok(estimate::estimate(a)),
+        Cmd::Run(a) => ok(run::run(a)),
         Cmd::Optimize(a) => optimize::optimize(a),
-        Cmd::Grad(a) => grad::grad(a),
+        Cmd::Grad(a) => ok(grad::grad(a)),
     };
     match res {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             // One line: the chain of contexts, outermost first.
             // Control characters (a newline inside a name from a malformed model) are escaped.

@@ -13,15 +13,17 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
 use memplan_ir::graph::{Model, NodeId};
 use memplan_ir::infer::Facts;
-use memplan_plan::chunk::{chunk_to_budget, ChunkOptions, ChunkStep, CostModel};
-use memplan_plan::{Options, Outcome, Pass, Report};
+use memplan_plan::chunk::{ChunkOptions, CostModel};
+use memplan_plan::fit::{ChunkSummary, FitOptions};
+use memplan_plan::{Options, Report};
 
 use crate::commands::load;
 use crate::table::Table;
@@ -58,9 +60,10 @@ pub struct OptimizeArgs {
     /// outputs stay bit-identical.
     #[arg(long)]
     pub recompute: bool,
-    /// Time for the exact schedule search, in milliseconds.
-    #[arg(long, default_value_t = 300, value_name = "MS")]
-    pub exact_ms: u64,
+    /// Work for the exact schedule search: frontier states explored over all windows (a bound on
+    /// work, not time, so the same input gives the same plan on any machine).
+    #[arg(long, default_value_t = memplan_plan::DEFAULT_EXACT_WORK, value_name = "STATES")]
+    pub exact_work: usize,
     /// Print JSON instead of the report.
     #[arg(long)]
     pub json: bool,
@@ -78,34 +81,11 @@ struct JsonReport<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     fits: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    chunking: Option<&'a ChunkReport>,
+    chunking: Option<&'a ChunkSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     recompute: Option<&'a memplan_plan::remat::Report>,
     #[serde(flatten)]
     report: &'a Report,
-}
-
-/// What chunking did, for the report.
-#[derive(serde::Serialize)]
-pub(crate) struct ChunkReport {
-    steps: Vec<ChunkStep>,
-    /// Simulated peak (graph order) before and after chunking.
-    simulated_peak_before: u64,
-    simulated_peak_after: u64,
-    /// Candidates predicted, and the time the search took.
-    candidates: usize,
-    chunk_ms: f64,
-    /// Predicted extra run time of the rewrite (cost model), in seconds.
-    predicted_seconds: f64,
-    /// When the budget is not met: the largest tensors live at the (simulated) peak.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    live_at_peak: Vec<LiveTensor>,
-}
-
-#[derive(serde::Serialize)]
-struct LiveTensor {
-    name: String,
-    bytes: u64,
 }
 
 /// The largest value of `sym` at which `model` (other dims from `dims`) has a plan that fits
@@ -132,7 +112,7 @@ pub(crate) fn max_fitting_optimized(
     start: i64,
 ) -> Result<OptimizedFit> {
     let opts = Options {
-        exact_time: Duration::from_millis(20),
+        exact_work: memplan_plan::DEFAULT_EXACT_WORK / 16,
         ..Options::default()
     };
     let mut probes = 0;
@@ -142,12 +122,12 @@ pub(crate) fn max_fitting_optimized(
         probes += 1;
         let mut d = dims.clone();
         d.insert(sym.to_string(), n);
-        let out = memplan_plan::optimize(&model.graph, &facts, &d, &opts)?;
-        if out.report.peak_bytes_after <= budget {
-            return Ok(out.report.peak_bytes_after);
-        }
-        let (_, o, _) = chunk_and_plan(model, &d, budget, &[], CostModel::default(), &opts)?;
-        Ok(o.report.peak_bytes_after)
+        let fo = FitOptions {
+            plan: opts.clone(),
+            ..FitOptions::new(budget)
+        };
+        let fit = memplan_plan::fit_budget(model, &facts, &d, &fo)?;
+        Ok(fit.outcome.report.peak_bytes_after)
     };
     let mut lo = start.max(1);
     let p_lo = peak_at(lo)?;
@@ -223,66 +203,6 @@ pub(crate) fn optimized_fit_line(o: &OptimizedFit) -> String {
     }
 }
 
-/// Chunks `model` until its plan fits `budget`: chunk to the budget (simulated peak), plan, and
-/// if the plan still does not fit, chunk again to a target lowered by the excess (three rounds at
-/// most). Returns the chunked model, its plan and the chunking report.
-pub(crate) fn chunk_and_plan(
-    model: &Model,
-    dims: &BTreeMap<String, i64>,
-    budget: u64,
-    chunks: &[usize],
-    cost: CostModel,
-    opts: &Options,
-) -> Result<(Model, Outcome, ChunkReport)> {
-    let t0 = Instant::now();
-    let mut target = budget;
-    let mut last = None;
-    let mut copts = ChunkOptions {
-        cost,
-        ..ChunkOptions::default()
-    };
-    if !chunks.is_empty() {
-        copts.chunk_counts = chunks.to_vec();
-    }
-    for _ in 0..3 {
-        copts.budget = Some(target);
-        let c = chunk_to_budget(model, dims, &copts).map_err(|e| anyhow!("chunking: {e}"))?;
-        let facts =
-            memplan_ir::infer_model(&c.model).map_err(|e| anyhow!("the chunked model: {e}"))?;
-        let out = memplan_plan::optimize(&c.model.graph, &facts, dims, opts)
-            .context("planning the chunked model")?;
-        let planned = out.report.peak_bytes_after;
-        let report = ChunkReport {
-            predicted_seconds: c.steps.iter().map(|s| s.predicted_seconds).sum(),
-            simulated_peak_before: c.peak_before,
-            simulated_peak_after: c.peak_after,
-            candidates: c.evaluated,
-            chunk_ms: t0.elapsed().as_secs_f64() * 1e3,
-            live_at_peak: if planned > budget {
-                c.live
-                    .iter()
-                    .take(8)
-                    .map(|(name, bytes)| LiveTensor {
-                        name: name.clone(),
-                        bytes: *bytes,
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            },
-            steps: c.steps,
-        };
-        let done = planned <= budget || c.peak_after > target;
-        let excess = planned.saturating_sub(budget);
-        last = Some((c.model, out, report));
-        if done || excess >= target {
-            break;
-        }
-        target -= excess;
-    }
-    last.ok_or_else(|| anyhow!("chunking made no attempt"))
-}
-
 /// Every symbol of the model must be given, and every given name must be a symbol.
 fn check_dims(facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<()> {
     let mut syms = facts.symbols.declared.clone();
@@ -308,7 +228,11 @@ fn check_dims(facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<()> {
     Ok(())
 }
 
-pub fn optimize(a: OptimizeArgs) -> Result<()> {
+/// Exit status of `optimize --budget` when the budget is not met (the lowest plan reached is still
+/// written): distinct from errors (1) and usage errors (2).
+pub const EXIT_BUDGET_NOT_MET: u8 = 3;
+
+pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     let (model, facts) = load(&a.model)?;
     if !facts.skipped.is_empty() {
         let s = &facts.skipped[0];
@@ -322,7 +246,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
     let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
     check_dims(&facts, &dims)?;
     let opts = Options {
-        exact_time: Duration::from_millis(a.exact_ms),
+        exact_work: a.exact_work,
         ..Options::default()
     };
     let budget = a
@@ -348,75 +272,33 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
         bail!("--recompute applies to a budget: give --budget");
     }
     let t0 = Instant::now();
-    let mut model = model;
-    let mut facts = facts;
-    let mut recompute = None;
-    let mut recompute_passes = Vec::new();
-    if let (true, Some(b)) = (a.recompute, budget) {
-        let r = memplan_plan::remat::rematerialize(
-            &model,
-            &facts,
-            &dims,
-            b,
-            &memplan_plan::remat::Options::default(),
-        )
-        .with_context(|| format!("{}: recomputation", a.model.display()))?;
-        for (i, s) in r.report.steps.iter().enumerate() {
-            recompute_passes.push(Pass {
-                name: format!(
-                    "recompute {}: '{}' ({}, {} node(s))",
-                    i + 1,
-                    s.value,
-                    human(s.bytes),
-                    s.nodes
-                ),
-                peak_bytes: s.peak_bytes,
-            });
+    let (model, out, chunking, recompute) = match budget {
+        None => {
+            let out = memplan_plan::optimize(&model.graph, &facts, &dims, &opts)
+                .with_context(|| format!("{}", a.model.display()))?;
+            (model, out, None, None)
         }
-        model = r.model;
-        facts = r.facts;
-        recompute = Some(r.report);
-    }
-    let mut out = memplan_plan::optimize(&model.graph, &facts, &dims, &opts)
-        .with_context(|| format!("{}", a.model.display()))?;
-    if let Some(r) = &recompute {
-        let mut passes = vec![Pass {
-            name: "graph order".into(),
-            peak_bytes: r.peak_bytes_before,
-        }];
-        passes.extend(recompute_passes);
-        passes.extend(out.report.passes.iter().skip(1).cloned());
-        out.report.passes = passes;
-        out.report.peak_bytes_before = r.peak_bytes_before;
-    }
-    let mut chunking = None;
-    if let Some(b) = budget.filter(|&b| out.report.peak_bytes_after > b) {
-        let (m, o, c) = chunk_and_plan(&model, &dims, b, &a.chunks, cost, &opts)
-            .with_context(|| format!("{}", a.model.display()))?;
-        // Passes: the original graph order, each chunking step, then the planner's passes over
-        // the chunked graph (after its own graph order).
-        let mut passes = vec![out.report.passes[0].clone()];
-        for (i, s) in c.steps.iter().enumerate() {
-            passes.push(Pass {
-                name: format!(
-                    "chunk {}: {} nodes ({} .. {}) in {} chunks",
-                    i + 1,
-                    s.nodes,
-                    s.first,
-                    s.last,
-                    s.chunks
-                ),
-                peak_bytes: s.peak_after,
-            });
+        Some(b) => {
+            let mut chunk = ChunkOptions {
+                cost,
+                ..ChunkOptions::default()
+            };
+            if !a.chunks.is_empty() {
+                chunk.chunk_counts = a.chunks.clone();
+            }
+            let fo = FitOptions {
+                plan: opts.clone(),
+                chunk,
+                recompute: a
+                    .recompute
+                    .then(memplan_plan::remat::Options::default),
+                ..FitOptions::new(b)
+            };
+            let fit = memplan_plan::fit_budget(&model, &facts, &dims, &fo)
+                .with_context(|| format!("{}", a.model.display()))?;
+            (fit.model, fit.outcome, fit.chunking, fit.recompute)
         }
-        passes.extend(o.report.passes.iter().skip(1).cloned());
-        let before = out.report.peak_bytes_before;
-        out = o;
-        out.report.passes = passes;
-        out.report.peak_bytes_before = before;
-        model = m;
-        chunking = Some(c);
-    }
+    };
     let plan_ms = t0.elapsed().as_secs_f64() * 1e3;
     let fits = budget.map(|b| out.report.peak_bytes_after <= b);
 
@@ -452,7 +334,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
             report: r,
         };
         println!("{}", serde_json::to_string_pretty(&j)?);
-        return Ok(());
+        return Ok(exit_status(fits));
     }
     let dims_s: Vec<String> = dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let mut s = String::new();
@@ -504,14 +386,20 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
         s.push_str(&format!(
             "budget     {}: {}\n",
             human(b),
-            if f { "fits" } else { "does not fit" }
+            if f {
+                "fits".to_string()
+            } else {
+                format!(
+                    "does not fit; the lowest plan reached is written (exit status {EXIT_BUDGET_NOT_MET})"
+                )
+            }
         ));
     }
     if let Some(c) = &chunking {
         s.push_str(&format!(
-            "chunking   {} step(s) in {:.0} ms ({} candidates), simulated peak {} -> {}, predicted +{:.1} ms\n",
+            "chunking   {} step(s), {} round(s), {} candidates, simulated peak {} -> {}, predicted +{:.1} ms\n",
             c.steps.len(),
-            c.chunk_ms,
+            c.rounds,
             c.candidates,
             human(c.simulated_peak_before),
             human(c.simulated_peak_after),
@@ -561,7 +449,14 @@ pub fn optimize(a: OptimizeArgs) -> Result<()> {
         }
     }
     print!("{s}");
-    Ok(())
+    Ok(exit_status(fits))
+}
+
+fn exit_status(fits: Option<bool>) -> ExitCode {
+    match fits {
+        Some(false) => ExitCode::from(EXIT_BUDGET_NOT_MET),
+        _ => ExitCode::SUCCESS,
+    }
 }
 
 /// A cost model from a JSON file (`bench/calibrate_cost.py`'s output); both rates must be positive

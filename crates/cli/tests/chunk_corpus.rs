@@ -24,6 +24,23 @@ fn json_of(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The JSON of an `optimize --budget` and its exit status: 0 when the plan fits, 3 when it does
+/// not (the lowest plan reached is still written).
+fn json_and_status(args: &[&str]) -> (i32, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(args)
+        .output()
+        .unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "memplan {}: no JSON ({e}): {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), v)
+}
+
 /// The default chunk counts of `memplan_plan::chunk::ChunkOptions`.
 const COUNTS: [usize; 6] = [2, 4, 8, 16, 32, 64];
 
@@ -77,7 +94,7 @@ fn chunked_corpus_runs_bit_identical_at_every_chunk_count() {
                     &budget,
                     "--chunks",
                     &ks,
-                    "--exact-ms",
+                    "--exact-work",
                     "0",
                     "-o",
                     o,
@@ -86,7 +103,9 @@ fn chunked_corpus_runs_bit_identical_at_every_chunk_count() {
                     "--json",
                 ];
                 args.extend(&dim_args);
-                let rep = json_of(&args);
+                let (code, rep) = json_and_status(&args);
+                assert!(code == 0 || code == 3, "{stem}: exit status {code}");
+                assert_eq!(rep["fits"] == true, code == 0, "{stem}: exit status {code}");
                 let steps = rep["chunking"]["steps"].as_array().map_or(0, |s| s.len());
                 if steps == 0 {
                     continue;
@@ -148,7 +167,9 @@ fn budget_flags_and_an_unreachable_budget() {
     let e = fail(&["optimize", m, "--dim", "N=32", "--chunks", "4"]);
     assert!(e.contains("--budget"), "{e}");
     // 1 KiB cannot hold even the input.
-    let rep = json_of(&["optimize", m, "--dim", "N=32", "--budget", "1KiB", "--json"]);
+    let (code, rep) =
+        json_and_status(&["optimize", m, "--dim", "N=32", "--budget", "1KiB", "--json"]);
+    assert_eq!(code, 3, "a budget not met exits 3");
     assert_eq!(rep["fits"], false);
     let live = rep["chunking"]["live_at_peak"].as_array().unwrap();
     assert!(!live.is_empty());

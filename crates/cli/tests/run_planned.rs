@@ -81,8 +81,8 @@ fn corpus_runs_from_the_plan_arena() {
             opt.to_str().unwrap(),
             "--plan-out",
             plan.to_str().unwrap(),
-            "--exact-ms",
-            "50",
+            "--exact-work",
+            "200000",
             "--json",
         ];
         args.extend(dims.iter().map(String::as_str));

@@ -362,7 +362,7 @@ pub fn check_random(e: &mut impl Entropy, max_nodes: usize) -> Result<Coverage, 
     let (g, dims) = (&rg.graph, &rg.dims);
     let facts = memplan_ir::infer_graph(g, 18).map_err(|x| format!("infer: {x}"))?;
     let opts = crate::Options {
-        exact_time: std::time::Duration::from_secs(3600),
+        exact_work: usize::MAX,
         exact_window: 16,
         exact_max_states: 5_000,
     };
@@ -383,7 +383,7 @@ pub fn check_random(e: &mut impl Entropy, max_nodes: usize) -> Result<Coverage, 
     let lim = sched::ExactLimits {
         window: 16,
         max_states: 5_000,
-        deadline: None,
+        total_states: usize::MAX,
     };
     let (ex, stats) = sched::exact(&p, &orders[1], &lim);
     orders.push(ex);

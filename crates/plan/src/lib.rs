@@ -15,6 +15,7 @@
 
 pub mod check;
 pub mod chunk;
+pub mod fit;
 pub mod gen;
 pub mod inplace;
 pub mod model;
@@ -24,21 +25,25 @@ pub mod remat;
 pub mod sched;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 use memplan_ir::graph::{Graph, NodeId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_sim::timeline::{SimError, Timeline};
 
 pub use check::{check, PlanError};
+pub use fit::{fit_budget, Fit, FitError, FitOptions};
 pub use model::Problem;
 pub use plan::{Assembled, Buffer, BufferKind, InPlace, Part, Plan, Step};
+
+/// Frontier states the exact schedule search explores by default (all windows together).
+pub const DEFAULT_EXACT_WORK: usize = 2_000_000;
 
 /// Knobs of [`optimize`].
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Time for the exact search (all windows together).
-    pub exact_time: Duration,
+    /// Work for the exact search: frontier states explored over all windows together. A bound on
+    /// work, not time, so that the same input gives the same plan on any machine.
+    pub exact_work: usize,
     /// Nodes per exact-search window (at most 64).
     pub exact_window: usize,
     /// Frontier states per window before the search gives up on it.
@@ -48,7 +53,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            exact_time: Duration::from_millis(300),
+            exact_work: DEFAULT_EXACT_WORK,
             exact_window: 24,
             exact_max_states: 50_000,
         }
@@ -233,7 +238,7 @@ pub fn optimize(
     let lim = sched::ExactLimits {
         window: opts.exact_window,
         max_states: opts.exact_max_states,
-        deadline: Some(Instant::now() + opts.exact_time),
+        total_states: opts.exact_work,
     };
     let (ex, stats) = sched::exact(&p, &orders[best_heur].1, &lim);
     if stats.improved > 0 {

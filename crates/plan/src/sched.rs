@@ -11,7 +11,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::time::Instant;
 
 use crate::model::Problem;
 
@@ -168,8 +167,9 @@ pub struct ExactLimits {
     pub window: usize,
     /// Frontier states explored per window before giving up on it.
     pub max_states: usize,
-    /// Deadline for the whole search.
-    pub deadline: Option<Instant>,
+    /// Frontier states explored by the whole search (all windows together) before it stops: a
+    /// bound on work, not time, so the same problem gets the same order on any machine.
+    pub total_states: usize,
 }
 
 impl Default for ExactLimits {
@@ -177,7 +177,7 @@ impl Default for ExactLimits {
         ExactLimits {
             window: 24,
             max_states: 50_000,
-            deadline: None,
+            total_states: usize::MAX,
         }
     }
 }
@@ -189,7 +189,7 @@ pub struct ExactStats {
     pub solved: usize,
     /// Windows whose order got strictly better.
     pub improved: usize,
-    /// Windows abandoned at the state limit or the deadline.
+    /// Windows abandoned at the per-window or the total state limit.
     pub gave_up: usize,
 }
 
@@ -204,6 +204,7 @@ pub fn exact(p: &Problem, order: &[u32], lim: &ExactLimits) -> (Vec<u32>, ExactS
         pos[v as usize] = s;
     }
     let mut stats = ExactStats::default();
+    let mut budget = lim.total_states;
     let offsets: &[usize] = if n <= w { &[0] } else { &[0, w / 2] };
     for &off in offsets {
         // Live bytes entering each step: unchanged at window boundaries by reordering inside windows.
@@ -211,12 +212,12 @@ pub fn exact(p: &Problem, order: &[u32], lim: &ExactLimits) -> (Vec<u32>, ExactS
         let mut start = 0;
         let mut end = if off == 0 { w.min(n) } else { off.min(n) };
         while start < n {
-            if lim.deadline.is_some_and(|d| Instant::now() >= d) {
+            if budget == 0 {
                 stats.gave_up += 1;
                 return (cur, stats);
             }
             if end - start >= 2 {
-                match window_search(p, &cur, &pos, start, end, entering[start], lim) {
+                match window_search(p, &cur, &pos, start, end, entering[start], lim, &mut budget) {
                     Some(Some(better)) => {
                         cur[start..end].copy_from_slice(&better);
                         for s in start..end {
@@ -266,6 +267,7 @@ fn window_search(
     end: usize,
     live0: u64,
     lim: &ExactLimits,
+    budget: &mut usize,
 ) -> Option<Option<Vec<u32>>> {
     let k = end - start;
     let nodes: &[u32] = &order[start..end];
@@ -395,9 +397,10 @@ fn window_search(
                     continue;
                 }
                 explored += 1;
-                if explored > lim.max_states {
+                if explored > lim.max_states || *budget == 0 {
                     return None;
                 }
+                *budget -= 1;
                 let (mem, set) = advance(i, st.mem, st.set, &alloc, &free_rules);
                 let cand = St {
                     set,
@@ -418,9 +421,6 @@ fn window_search(
                     }
                 }
             }
-        }
-        if lim.deadline.is_some_and(|d| Instant::now() >= d) {
-            return None;
         }
         if next.is_empty() {
             return Some(None);
@@ -566,7 +566,7 @@ mod tests {
             let lim = ExactLimits {
                 window: 64,
                 max_states: usize::MAX,
-                deadline: None,
+                total_states: usize::MAX,
             };
             let start = p.graph_order_u32();
             // Without in-place reuse, measured by the simulator.

@@ -17,7 +17,7 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Concat", VARIADIC, concat, Mem::NEW).flow(concat_flow),
     OpDef::new("Expand", TWO, expand, Mem::NEW).flow(axes::first_input),
     OpDef::new("Tile", TWO, tile, Mem::NEW),
-    OpDef::new("Pad", (1, 4), pad, Mem::NEW),
+    OpDef::new("Pad", (1, 4), pad, Mem::NEW).flow(pad_flow),
     OpDef::new("Trilu", (1, 2), same_as_input, Mem::OVERWRITE),
     OpDef::new("Range", THREE, range, Mem::NEW),
 ];
@@ -89,6 +89,48 @@ fn slice_flow(
         return None;
     }
     Some(vec![pass_through(inputs.len(), r0, &cut)])
+}
+
+/// Axes padded (or cropped) by a known non-zero amount are mixed; an axis whose two amounts are
+/// both zero passes through. The pad amounts, constant value and axes are read whole.
+fn pad_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    if in_shape(inputs, 0)?.len() != r0 {
+        return None;
+    }
+    let known = |k: usize| {
+        inputs
+            .get(k)
+            .copied()
+            .flatten()
+            .and_then(|f| f.value.as_ref())
+            .and_then(|v| v.as_consts())
+    };
+    let pads = match attr_ints(node, "pads") {
+        Some(p) => p,
+        None => known(1)?,
+    };
+    let axes: Vec<usize> = match node.inputs.get(3).copied().flatten() {
+        None => (0..r0).collect(),
+        Some(_) => known(3)?
+            .iter()
+            .map(|&x| norm(x, r0))
+            .collect::<Option<Vec<_>>>()?,
+    };
+    if pads.len() != 2 * axes.len() {
+        return None;
+    }
+    let mixed: Vec<usize> = axes
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| pads[k] != 0 || pads[k + axes.len()] != 0)
+        .map(|(_, &a)| a)
+        .collect();
+    Some(vec![pass_through(inputs.len(), r0, &mixed)])
 }
 
 pub(super) fn same_as_input(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
