@@ -862,6 +862,256 @@ def m_dropout_train():
     )
 
 
+
+# --- more: recurrent, optical flow, encoder-decoder, two-tower -----------------------------------
+
+
+def m_lstm_tagger():
+    """Embedding + 2-layer bidirectional LSTM + linear (torch.nn.LSTM: the ONNX LSTM op)."""
+    import torch
+
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(500, 32)
+            self.lstm = torch.nn.LSTM(32, 32, num_layers=2, bidirectional=True, batch_first=True)
+            self.out = torch.nn.Linear(64, 8)
+
+        def forward(self, input_ids):
+            h, _ = self.lstm(self.emb(input_ids))
+            return self.out(h)
+
+    return dict(
+        module=Tagger().eval(),
+        inputs=[("input_ids", ids(500))],
+        outputs=["logits"],
+        dyn={"input_ids": {0: "B", 1: "S"}},
+        export=TEXT_EXPORT,
+        sizes=TEXT_SIZES,
+        package="torch",
+        cls="torch.nn.LSTM tagger (2 layers, bidirectional, batch_first)",
+        config={"vocab": 500, "hidden": 32, "layers": 2, "bidirectional": True},
+    )
+
+
+def m_gru_encoder():
+    """torch.nn.GRU over float features (the ONNX GRU op), last hidden state projected."""
+    import torch
+
+    class Enc(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = torch.nn.GRU(16, 32, num_layers=1, batch_first=True)
+            self.out = torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            h, last = self.gru(x)
+            return h, self.out(last[-1])
+
+    return dict(
+        module=Enc().eval(),
+        inputs=[("x", normal("B", "S", 16))],
+        outputs=["h", "logits"],
+        dyn={"x": {0: "B", 1: "S"}},
+        export=TEXT_EXPORT,
+        sizes=TEXT_SIZES,
+        package="torch",
+        cls="torch.nn.GRU encoder (batch_first)",
+        config={"in": 16, "hidden": 32},
+    )
+
+
+def m_torch_transformer_encoder():
+    """torch.nn.TransformerEncoder (norm_first, GELU) with a boolean key padding mask."""
+    import torch
+
+    layer = torch.nn.TransformerEncoderLayer(
+        64, 4, 128, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+    )
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = enc
+
+        def forward(self, x, padding_mask):
+            return self.enc(x, src_key_padding_mask=padding_mask)
+
+    def pad_bool(rng, d):
+        import numpy as np
+
+        m = np.zeros((d["B"], d["S"]), dtype=bool)
+        if d["B"] > 1:
+            m[-1, d["S"] - d["S"] // 4 :] = True
+        return m
+
+    return dict(
+        module=W().eval(),
+        inputs=[("x", normal("B", "S", 64)), ("padding_mask", pad_bool)],
+        outputs=["y"],
+        dyn={"x": {0: "B", 1: "S"}, "padding_mask": {0: "B", 1: "S"}},
+        export=TEXT_EXPORT,
+        sizes=TEXT_SIZES,
+        package="torch",
+        cls="torch.nn.TransformerEncoder (norm_first, gelu, bool key padding mask)",
+        config={"d_model": 64, "nhead": 4, "dim_feedforward": 128, "layers": 2},
+    )
+
+
+def m_raft_small():
+    """torchvision RAFT (small): correlation pyramid (avg pools), grid_sample lookups, ConvGRU."""
+    import torch
+    import torchvision
+
+    m = torchvision.models.optical_flow.raft_small(weights=None).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, image1, image2):
+            return self.m(image1, image2, num_flow_updates=2)[-1]
+
+    dyn = {"image1": {0: "B", 2: "H", 3: "W"}, "image2": {0: "B", 2: "H", 3: "W"}}
+    return dict(
+        module=W(),
+        inputs=[("image1", normal("B", 3, "H", "W")), ("image2", normal("B", 3, "H", "W"))],
+        outputs=["flow"],
+        dyn=dyn,
+        export=IMG_EXPORT,
+        sizes=IMG_SIZES,
+        package="torchvision",
+        cls="raft_small (num_flow_updates=2)",
+        config={"num_flow_updates": 2},
+    )
+
+
+def m_mnasnet():
+    import torchvision
+
+    m = torchvision.models.mnasnet0_5(num_classes=10).eval()
+    return image_model(m, "torchvision", "mnasnet0_5", {"num_classes": 10})
+
+
+def m_t5_seq2seq():
+    """T5Model encoder + decoder (causal self-attention, cross-attention), no cache."""
+    import torch
+    from transformers import T5Config, T5Model
+
+    cfg = _hf_small(
+        T5Config,
+        vocab_size=1000,
+        d_model=64,
+        d_kv=16,
+        d_ff=128,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=32,
+        dropout_rate=0.0,
+        use_cache=False,
+        feed_forward_proj="gated-gelu",
+    )
+    model = T5Model(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids, attention_mask, decoder_input_ids):
+            return self.m(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids,
+                use_cache=False,
+            ).last_hidden_state
+
+    return dict(
+        module=W(),
+        inputs=[
+            ("input_ids", ids(1000)),
+            ("attention_mask", padmask()),
+            ("decoder_input_ids", lambda rng, d: rng.integers(0, 1000, (d["B"], d["T"]), dtype="int64")),
+        ],
+        outputs=["last_hidden_state"],
+        dyn={
+            "input_ids": {0: "B", 1: "S"},
+            "attention_mask": {0: "B", 1: "S"},
+            "decoder_input_ids": {0: "B", 1: "T"},
+        },
+        export={"B": 2, "S": 20, "T": 7},
+        sizes=[("16", {"B": 1, "S": 16, "T": 5}), ("24", {"B": 2, "S": 24, "T": 9})],
+        package="transformers",
+        cls="T5Model (gated-gelu, encoder-decoder, no cache)",
+        config=_summary(cfg, TEXT_KEYS) | {"feed_forward_proj": "gated-gelu"},
+    )
+
+
+def m_clip():
+    """CLIPModel: text tower (causal mask, argmax-eos pooling) + vision tower, logits per image."""
+    import torch
+    from transformers import CLIPConfig, CLIPModel
+
+    cfg = CLIPConfig(
+        text_config=dict(
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            eos_token_id=2,
+        ),
+        vision_config=dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+        ),
+        projection_dim=32,
+    )
+    model = CLIPModel(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids, attention_mask, pixel_values):
+            o = self.m(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values)
+            return o.logits_per_image
+
+    def text_ids(rng, d):
+        x = rng.integers(3, 1000, size=(d["B"], d["S"]), dtype="int64")
+        x[:, -1] = 2  # eos (pooled by the position of the eos id)
+        return x
+
+    return dict(
+        module=W(),
+        inputs=[
+            ("input_ids", text_ids),
+            ("attention_mask", lambda rng, d: __import__("numpy").ones((d["B"], d["S"]), "int64")),
+            ("pixel_values", normal("I", 3, 32, 32)),
+        ],
+        outputs=["logits_per_image"],
+        dyn={
+            "input_ids": {0: "B", 1: "S"},
+            "attention_mask": {0: "B", 1: "S"},
+            "pixel_values": {0: "I"},
+        },
+        export={"B": 3, "S": 12, "I": 2},
+        sizes=[("8", {"B": 2, "S": 8, "I": 1}), ("12", {"B": 3, "S": 12, "I": 2})],
+        package="transformers",
+        cls="CLIPModel (text + vision towers, eos_token_id pooling)",
+        config={"hidden_size": 64, "layers": 2, "image_size": 32, "patch_size": 8, "projection_dim": 32},
+    )
+
+
 MODELS = {
     name[2:]: fn
     for name, fn in sorted(globals().items())

@@ -89,9 +89,42 @@ fn check_file(
         Ok(rep) => {
             let unsupported = rep["unsupported"].as_array().cloned().unwrap_or_default();
             if !unsupported.is_empty() {
+                // The root causes ("K x op (reason)", in node order), then how many nodes
+                // downstream lack facts (only because of them, unless there are no roots: then
+                // the first such node is named).
+                let mut roots: Vec<(String, usize)> = Vec::new();
+                let mut downstream = 0;
+                let mut first_downstream = String::new();
+                for u in &unsupported {
+                    let reason = u["reason"].as_str().unwrap_or("?");
+                    if reason.starts_with("needs unknown input facts") {
+                        if downstream == 0 {
+                            first_downstream = format!(
+                                "{} ({}): {reason}",
+                                u["node"].as_str().unwrap_or("?"),
+                                u["op"].as_str().unwrap_or("?")
+                            );
+                        }
+                        downstream += 1;
+                        continue;
+                    }
+                    let what = format!("{} ({reason})", u["op"].as_str().unwrap_or("?"));
+                    match roots.iter_mut().find(|(w, _)| *w == what) {
+                        Some((_, n)) => *n += 1,
+                        None => roots.push((what, 1)),
+                    }
+                }
+                let mut roots: Vec<String> =
+                    roots.iter().map(|(w, n)| format!("{n} x {w}")).collect();
+                if roots.is_empty() {
+                    roots.push(first_downstream);
+                }
                 fails.push((
                     "inspect",
-                    format!("unsupported: {}", serde_json::Value::Array(unsupported)),
+                    format!(
+                        "unsupported: {}; {downstream} more nodes downstream need unknown input facts",
+                        roots.join(", ")
+                    ),
                 ));
                 return fails;
             }
