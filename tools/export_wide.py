@@ -980,8 +980,9 @@ def m_raft_small():
         inputs=[("image1", normal("B", 3, "H", "W")), ("image2", normal("B", 3, "H", "W"))],
         outputs=["flow"],
         dyn=dyn,
-        export=IMG_EXPORT,
-        sizes=IMG_SIZES,
+        # the correlation pyramid needs feature maps of at least 16 (images of 128)
+        export={"B": 2, "H": 128, "W": 192},
+        sizes=[("128", {"B": 1, "H": 128, "W": 128}), ("160", {"B": 2, "H": 160, "W": 128})],
         package="torchvision",
         cls="raft_small (num_flow_updates=2)",
         config={"num_flow_updates": 2},
