@@ -1113,6 +1113,104 @@ def m_clip():
     )
 
 
+
+def m_mixtral_moe():
+    """MixtralModel: sparse mixture of experts (router top-2 over 4 experts), sliding window."""
+    from transformers import MixtralConfig, MixtralModel
+
+    cfg = _hf_small(
+        MixtralConfig,
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=256,
+        use_cache=False,
+    )
+    r = text_model(MixtralModel(cfg).eval(), cfg, "MixtralModel (top-2 of 4 experts)", 1000)
+    r["config"].update(num_local_experts=4, num_experts_per_tok=2)
+    return r
+
+
+def m_unet_small():
+    """A small UNet (torch.nn): GroupNorm + SiLU conv blocks, strided-conv down, ConvTranspose2d up,
+    skip concatenations."""
+    import torch
+
+    def block(i, o):
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(i, o, 3, padding=1),
+            torch.nn.GroupNorm(4, o),
+            torch.nn.SiLU(),
+            torch.nn.Conv2d(o, o, 3, padding=1),
+            torch.nn.GroupNorm(4, o),
+            torch.nn.SiLU(),
+        )
+
+    class UNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e1, self.e2, self.mid = block(3, 16), block(16, 32), block(32, 64)
+            self.d1, self.d2 = torch.nn.Conv2d(16, 16, 3, 2, 1), torch.nn.Conv2d(32, 32, 3, 2, 1)
+            self.u2 = torch.nn.ConvTranspose2d(64, 32, 2, 2)
+            self.u1 = torch.nn.ConvTranspose2d(32, 16, 2, 2)
+            self.c2, self.c1 = block(64, 32), block(32, 16)
+            self.out = torch.nn.Conv2d(16, 2, 1)
+
+        def forward(self, pixel_values):
+            a = self.e1(pixel_values)
+            b = self.e2(self.d1(a))
+            m = self.mid(self.d2(b))
+            b = self.c2(torch.cat([self.u2(m), b], 1))
+            a = self.c1(torch.cat([self.u1(b), a], 1))
+            return self.out(a)
+
+    return image_model(
+        UNet().eval(),
+        "torch",
+        "UNet (GroupNorm, SiLU, ConvTranspose2d, skip concat), written here",
+        {"widths": [16, 32, 64]},
+        outputs=("logits",),
+    )
+
+
+def m_logmel_stft():
+    """Whisper-style log-mel front end: torch.stft (Hann window), power, mel matmul, log10, clamp."""
+    import torch
+
+    class LogMel(torch.nn.Module):
+        def __init__(self, n_fft=64, hop=16, n_mels=16):
+            super().__init__()
+            self.n_fft, self.hop = n_fft, hop
+            self.register_buffer("window", torch.hann_window(n_fft))
+            self.register_buffer("mel", torch.rand(n_mels, n_fft // 2 + 1))
+
+        def forward(self, audio):
+            spec = torch.stft(
+                audio, self.n_fft, self.hop, window=self.window, center=True, return_complex=True
+            )
+            power = spec[..., :-1].abs() ** 2
+            logmel = torch.clamp(self.mel @ power, min=1e-10).log10()
+            logmel = torch.maximum(logmel, logmel.amax(dim=(-2, -1), keepdim=True) - 8.0)
+            return (logmel + 4.0) / 4.0
+
+    return dict(
+        module=LogMel().eval(),
+        inputs=[("audio", normal("B", "L"))],
+        outputs=["log_mel"],
+        dyn={"audio": {0: "B", 1: "L"}},
+        export={"B": 2, "L": 640},
+        sizes=[("400", {"B": 1, "L": 400}), ("560", {"B": 2, "L": 560})],
+        package="torch",
+        cls="log-mel spectrogram via torch.stft (Whisper's feature extractor in torch)",
+        config={"n_fft": 64, "hop": 16, "n_mels": 16},
+    )
+
+
 MODELS = {
     name[2:]: fn
     for name, fn in sorted(globals().items())
