@@ -1130,9 +1130,14 @@ def m_mixtral_moe():
         num_experts_per_tok=2,
         max_position_embeddings=256,
         use_cache=False,
+        # the default (grouped_mm) is a custom op no exporter knows; batched_mm computes every
+        # token's top-k experts with gathers and batched matmuls, and exports
+        experts_implementation="batched_mm",
     )
-    r = text_model(MixtralModel(cfg).eval(), cfg, "MixtralModel (top-2 of 4 experts)", 1000)
-    r["config"].update(num_local_experts=4, num_experts_per_tok=2)
+    r = text_model(
+        MixtralModel(cfg).eval(), cfg, "MixtralModel (top-2 of 4 experts, batched_mm experts)", 1000
+    )
+    r["config"].update(num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm")
     return r
 
 
@@ -1222,11 +1227,17 @@ MODELS = {
 
 
 def first_line(e: BaseException) -> str:
-    s = f"{type(e).__name__}: {e}".strip()
-    for line in s.splitlines():
-        if line.strip():
-            return line.strip()[:300]
-    return type(e).__name__
+    """The first line of the error, and of its innermost cause when it has one (the exporters wrap
+    the real error in generic ones)."""
+
+    def line(x):
+        s = f"{type(x).__name__}: {x}".strip()
+        return next((l.strip() for l in s.splitlines() if l.strip()), type(x).__name__)[:240]
+
+    inner = e
+    while inner.__cause__ is not None or inner.__context__ is not None:
+        inner = inner.__cause__ or inner.__context__
+    return line(e) if inner is e else f"{line(e)} [cause: {line(inner)}]"
 
 
 def graph_summary(path: Path):
