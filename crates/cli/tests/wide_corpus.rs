@@ -118,6 +118,7 @@ fn check_file(
                     roots.iter().map(|(w, n)| format!("{n} x {w}")).collect();
                 if roots.is_empty() {
                     roots.push(first_downstream);
+                    downstream -= 1;
                 }
                 fails.push((
                     "inspect",
