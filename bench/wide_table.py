@@ -45,7 +45,8 @@ class Fail(Exception):
 
 def memplan(exe, *args):
     r = subprocess.run([exe, *args, "--json"], capture_output=True, text=True)
-    if r.returncode != 0:
+    # `optimize --budget` exits 3 when the budget is not met (the lowest plan is still reported).
+    if r.returncode != 0 and not (args[0] == "optimize" and r.returncode == 3):
         line = next((l for l in r.stderr.splitlines() if l.strip()), "(no stderr)")
         raise Fail(f"{args[0]}: {line.strip()}")
     return json.loads(r.stdout)
@@ -82,7 +83,7 @@ def row(exe, tmp, stem, variant, entry, tag, dims):
         r["budget"] = budget
         opt = os.path.join(tmp, f"{fstem}.opt.onnx")
         plan = os.path.join(tmp, f"{fstem}.plan.json")
-        rep = memplan(exe, "optimize", model, "--budget", str(budget), "--exact-ms", "100", "-o", opt,
+        rep = memplan(exe, "optimize", model, "--budget", str(budget), "--exact-work", "200000", "-o", opt,
                       "--plan-out", plan, *dflags)
         r["planned"] = rep["peak_bytes_after"]
         r["fits"] = rep["fits"]

@@ -289,9 +289,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
             let fo = FitOptions {
                 plan: opts.clone(),
                 chunk,
-                recompute: a
-                    .recompute
-                    .then(memplan_plan::remat::Options::default),
+                recompute: a.recompute.then(memplan_plan::remat::Options::default),
                 ..FitOptions::new(b)
             };
             let fit = memplan_plan::fit_budget(&model, &facts, &dims, &fo)

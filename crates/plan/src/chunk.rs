@@ -27,6 +27,7 @@
 //! node to its last, and the old peak's) and not the global peak: when two regions tie at the peak,
 //! chunking either one leaves the global peak where it is, but is still progress.
 
+mod freeze;
 mod predict;
 mod region;
 mod rewrite;
@@ -394,6 +395,11 @@ pub fn chunk_to_budget(
     opts: &ChunkOptions,
 ) -> Result<Chunked, ChunkError> {
     let (mut cur, mut facts) = sorted(model)?;
+    let unfrozen = cur.clone();
+    if let Some(m) = freeze::freeze_shape_values(&cur, &facts, dims) {
+        facts = infer_model(&m).map_err(|e| ChunkError::Infer(e.to_string()))?;
+        cur = m;
+    }
     let mut steps: Vec<ChunkStep> = Vec::new();
     let mut peak_before = None;
     let mut evaluated = 0;
@@ -421,7 +427,8 @@ pub fn chunk_to_budget(
             let (peak_after, live) = (base.peak, base.live.clone());
             drop(base);
             return Ok(Chunked {
-                model: cur,
+                // Shape values stay symbolic when nothing was chunked.
+                model: if steps.is_empty() { unfrozen } else { cur },
                 steps,
                 peak_before: peak_before.unwrap_or(peak_after),
                 peak_after,

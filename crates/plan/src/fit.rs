@@ -285,7 +285,11 @@ mod tests {
             let opts = FitOptions::new(budget);
             let a = fit_budget(&model, &facts, &dims, &opts).unwrap();
             let b = fit_budget(&model, &facts, &dims, &opts).unwrap();
-            assert_eq!(a.outcome.plan.to_json(), b.outcome.plan.to_json(), "seed {seed}");
+            assert_eq!(
+                a.outcome.plan.to_json(),
+                b.outcome.plan.to_json(),
+                "seed {seed}"
+            );
             assert_eq!(a.fits, a.outcome.report.peak_bytes_after <= budget);
             assert!(a.outcome.report.peak_bytes_after <= plain.report.peak_bytes_after);
             crate::check(&a.model.graph, &a.facts, &a.outcome.plan).unwrap();

@@ -399,7 +399,7 @@ pub fn apply(
 }
 
 /// Points every node output's value at its producer.
-fn set_producers(g: &mut Graph) {
+pub(crate) fn set_producers(g: &mut Graph) {
     let mut owner = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {
         for (slot, o) in n.outputs.iter().enumerate() {
