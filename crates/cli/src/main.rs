@@ -45,6 +45,8 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Inference folds constant nodes with the executor's kernels, whatever the command.
+    memplan_exec::install_const_folder();
     let res = match cli.cmd {
         Cmd::Inspect(a) => commands::inspect(a),
         Cmd::Convert(a) => commands::convert(a),
