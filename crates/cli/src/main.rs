@@ -48,6 +48,8 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Inference folds constant nodes with the executor's kernels, whatever the command.
+    memplan_exec::install_const_folder();
     let ok = |r: anyhow::Result<()>| r.map(|()| ExitCode::SUCCESS);
     let res = match cli.cmd {
         Cmd::Inspect(a) => ok(commands::inspect(a)),

@@ -173,6 +173,7 @@ pub fn run_with_opset(
     opts: &RunOptions,
     opset: i64,
 ) -> Result<RunResult, ExecError> {
+    crate::fold::install_const_folder();
     let schedule = opts.schedule.clone().unwrap_or_else(|| facts.order.clone());
     execute(graph, facts, inputs, &schedule, None, opset)
 }
@@ -194,6 +195,7 @@ pub fn run_planned(
     plan: &Plan,
     opset: i64,
 ) -> Result<RunResult, ExecError> {
+    crate::fold::install_const_folder();
     memplan_plan::check(graph, facts, plan).map_err(|e| ExecError::Plan(e.to_string()))?;
     let schedule: Vec<NodeId> = plan.schedule.iter().map(|s| NodeId(s.node)).collect();
     execute(graph, facts, inputs, &schedule, Some(plan), opset)

@@ -5,8 +5,10 @@
 //! - [`tensor::Tensor`]: dense tensors over counted buffers or zero-copy model bytes.
 //! - [`mem`]: per-run tensor-memory accounting and a process-wide counting allocator.
 //! - [`ops`]: op implementations over [`kernels`].
+//! - [`fold`]: the kernels as inference's constant folder ([`install_const_folder`]).
 
 pub mod arena;
+pub mod fold;
 pub mod inplace;
 pub mod interp;
 pub mod kernels;
@@ -14,6 +16,7 @@ pub mod mem;
 pub mod ops;
 pub mod tensor;
 
+pub use fold::install_const_folder;
 pub use inplace::supports_inplace;
 pub use interp::{run, run_planned, ExecError, PlanReport, RunOptions, RunResult};
 pub use tensor::Tensor;

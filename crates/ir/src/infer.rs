@@ -2,7 +2,9 @@
 //!
 //! Every value gets a [`Fact`]: element type, shape as symbolic [`Expr`] dims, and, for small tensors
 //! whose contents are known (shape arithmetic: `Shape -> Gather -> Concat -> Reshape`), the contents.
-//! Rules live with each op in [`crate::ops`]. Inference never panics: an op without a rule leaves its
+//! Rules live with each op in [`crate::ops`]; they fold contents that hold symbols, and a node
+//! whose inputs are all known concrete tensors is evaluated by the executor's kernel (see
+//! [`crate::fold`]). Inference never panics: an op without a rule leaves its
 //! outputs unknown and is reported; a shape contradiction is an error naming the node.
 
 use crate::graph::printable;
@@ -520,6 +522,7 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
                     node.op
                 ))),
                 Some(def) => {
+                    let introduced = symbols.introduced.len();
                     let mut ctx = InferCtx {
                         node,
                         id: nid,
@@ -527,7 +530,14 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
                         opset,
                         symbols: &mut symbols,
                     };
-                    (def.infer)(&mut ctx)
+                    let mut res = (def.infer)(&mut ctx);
+                    if let Ok(outs) = res.as_mut() {
+                        if crate::fold::fold_node(node, opset, &ctx.inputs, outs) {
+                            // Concrete values replace any data-dependent symbol the rule made.
+                            symbols.introduced.truncate(introduced);
+                        }
+                    }
+                    res
                 }
             }
         };

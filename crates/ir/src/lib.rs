@@ -5,10 +5,12 @@
 //! - [`tensor::TensorData`]: constant tensors held as shared `Bytes` (no copies of mmapped weights).
 //! - [`graph`]: `Graph`/`Node`/`Value` with dense `NodeId`/`ValueId`, `Model`, structural validation.
 //! - [`infer`]: symbolic shape/type inference with constant folding of small integer tensors.
+//! - [`fold`]: constant folding through the executor's kernels, registered as a [`fold::ConstFolder`].
 //! - [`ops`]: the op table: per op, its shape rule and memory behaviour (view, in-place, scratch).
 
 pub mod dim;
 pub mod dtype;
+pub mod fold;
 pub mod graph;
 pub mod infer;
 pub mod ops;

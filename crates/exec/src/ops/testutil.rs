@@ -53,6 +53,7 @@ pub fn run_op_at(
     opset: i64,
     view: bool,
 ) -> Result<Vec<Tensor>, OpFail> {
+    crate::fold::install_const_folder();
     let n = node(op, attrs, inputs.len(), n_out);
     let stats = MemStats::new();
     let ctx = OpCtx {

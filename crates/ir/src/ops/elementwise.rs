@@ -174,47 +174,89 @@ pub fn broadcast_index(src: &[usize], out: &[usize]) -> Vec<usize> {
     res
 }
 
-/// Folds an elementwise op over known inputs. `fi` handles integer contents, `ff` float contents.
-fn fold(
-    ctx: &InferCtx,
-    shape: &[Expr],
-    fi: &dyn Fn(&[Expr]) -> Option<Expr>,
-    ff: &dyn Fn(&[f64]) -> Option<f64>,
-) -> Option<Known> {
+/// Folds an elementwise op over inputs whose contents are known integers, some of them symbolic,
+/// with `fi` computing one output element from the inputs' elements. Inputs that are all concrete
+/// are folded by the executor's kernel instead (see [`crate::fold`]), so `fi` only needs to be
+/// right where a symbol flows; floats are never symbolic and are left to the kernel.
+fn fold(ctx: &InferCtx, shape: &[Expr], fi: &dyn Fn(&[Expr]) -> Option<Expr>) -> Option<Known> {
     let conc: Vec<usize> = shape
         .iter()
         .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
         .collect::<Option<_>>()?;
     let n: usize = conc.iter().product();
-    let mut ks = Vec::new();
+    let mut cols = Vec::new();
     for i in 0..ctx.num_inputs() {
-        ks.push(known_broadcast(ctx, i, &conc)?);
+        match known_broadcast(ctx, i, &conc)? {
+            Known::Int(v) => cols.push(v),
+            Known::Float(v) => cols.push(
+                v.iter()
+                    .map(|f| (f.fract() == 0.0 && f.abs() < 9.0e15).then(|| Expr::int(*f as i64)))
+                    .collect::<Option<Vec<_>>>()?,
+            ),
+        }
     }
-    if ks.iter().all(|k| matches!(k, Known::Int(_))) {
-        let cols: Vec<&Vec<Expr>> = ks
-            .iter()
-            .filter_map(|k| if let Known::Int(v) = k { Some(v) } else { None })
-            .collect();
-        let mut out = Vec::with_capacity(n);
-        for j in 0..n {
-            let args: Vec<Expr> = cols.iter().map(|c| c[j].clone()).collect();
-            out.push(fi(&args)?);
-        }
-        Some(Known::Int(out))
+    let mut out = Vec::with_capacity(n);
+    for j in 0..n {
+        let args: Vec<Expr> = cols.iter().map(|c| c[j].clone()).collect();
+        out.push(fi(&args)?);
+    }
+    Some(Known::Int(out))
+}
+
+/// The sign of `x` (-1, 0, 1) for every value of its symbols (all >= 1), when provable.
+fn sign_of(x: &Expr) -> Option<i64> {
+    if let Some(c) = x.as_const() {
+        return Some(c.signum());
+    }
+    if x.prove_positive() == Some(true) {
+        Some(1)
+    } else if (-x).prove_positive() == Some(true) {
+        Some(-1)
+    } else if x.prove_eq_const(0) == Some(true) {
+        Some(0)
     } else {
-        let cols: Vec<Vec<f64>> = ks
-            .iter()
-            .map(|k| match k {
-                Known::Float(v) => Some(v.clone()),
-                Known::Int(v) => v.iter().map(|e| e.as_const().map(|c| c as f64)).collect(),
+        None
+    }
+}
+
+/// ONNX integer `Div`: the quotient truncated toward zero. With symbols it is the floor division
+/// when the operands' signs agree, its negation of `|x| // |y|` when they differ; operands of
+/// unprovable sign are taken as nonnegative (shape arithmetic: sizes, counts).
+fn trunc_div(x: &Expr, y: &Expr) -> Option<Expr> {
+    match (x.as_const(), y.as_const()) {
+        (_, Some(0)) => None,
+        (Some(a), Some(b)) => a.checked_div(b).map(Expr::int),
+        _ => {
+            let sx = sign_of(x).unwrap_or(1);
+            let sy = sign_of(y)?;
+            Some(match (sx >= 0, sy > 0) {
+                (true, true) => x.floor_div(y),
+                (false, false) => (-x).floor_div(&-y),
+                (true, false) => -(x.floor_div(&-y)),
+                (false, true) => -((-x).floor_div(y)),
             })
-            .collect::<Option<_>>()?;
-        let mut out = Vec::with_capacity(n);
-        for j in 0..n {
-            let args: Vec<f64> = cols.iter().map(|c| c[j]).collect();
-            out.push(ff(&args)?);
         }
-        Some(Known::Float(out))
+    }
+}
+
+/// ONNX integer `Mod`: `fmod = 0` takes the divisor's sign (Python `%`), `fmod = 1` the dividend's
+/// (C `%`), which agree when both are nonnegative (assumed for operands of unprovable sign).
+fn int_mod(x: &Expr, y: &Expr, fmod: bool) -> Option<Expr> {
+    match (x.as_const(), y.as_const()) {
+        (_, Some(0)) => None,
+        (Some(a), Some(b)) if fmod => a.checked_rem(b).map(Expr::int),
+        _ if !fmod => Some(x.rem(y)),
+        _ => {
+            let sx = sign_of(x).unwrap_or(1);
+            let sy = sign_of(y)?;
+            // C remainder: sign of x, magnitude |x| mod |y|.
+            let (ax, ay) = (
+                if sx >= 0 { x.clone() } else { -x },
+                if sy > 0 { y.clone() } else { -y },
+            );
+            let r = ax.rem(&ay);
+            Some(if sx >= 0 { r } else { -r })
+        }
     }
 }
 
@@ -233,37 +275,13 @@ fn arith(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             "Add" => Some(x + y),
             "Sub" => Some(x - y),
             "Mul" => Some(x * y),
-            "Div" => match (x.as_const(), y.as_const()) {
-                (_, Some(0)) => None,
-                // Integer Div truncates toward zero.
-                (Some(a), Some(b)) => a.checked_div(b).map(Expr::int),
-                _ => Some(x.floor_div(y)),
-            },
-            "Mod" => match (x.as_const(), y.as_const()) {
-                (_, Some(0)) => None,
-                (Some(a), Some(b)) if fmod => a.checked_rem(b).map(Expr::int),
-                _ => Some(x.rem(y)),
-            },
+            "Div" => trunc_div(x, y),
+            "Mod" => int_mod(x, y, fmod),
             _ => None,
         }
     };
-    let ff = |a: &[f64]| -> Option<f64> {
-        let (x, y) = (a[0], a[1]);
-        let r = match op {
-            "Add" => x + y,
-            "Sub" => x - y,
-            "Mul" => x * y,
-            "Div" => x / y,
-            _ => return None,
-        };
-        Some(if t == DataType::F32 {
-            r as f32 as f64
-        } else {
-            r
-        })
-    };
-    let value = if t.is_int() || t.is_float() {
-        fold(ctx, &shape, &fi, &ff)
+    let value = if t.is_int() {
+        fold(ctx, &shape, &fi)
     } else {
         None
     };
@@ -277,10 +295,25 @@ fn fact(t: DataType, shape: Vec<Expr>, value: Option<Known>) -> Fact {
     }
 }
 
+/// Largest exponent folded symbolically (`x^p` is expanded into a polynomial).
+const MAX_SYMBOLIC_POW: i64 = 16;
+
+/// `Pow`: an integer base raised to a small constant integer exponent is the product `x * ... * x`.
 fn pow(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let t = ctx.dtype(0)?;
     let shape = broadcast(&[ctx.shape(0)?, ctx.shape(1)?])?;
-    Ok(vec![Fact::new(t, shape)])
+    let fi = |a: &[Expr]| -> Option<Expr> {
+        let p = a[1]
+            .as_const()
+            .filter(|p| (0..=MAX_SYMBOLIC_POW).contains(p))?;
+        Some(a[0].pow(p as u32))
+    };
+    let value = if t.is_int() {
+        fold(ctx, &shape, &fi)
+    } else {
+        None
+    };
+    Ok(vec![fact(t, shape, value)])
 }
 
 fn variadic(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
@@ -297,15 +330,8 @@ fn variadic(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             _ => None,
         }
     };
-    let ff = |a: &[f64]| -> Option<f64> {
-        match op.as_str() {
-            "Max" => a.iter().copied().reduce(f64::max),
-            "Min" => a.iter().copied().reduce(f64::min),
-            _ => None,
-        }
-    };
-    let value = if ctx.num_inputs() > 0 {
-        fold(ctx, &shape, &fi, &ff)
+    let value = if t.is_int() && ctx.num_inputs() > 0 {
+        fold(ctx, &shape, &fi)
     } else {
         None
     };
@@ -338,66 +364,31 @@ fn decide(op: &str, a: &Expr, b: &Expr) -> Option<bool> {
     }
 }
 
+/// Comparisons of symbolic integers, decided when provable. Logic ops (`And`, `Or`, `Xor`, `Not`)
+/// read bools, which are never symbolic: the kernel folds them.
 fn compare(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    same_types(ctx)?;
+    let t = same_types(ctx)?;
     let shape = broadcast_inputs(ctx)?;
     let op = ctx.node.op.clone();
-    let b2e = |b: bool| Expr::int(b as i64);
-    let fi = |a: &[Expr]| -> Option<Expr> {
-        match op.as_str() {
-            "And" | "Or" | "Xor" => {
-                let x = a[0].as_const()? != 0;
-                let y = a[1].as_const()? != 0;
-                Some(b2e(match op.as_str() {
-                    "And" => x && y,
-                    "Or" => x || y,
-                    _ => x != y,
-                }))
-            }
-            _ => decide(&op, &a[0], &a[1]).map(b2e),
-        }
+    let fi =
+        |a: &[Expr]| -> Option<Expr> { decide(&op, &a[0], &a[1]).map(|b| Expr::int(b as i64)) };
+    let value = if t.is_int() {
+        fold(ctx, &shape, &fi)
+    } else {
+        None
     };
-    let ff = |a: &[f64]| -> Option<f64> {
-        let (x, y) = (a[0], a[1]);
-        let r = match op.as_str() {
-            "Equal" => x == y,
-            "Less" => x < y,
-            "LessOrEqual" => x <= y,
-            "Greater" => x > y,
-            "GreaterOrEqual" => x >= y,
-            _ => return None,
-        };
-        Some(r as i64 as f64)
-    };
-    let value = fold(ctx, &shape, &fi, &ff).map(to_int_known);
     Ok(vec![fact(DataType::Bool, shape, value)])
-}
-
-/// Turns 0/1 float results into integer contents.
-fn to_int_known(k: Known) -> Known {
-    match k {
-        Known::Float(v) => Known::Int(v.into_iter().map(|f| Expr::int(f as i64)).collect()),
-        k => k,
-    }
 }
 
 fn not(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let shape = ctx.shape(0)?.to_vec();
-    let value = match &ctx.input(0)?.value {
-        Some(Known::Int(v)) => v
-            .iter()
-            .map(|e| e.as_const().map(|c| Expr::int((c == 0) as i64)))
-            .collect::<Option<Vec<_>>>()
-            .map(Known::Int),
-        _ => None,
-    };
-    Ok(vec![fact(DataType::Bool, shape, value)])
+    Ok(vec![Fact::new(DataType::Bool, ctx.shape(0)?.to_vec())])
 }
 
 fn is_class(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     Ok(vec![Fact::new(DataType::Bool, ctx.shape(0)?.to_vec())])
 }
 
+/// `Where` picks symbolic integers by a known condition.
 fn where_(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let t = ctx.dtype(1)?;
     if let Some(u) = ctx.input(2)?.dtype {
@@ -410,58 +401,25 @@ fn where_(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         let c = a[0].as_const()?;
         Some(if c != 0 { a[1].clone() } else { a[2].clone() })
     };
-    let ff = |a: &[f64]| -> Option<f64> { Some(if a[0] != 0.0 { a[1] } else { a[2] }) };
-    let value = fold(ctx, &shape, &fi, &ff);
-    let value = match (t.is_float(), value) {
-        (false, Some(k)) => Some(to_int_known(k)),
-        (_, v) => v,
+    let value = if t.is_int() {
+        fold(ctx, &shape, &fi)
+    } else {
+        None
     };
     Ok(vec![fact(t, shape, value)])
 }
 
+/// Symbolic integers keep their value across integer casts (sizes fit every integer type used for
+/// shapes) and become 1 when cast to bool if provably nonzero. Everything else is the kernel's.
 fn cast_known(k: &Known, to: DataType) -> Option<Known> {
-    if to.is_float() {
-        let v: Vec<f64> = match k {
-            Known::Float(v) => v.clone(),
-            Known::Int(v) => v
-                .iter()
-                .map(|e| e.as_const().map(|c| c as f64))
-                .collect::<Option<_>>()?,
-        };
-        let v = if to == DataType::F32 {
-            v.into_iter().map(|x| x as f32 as f64).collect()
-        } else {
-            v
-        };
-        Some(Known::Float(v))
+    let Known::Int(v) = k else { return None };
+    if to.is_int() {
+        Some(Known::Int(v.clone()))
     } else if to == DataType::Bool {
-        match k {
-            Known::Float(v) => Some(Known::Int(
-                v.iter().map(|x| Expr::int((*x != 0.0) as i64)).collect(),
-            )),
-            Known::Int(v) => v
-                .iter()
-                .map(|e| e.as_const().map(|c| Expr::int((c != 0) as i64)))
-                .collect::<Option<Vec<_>>>()
-                .map(Known::Int),
-        }
-    } else if to.is_int() {
-        match k {
-            Known::Float(v) => Some(Known::Int(
-                v.iter()
-                    .map(|x| {
-                        if x.is_finite() && x.abs() < 9.0e18 {
-                            Some(Expr::int(x.trunc() as i64))
-                        } else {
-                            None
-                        }
-                    })
-                    .collect::<Option<_>>()?,
-            )),
-            // Symbolic integers keep their value across integer casts (sizes fit every int type used
-            // for shapes).
-            Known::Int(v) => Some(Known::Int(v.clone())),
-        }
+        v.iter()
+            .map(|e| sign_of(e).map(|s| Expr::int((s != 0) as i64)))
+            .collect::<Option<Vec<_>>>()
+            .map(Known::Int)
     } else {
         None
     }
@@ -478,35 +436,42 @@ fn cast(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     })?;
     let inp = ctx.input(0)?;
     let shape = ctx.shape(0)?.to_vec();
-    let value = inp.value.as_ref().and_then(|k| cast_known(k, to));
+    let value = int_value(inp).and_then(|k| cast_known(k, to));
     Ok(vec![fact(to, shape, value)])
+}
+
+/// The known contents of an integer or bool tensor.
+fn int_value(f: &Fact) -> Option<&Known> {
+    f.dtype
+        .filter(|t| t.is_int() || *t == DataType::Bool)
+        .and(f.value.as_ref())
 }
 
 fn cast_like(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let to = ctx.dtype(1)?;
     let shape = ctx.shape(0)?.to_vec();
-    let value = ctx.input(0)?.value.as_ref().and_then(|k| cast_known(k, to));
+    let value = int_value(ctx.input(0)?).and_then(|k| cast_known(k, to));
     Ok(vec![fact(to, shape, value)])
 }
 
+/// `Neg`, `Abs` and `Sign` of symbolic integers; other unary ops are float math, which the
+/// kernel folds.
 fn unary(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let t = ctx.dtype(0)?;
     let shape = ctx.shape(0)?.to_vec();
-    let value = match (ctx.node.op.as_str(), &ctx.input(0)?.value) {
-        ("Neg", Some(Known::Int(v))) => Some(Known::Int(v.iter().map(|e| -e).collect())),
-        ("Abs", Some(Known::Int(v))) => v
-            .iter()
-            .map(|e| {
-                if e.prove_ge(&Expr::zero()) == Some(true) {
-                    Some(e.clone())
-                } else {
-                    e.as_const().map(|c| Expr::int(c.abs()))
-                }
-            })
-            .collect::<Option<Vec<_>>>()
-            .map(Known::Int),
+    let ints = match int_value(ctx.input(0)?) {
+        Some(Known::Int(v)) if t.is_int() => Some(v),
         _ => None,
     };
+    let value = ints.and_then(|v| {
+        let f: fn(&Expr) -> Option<Expr> = match ctx.node.op.as_str() {
+            "Neg" => |e| Some(-e),
+            "Abs" => |e| Some(if sign_of(e)? >= 0 { e.clone() } else { -e }),
+            "Sign" => |e| sign_of(e).map(Expr::int),
+            _ => return None,
+        };
+        v.iter().map(f).collect::<Option<Vec<_>>>().map(Known::Int)
+    });
     Ok(vec![fact(t, shape, value)])
 }
 

@@ -214,7 +214,62 @@ fn gather_nd(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 }
 
 fn scatter(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    Ok(vec![Fact::new(ctx.dtype(0)?, ctx.shape(0)?.to_vec())])
+    let t = ctx.dtype(0)?;
+    let out = ctx.shape(0)?.to_vec();
+    let value = if ctx.node.op == "ScatterND" {
+        fold_scatter_nd(ctx)
+    } else {
+        None
+    };
+    Ok(vec![known_fact(t, out, value)])
+}
+
+/// `ScatterND` (no reduction) of known contents at constant indices: each index tuple of depth `k`
+/// replaces the block of `data` it addresses by the matching block of `updates`.
+fn fold_scatter_nd(ctx: &InferCtx) -> Option<Known> {
+    if ctx
+        .attr_string("reduction")
+        .ok()?
+        .is_some_and(|r| r != "none")
+    {
+        return None;
+    }
+    let data = ctx.input(0).ok()?;
+    let dims = data.concrete_shape()?;
+    let mut out = data.value.clone()?;
+    let ind = ctx.input(1).ok()?;
+    let ishape = ind.concrete_shape()?;
+    let idx = ind.value.as_ref()?.as_consts()?;
+    let upd = ctx.input(2).ok()?.value.clone()?;
+    let k = *ishape.last()?;
+    if k == 0 || k > dims.len() {
+        return None;
+    }
+    let block: usize = dims[k..].iter().product();
+    for (j, tuple) in idx.chunks(k).enumerate() {
+        let mut off = 0usize;
+        for (q, &i) in tuple.iter().enumerate() {
+            let n = dims[q] as i64;
+            let i = if i < 0 { i + n } else { i };
+            if !(0..n).contains(&i) {
+                return None;
+            }
+            off = off * dims[q] + i as usize;
+        }
+        let (dst, src) = (off * block, j * block);
+        match (&mut out, &upd) {
+            (Known::Int(o), Known::Int(u)) => {
+                o.get_mut(dst..dst + block)?
+                    .clone_from_slice(u.get(src..src + block)?);
+            }
+            (Known::Float(o), Known::Float(u)) => {
+                o.get_mut(dst..dst + block)?
+                    .copy_from_slice(u.get(src..src + block)?);
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
 }
 
 fn nonzero(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

@@ -15,6 +15,8 @@ use crate::infer::{Fact, InferCtx, OpError};
 pub mod axes;
 pub mod basic;
 pub mod elementwise;
+#[cfg(test)]
+mod fold_tests;
 pub mod image;
 pub mod index;
 pub mod linalg;

@@ -139,33 +139,24 @@ pub(super) fn same_as_input(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 
 fn range(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let t = ctx.dtype(0)?;
-    let scalar = |i: usize| -> Option<Known> { ctx.opt_input(i)?.value.clone() };
-    let (s, l, d) = (scalar(0), scalar(1), scalar(2));
     if t.is_float() {
-        let get = |k: &Option<Known>| -> Option<f64> {
-            match k.as_ref()? {
+        // The length from concrete float operands; the contents are the kernel's.
+        let get = |i: usize| -> Option<f64> {
+            match ctx.opt_input(i)?.value.as_ref()? {
                 Known::Float(v) => v.first().copied(),
                 Known::Int(v) => v.first()?.as_const().map(|c| c as f64),
             }
         };
-        return match (get(&s), get(&l), get(&d)) {
+        let n = match (get(0), get(1), get(2)) {
             (Some(s), Some(l), Some(d)) if d != 0.0 => {
-                let n = ((l - s) / d).ceil().max(0.0) as i64;
-                let vals: Vec<f64> = (0..n).map(|i| s + i as f64 * d).collect();
-                Ok(vec![Fact::with_value(
-                    t,
-                    vec![Expr::int(n)],
-                    Known::Float(vals),
-                )])
+                Expr::int(((l - s) / d).ceil().max(0.0) as i64)
             }
-            _ => {
-                let n = ctx.fresh_symbol("range_len", "Range length from float operands");
-                Ok(vec![Fact::new(t, vec![n])])
-            }
+            _ => ctx.fresh_symbol("range_len", "Range length from float operands"),
         };
+        return Ok(vec![Fact::new(t, vec![n])]);
     }
-    let get = |k: &Option<Known>| -> Option<Expr> { k.as_ref()?.as_exprs()?.first().cloned() };
-    let (s, l, d) = match (get(&s), get(&l), get(&d)) {
+    let get = |i: usize| -> Option<Expr> { ctx.known_ints(i)?.first().cloned() };
+    let (s, l, d) = match (get(0), get(1), get(2)) {
         (Some(s), Some(l), Some(d)) => (s, l, d),
         _ => return Err(OpError::Unknown("Range operands".into())),
     };
@@ -301,12 +292,28 @@ fn split(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             sizes.len()
         ));
     }
+    // A known vector (shape values) splits into known parts.
+    let parts: Option<Vec<Known>> = (|| {
+        let k = ctx.input(0).ok()?.value.as_ref()?;
+        if s.len() != 1 {
+            return None;
+        }
+        let mut at = 0usize;
+        let mut parts = Vec::new();
+        for sz in &sizes {
+            let n = usize::try_from(sz.as_const()?).ok()?;
+            parts.push(pick(k, &(at..at + n).collect::<Vec<_>>()));
+            at += n;
+        }
+        (at == k.len()).then_some(parts)
+    })();
     Ok(sizes
         .into_iter()
-        .map(|sz| {
+        .enumerate()
+        .map(|(j, sz)| {
             let mut o = s.to_vec();
             o[axis] = sz;
-            Fact::new(t, o)
+            known_fact(t, o, parts.as_ref().map(|p| p[j].clone()))
         })
         .collect())
 }
@@ -542,8 +549,41 @@ fn tile(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             s.len()
         ));
     }
-    let out = s.iter().zip(&reps).map(|(d, r)| d * r).collect();
-    Ok(vec![Fact::new(ctx.dtype(0)?, out)])
+    let out: Vec<Expr> = s.iter().zip(&reps).map(|(d, r)| d * r).collect();
+    let value = fold_tile(ctx.input(0)?, &out);
+    Ok(vec![known_fact(ctx.dtype(0)?, out, value)])
+}
+
+/// Tiles known contents: output element `i` reads input element `i mod dims` on every axis.
+fn fold_tile(f: &Fact, out: &[Expr]) -> Option<Known> {
+    let k = f.value.as_ref()?;
+    let src = f.concrete_shape()?;
+    let dst: Vec<usize> = out
+        .iter()
+        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+        .collect::<Option<_>>()?;
+    let n: usize = dst.iter().product();
+    if n > crate::infer::MAX_KNOWN_ELEMS || src.contains(&0) {
+        return None;
+    }
+    let mut idx = Vec::with_capacity(n);
+    let mut coord = vec![0usize; dst.len()];
+    for _ in 0..n {
+        idx.push(
+            coord
+                .iter()
+                .zip(&src)
+                .fold(0usize, |off, (c, d)| off * d + c % d),
+        );
+        for q in (0..dst.len()).rev() {
+            coord[q] += 1;
+            if coord[q] < dst[q] {
+                break;
+            }
+            coord[q] = 0;
+        }
+    }
+    Some(pick(k, &idx))
 }
 /// `Pad`: each padded axis grows by its two amounts (negative amounts crop). Amounts from the
 /// `pads` attribute (opset 2) or the `pads` input, known symbolically when computed from shapes; an

@@ -257,7 +257,7 @@ fn reduce(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         Axes::Reduce(a) => a,
     };
     let out = reduced_shape(s, &axes, keep);
-    let value = fold_reduce(ctx.node.op.as_str(), ctx.input(0)?, &axes, t);
+    let value = fold_reduce(ctx.node.op.as_str(), ctx.input(0)?, &axes);
     Ok(vec![match value {
         Some(v) => Fact::with_value(t, out, v),
         None => Fact::new(t, out),
@@ -292,9 +292,10 @@ fn reduce_slots(dims: &[usize], axes: &[usize]) -> (Vec<usize>, usize) {
     (slots, n_out)
 }
 
-/// Folds Sum/Prod/Max/Min of known contents; `None` for other ops, unknown contents, or an empty
+/// Folds Sum/Prod/Max/Min of known integer contents, symbolic ones included (concrete ones are
+/// the kernel's); `None` for other ops, unknown contents, or an empty
 /// Max/Min group.
-fn fold_reduce(op: &str, f: &Fact, axes: &[usize], t: DataType) -> Option<Known> {
+fn fold_reduce(op: &str, f: &Fact, axes: &[usize]) -> Option<Known> {
     if !matches!(op, "ReduceSum" | "ReduceProd" | "ReduceMax" | "ReduceMin") {
         return None;
     }
@@ -328,36 +329,8 @@ fn fold_reduce(op: &str, f: &Fact, axes: &[usize], t: DataType) -> Option<Known>
                 .collect::<Option<Vec<_>>>()
                 .map(Known::Int)
         }
-        Known::Float(v) => {
-            let mut acc: Vec<Option<f64>> = vec![None; n_out];
-            for (&x, &j) in v.iter().zip(&slots) {
-                acc[j] = Some(match acc[j] {
-                    None => x,
-                    Some(a) => match op {
-                        "ReduceSum" => a + x,
-                        "ReduceProd" => a * x,
-                        "ReduceMax" => a.max(x),
-                        _ => a.min(x),
-                    },
-                });
-            }
-            let empty = match op {
-                "ReduceSum" => Some(0.0),
-                "ReduceProd" => Some(1.0),
-                _ => None,
-            };
-            let round = |x: f64| {
-                if t == DataType::F32 {
-                    x as f32 as f64
-                } else {
-                    x
-                }
-            };
-            acc.into_iter()
-                .map(|a| a.or(empty).map(round))
-                .collect::<Option<Vec<_>>>()
-                .map(Known::Float)
-        }
+        // Floats are never symbolic: the kernel folds them.
+        Known::Float(_) => None,
     }
 }
 
