@@ -509,7 +509,7 @@ pub trait Arith: Elem {
     fn pow(self, o: Self) -> Self;
     /// Remainder with the sign of the dividend (C `fmod`, Rust `%`).
     fn fmod(self, o: Self) -> Self;
-    /// Remainder with the sign of the divisor (Python `%`); integers only.
+    /// Remainder with the sign of the divisor (Python `%`, numpy `mod`).
     fn floor_mod(self, o: Self) -> Self;
     fn neg(self) -> Self;
     fn abs(self) -> Self;
@@ -631,8 +631,15 @@ macro_rules! impl_float {
             #[inline] fn pow(self, o: Self) -> Self { self.powf(o) }
             #[inline] fn fmod(self, o: Self) -> Self { self % o }
             #[inline] fn floor_mod(self, o: Self) -> Self {
+                // numpy `mod`: the remainder moves to the divisor's sign; a zero takes its sign.
                 let r = self % o;
-                if r != 0.0 && ((r < 0.0) != (o < 0.0)) { r + o } else { r }
+                if r == 0.0 {
+                    <$t>::copysign(0.0, o)
+                } else if (r < 0.0) != (o < 0.0) {
+                    r + o
+                } else {
+                    r
+                }
             }
             #[inline] fn neg(self) -> Self { -self }
             #[inline] fn abs(self) -> Self { <$t>::abs(self) }
@@ -672,7 +679,7 @@ pub enum BinaryOp {
     /// Integers truncate toward zero; an integer zero divisor is an error.
     Div,
     Pow,
-    /// `fmod = false`: sign of the divisor (integers only, as ONNX requires); `true`: sign of the dividend.
+    /// `fmod = false`: sign of the divisor (numpy `mod`); `true`: sign of the dividend.
     Mod {
         fmod: bool,
     },
@@ -682,8 +689,7 @@ pub enum BinaryOp {
     Min,
 }
 
-/// Applies a [`BinaryOp`] with broadcasting. Errors: bad shapes, an integer zero divisor in Div/Mod,
-/// Mod with `fmod = false` on floats.
+/// Applies a [`BinaryOp`] with broadcasting. Errors: bad shapes, an integer zero divisor in Div/Mod.
 pub fn binary_op<T: Arith>(
     op: BinaryOp,
     a: &[T],
@@ -706,14 +712,7 @@ pub fn binary_op<T: Arith>(
         BinaryOp::Div => binary(a, ashape, b, bshape, out, oshape, T::div),
         BinaryOp::Pow => binary(a, ashape, b, bshape, out, oshape, T::pow),
         BinaryOp::Mod { fmod: true } => binary(a, ashape, b, bshape, out, oshape, T::fmod),
-        BinaryOp::Mod { fmod: false } => {
-            if T::IS_FLOAT {
-                return Err(KernelError::Attribute(
-                    "Mod: fmod must be 1 for floating-point inputs".into(),
-                ));
-            }
-            binary(a, ashape, b, bshape, out, oshape, T::floor_mod)
-        }
+        BinaryOp::Mod { fmod: false } => binary(a, ashape, b, bshape, out, oshape, T::floor_mod),
         BinaryOp::Max => binary(a, ashape, b, bshape, out, oshape, T::max_nan),
         BinaryOp::Min => binary(a, ashape, b, bshape, out, oshape, T::min_nan),
     }
@@ -799,6 +798,27 @@ macro_rules! impl_shift {
     )*};
 }
 impl_shift!(u8, u16, u32, u64);
+
+/// Signed shifts (BitShift from opset 28, as the ONNX reference computes them): a shift amount
+/// outside `0..bits` gives 0 to the left and the sign fill (0 or -1) to the right; a left shift
+/// wraps as on the unsigned bits; a right shift is arithmetic.
+macro_rules! impl_shift_signed {
+    ($($t:ty),*) => {$(
+        impl Shift for $t {
+            #[inline] fn shl(self, a: Self) -> Self {
+                if a < 0 || a as u32 >= <$t>::BITS { 0 } else { self.wrapping_shl(a as u32) }
+            }
+            #[inline] fn shr(self, a: Self) -> Self {
+                if a < 0 || a as u32 >= <$t>::BITS {
+                    if self < 0 { -1 } else { 0 }
+                } else {
+                    self >> a
+                }
+            }
+        }
+    )*};
+}
+impl_shift_signed!(i8, i16, i32, i64);
 
 /// ONNX BitShift (`left = direction == "LEFT"`), with broadcasting.
 pub fn bitshift<T: Shift>(
@@ -1401,7 +1421,7 @@ mod tests {
         for (g, w) in of.iter().zip(want) {
             assert!((g - w).abs() < 1e-5, "{of:?}");
         }
-        let e = binary_op(
+        binary_op(
             BinaryOp::Mod { fmod: false },
             &xf,
             &[6],
@@ -1409,8 +1429,25 @@ mod tests {
             &[6],
             &mut of,
             &[6],
-        );
-        assert!(matches!(e, Err(KernelError::Attribute(_))));
+        )
+        .unwrap();
+        let want = [2.0f32, -3.0, 5.0, -2.0, 3.0, 3.0];
+        for (g, w) in of.iter().zip(want) {
+            assert!((g - w).abs() < 1e-5, "{of:?}");
+        }
+        // numpy `mod`: a zero remainder takes the divisor's sign.
+        let mut z = [1f32; 2];
+        binary_op(
+            BinaryOp::Mod { fmod: false },
+            &[0.0f32, -0.0],
+            &[2],
+            &[-2.0f32, 2.0],
+            &[2],
+            &mut z,
+            &[2],
+        )
+        .unwrap();
+        assert!(z[0].is_sign_negative() && z[1].is_sign_positive());
     }
 
     #[test]

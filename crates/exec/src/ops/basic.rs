@@ -1,5 +1,5 @@
 //! Ops without arithmetic: views (Identity, Reshape, Flatten, Squeeze, Unsqueeze), Shape, Size,
-//! Constant, ConstantOfShape.
+//! Constant, ConstantOfShape, EyeLike.
 
 use memplan_ir::DataType;
 
@@ -16,7 +16,58 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("Size", size),
     ("Constant", constant),
     ("ConstantOfShape", constant_of_shape),
+    ("EyeLike", eye_like),
 ];
+
+/// EyeLike: zeros of the input's 2-D shape with ones on diagonal `k` (`dtype`, default the input's
+/// type).
+fn eye_like(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    if x.rank() != 2 {
+        return fail(format!("EyeLike needs a 2-D input, got {:?}", x.shape));
+    }
+    let dt = match ctx.opt_int("dtype")? {
+        Some(c) => DataType::from_onnx(c as i32)
+            .ok_or_else(|| OpFail::Invalid(format!("dtype {c} is not a data type")))?,
+        None => x.dtype,
+    };
+    let mut one = [0u8; 8];
+    let es = match dt {
+        DataType::F32 => {
+            one[..4].copy_from_slice(&1f32.to_le_bytes());
+            4
+        }
+        DataType::F64 => {
+            one.copy_from_slice(&1f64.to_le_bytes());
+            8
+        }
+        DataType::F16 => {
+            one[..2].copy_from_slice(&half::f16::ONE.to_le_bytes());
+            2
+        }
+        DataType::BF16 => {
+            one[..2].copy_from_slice(&half::bf16::ONE.to_le_bytes());
+            2
+        }
+        d if d.is_int() && d.bits() >= 8 || d == DataType::Bool => {
+            one[0] = 1;
+            (d.bits() / 8) as usize
+        }
+        d => return fail(format!("EyeLike of {d}")),
+    };
+    let k = ctx.int("k", 0)?;
+    let (rows, cols) = (x.shape[0], x.shape[1]);
+    let mut out = ctx.alloc(dt, &x.shape)?;
+    let bytes = out.bytes_mut()?;
+    for i in 0..rows {
+        let j = i as i64 + k;
+        if j >= 0 && (j as usize) < cols {
+            let at = (i * cols + j as usize) * es;
+            bytes[at..at + es].copy_from_slice(&one[..es]);
+        }
+    }
+    Ok(vec![out])
+}
 
 /// Returns `t` under `shape`: a view when the plan says so, else a counted copy.
 pub fn view_or_copy(ctx: &OpCtx, t: &Tensor, shape: &[usize]) -> Result<Tensor, OpFail> {

@@ -88,6 +88,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("IsInf", is_inf),
     ("Cast", cast),
     ("CastLike", cast_like),
+    ("BitCast", bitcast),
 ];
 
 /// Float math for f32 and f64, one scalar libm call or IEEE operation per function.
@@ -495,7 +496,8 @@ fn f32_binary(op: BinaryOp) -> fn(f32, f32) -> f32 {
         BinaryOp::Mul => |x, y| x * y,
         BinaryOp::Div => |x, y| x / y,
         BinaryOp::Pow => f32::powf,
-        BinaryOp::Mod { .. } => |x, y| x % y,
+        BinaryOp::Mod { fmod: true } => |x, y| x % y,
+        BinaryOp::Mod { fmod: false } => <f32 as Arith>::floor_mod,
         BinaryOp::Max => |x, y| {
             if x.is_nan() || y > x || y.is_nan() {
                 if x.is_nan() {
@@ -537,9 +539,6 @@ fn arith(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     let (mut out, os) = bcast_out(ctx, dt, &[a, b])?;
     macro_rules! half_bin {
         ($h:ty) => {{
-            if op == (BinaryOp::Mod { fmod: false }) {
-                return fail("Mod: fmod must be 1 for floating-point inputs");
-            }
             let f = f32_binary(op);
             binary(
                 a.data::<$h>()?,
@@ -812,7 +811,8 @@ fn bitshift(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFa
     dispatch!(dt, T => {
         let f = if left { <T as Shift>::shl } else { <T as Shift>::shr };
         binary(a.data::<T>()?, &a.shape, b.data::<T>()?, &b.shape, out.data_mut::<T>()?, &os, f)?
-    }, [U8 => u8, U16 => u16, U32 => u32, U64 => u64], return unsupported(format!("BitShift on {dt}")));
+    }, [U8 => u8, U16 => u16, U32 => u32, U64 => u64, I8 => i8, I16 => i16, I32 => i32, I64 => i64],
+    return unsupported(format!("BitShift on {dt}")));
     Ok(vec![out])
 }
 
@@ -914,7 +914,8 @@ fn clip(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
         DataType::BF16 => go!(bf16, |v: bf16| v.to_f32(), bf16::from_f32),
         DataType::F32 if ctx.opset < 11 => go!(f32, |v: f32| v, |v| v),
         dt => dispatch!(dt, T => go!(T, |v: T| v, |v| v),
-            [F32 => f32, F64 => f64, I32 => i32, I64 => i64, U8 => u8],
+            [F32 => f32, F64 => f64, I8 => i8, I16 => i16, I32 => i32, I64 => i64,
+             U8 => u8, U16 => u16, U32 => u32, U64 => u64],
             return unsupported(format!("Clip on {dt}"))),
     }
     Ok(vec![out])
@@ -1247,6 +1248,26 @@ fn cast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
         return fail(format!("Cast to unknown type code {to}"));
     };
     Ok(vec![cast_tensor(ctx, x, to, CastMode::of(ctx)?)?])
+}
+
+/// BitCast: the input's bytes unchanged under another type of the same width.
+fn bitcast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let Some(code) = ctx.opt_int("to")? else {
+        return fail("BitCast needs 'to'");
+    };
+    let Some(to) = DataType::from_onnx(code as i32) else {
+        return fail(format!("BitCast to unknown type code {code}"));
+    };
+    if x.dtype == DataType::String || to == DataType::String || x.dtype.bits() != to.bits() {
+        return fail(format!(
+            "BitCast from {} to {to}: types must be non-string and of equal width",
+            x.dtype
+        ));
+    }
+    let mut out = ctx.alloc_for_overwrite(to, &x.shape)?;
+    out.bytes_mut()?.copy_from_slice(x.bytes());
+    Ok(vec![out])
 }
 
 fn cast_like(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {

@@ -1,19 +1,23 @@
-//! Indexing ops: Gather, GatherElements, GatherND, ScatterND, ScatterElements, TopK, NonZero.
+//! Indexing ops: Gather, GatherElements, GatherND, ScatterND, ScatterElements, TopK, NonZero,
+//! OneHot, Compress, Unique, TensorScatter.
 //!
-//! Scratch (bytes): TopK `8 * shape[axis]` (one row's index permutation, counted). Int64 indices are
-//! read in place; int32 ones are converted into `8 * |indices|` bytes, and GatherND/ScatterND/
+//! Scratch (bytes): TopK `8 * shape[axis]` (one row's index permutation, counted). Unique
+//! `16 * items` (the elements, or the slices along `axis`: a sorting permutation and group
+//! labels, counted). Int64 indices are read in place; int32 ones are converted into `8 * |indices|` bytes, and GatherND/ScatterND/
 //! ScatterElements hold `8 * (number of index tuples)` offsets, on the ordinary heap (not charged to
 //! the run's tensor memory). Others: none.
 //!
 //! ScatterND and ScatterElements modify a copy of their data ([`OVERWRITE`]), so a plan may run them
 //! over the data's own buffer.
 
+use std::cmp::Ordering;
+
 use half::{bf16, f16};
 use memplan_ir::DataType;
 
 use super::{
-    axis, cast_mut, copy_then, fail, raw, raw_mut, req, scalar_i64, unsupported, OpCtx, OpFail,
-    OpFn, OverwriteFn,
+    axis, cast_mut, copy_then, fail, opt, raw, raw_mut, req, scalar_i64, unsupported, OpCtx,
+    OpFail, OpFn, OverwriteFn,
 };
 use crate::kernels::index as ix;
 use crate::kernels::topk::topk;
@@ -23,6 +27,7 @@ use crate::tensor::{elem_size, Tensor};
 pub const OVERWRITE: &[(&str, OverwriteFn)] = &[
     ("ScatterND", scatter_nd_over),
     ("ScatterElements", scatter_elements_over),
+    ("TensorScatter", tensor_scatter_over),
 ];
 
 pub const OPS: &[(&str, OpFn)] = &[
@@ -34,6 +39,10 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("Scatter", scatter_elements),
     ("TopK", topk_op),
     ("NonZero", nonzero),
+    ("OneHot", one_hot),
+    ("Compress", compress),
+    ("Unique", unique),
+    ("TensorScatter", tensor_scatter),
 ];
 
 /// Index values as i64: borrowed for i64 tensors (no copy that grows with the indices), converted
@@ -247,6 +256,298 @@ fn nonzero(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
         d => by_size!(elem_size(d)?, T => ix::nonzero(raw::<T>(x)?, &x.shape)?),
     };
     Ok(vec![ctx.from_vec::<i64>(&[x.rank().max(1), n], &coords)?])
+}
+
+/// OneHot: `values[1]` where the index (negative ones counted from `depth`) equals the position
+/// along the new axis, `values[0]` elsewhere; indices may be of any numeric type.
+fn one_hot(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (ind, dt, vals) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
+    let read = super::quant::reader(ind.dtype)?;
+    if dt.numel() != 1 {
+        return fail(format!("depth must hold one element, has {}", dt.numel()));
+    }
+    let depth = super::quant::reader(dt.dtype)?(dt.bytes(), 0).trunc();
+    if !(depth >= 1.0 && depth <= (1u64 << 40) as f64) {
+        return fail(format!("depth {depth} must be positive"));
+    }
+    let depth = depth as usize;
+    if vals.numel() != 2 {
+        return fail(format!(
+            "values must hold [off, on], has {} elements",
+            vals.numel()
+        ));
+    }
+    let r = ind.rank() as i64;
+    let a = ctx.int("axis", -1)?;
+    let a = if a < 0 { a + r + 1 } else { a };
+    if !(0..=r).contains(&a) {
+        return fail(format!("axis {a} is out of range for rank {}", r + 1));
+    }
+    let a = a as usize;
+    let mut oshape = ind.shape.clone();
+    oshape.insert(a, depth);
+    let inner: usize = ind.shape[a..].iter().product();
+    let mut out = ctx.alloc_for_overwrite(vals.dtype, &oshape)?;
+    let ib = ind.bytes();
+    by_size!(elem_size(vals.dtype)?, T => {
+        let v = raw::<T>(vals)?;
+        let (off, on) = (v[0], v[1]);
+        let o = raw_mut::<T>(&mut out)?;
+        for (e, slot) in o.iter_mut().enumerate() {
+            let (outer, p, i) = (e / (depth * inner), (e / inner) % depth, e % inner);
+            let mut x = read(ib, outer * inner + i);
+            if x < 0.0 {
+                x += depth as f64;
+            }
+            *slot = if x == p as f64 { on } else { off };
+        }
+    });
+    Ok(vec![out])
+}
+
+/// Compress: the entries along `axis` (of the flattened input without one) whose condition is
+/// true; a condition shorter than the axis drops the rest.
+fn compress(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (x, c) = (req(inputs, 0)?, req(inputs, 1)?);
+    if c.dtype != DataType::Bool || c.rank() != 1 {
+        return fail(format!(
+            "condition must be a 1-D bool tensor, got {} {:?}",
+            c.dtype, c.shape
+        ));
+    }
+    let cond = c.data::<u8>()?;
+    let (a, outer, d, inner) = match ctx.opt_int("axis")? {
+        Some(a) => {
+            let a = axis(a, x.rank())?;
+            let outer: usize = x.shape[..a].iter().product();
+            (
+                Some(a),
+                outer,
+                x.shape[a],
+                x.shape[a + 1..].iter().product(),
+            )
+        }
+        None => (None, 1, x.numel(), 1),
+    };
+    if cond.iter().skip(d).any(|&v| v != 0) {
+        return fail(format!(
+            "condition selects entry beyond the axis extent {d}"
+        ));
+    }
+    let kept = cond.iter().take(d).filter(|&&v| v != 0).count();
+    let oshape = match a {
+        Some(a) => {
+            let mut s = x.shape.clone();
+            s[a] = kept;
+            s
+        }
+        None => vec![kept],
+    };
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &oshape)?;
+    by_size!(elem_size(x.dtype)?, T => {
+        let (src, o) = (raw::<T>(x)?, raw_mut::<T>(&mut out)?);
+        let mut at = 0;
+        for b in 0..outer {
+            for (j, _) in cond.iter().take(d).enumerate().filter(|&(_, &v)| v != 0) {
+                let from = (b * d + j) * inner;
+                o[at..at + inner].copy_from_slice(&src[from..from + inner]);
+                at += inner;
+            }
+        }
+    });
+    Ok(vec![out])
+}
+
+/// Compares elements `i` and `j` of `x` as numbers (floats: -0 equals 0, NaN after everything and
+/// equal to NaN).
+fn element_order(x: &Tensor) -> Result<Box<dyn Fn(usize, usize) -> Ordering + '_>, OpFail> {
+    let b = x.bytes();
+    Ok(match x.dtype {
+        DataType::I64 => {
+            let v = x.data::<i64>()?;
+            Box::new(move |i, j| v[i].cmp(&v[j]))
+        }
+        DataType::U64 => {
+            let v = x.data::<u64>()?;
+            Box::new(move |i, j| v[i].cmp(&v[j]))
+        }
+        d => {
+            let read = super::quant::reader(d)?;
+            Box::new(move |i, j| {
+                let (p, q) = (read(b, i), read(b, j));
+                p.partial_cmp(&q)
+                    .unwrap_or_else(|| p.is_nan().cmp(&q.is_nan()))
+            })
+        }
+    })
+}
+
+/// Unique: the distinct elements (or slices along `axis`), sorted (`sorted = 1`, the default) or
+/// in order of first occurrence, with the first occurrence of each, each input item's unique
+/// index and the counts. Items are sorted by an index permutation (ties by position) and labelled
+/// by group in two counted `u64` arrays of one entry per item.
+fn unique(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let (a, outer, d, inner) = match ctx.opt_int("axis")? {
+        Some(a) => {
+            let a = axis(a, x.rank())?;
+            let outer: usize = x.shape[..a].iter().product();
+            (
+                Some(a),
+                outer,
+                x.shape[a],
+                x.shape[a + 1..].iter().product(),
+            )
+        }
+        None => (None, 1, x.numel(), 1),
+    };
+    let sorted = ctx.int("sorted", 1)? != 0;
+    let ecmp = element_order(x)?;
+    // Items compare lexicographically over their elements in row-major order.
+    let icmp = |p: usize, q: usize| -> Ordering {
+        for b in 0..outer {
+            for k in 0..inner {
+                let o = ecmp((b * d + p) * inner + k, (b * d + q) * inner + k);
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+        }
+        Ordering::Equal
+    };
+    let mut perm = ctx.scratch::<u64>(d)?;
+    let mut group = ctx.scratch::<u64>(d)?;
+    let (perm, group) = (perm.as_mut_slice(), group.as_mut_slice());
+    for (i, p) in perm.iter_mut().enumerate() {
+        *p = i as u64;
+    }
+    perm.sort_unstable_by(|&p, &q| icmp(p as usize, q as usize).then(p.cmp(&q)));
+    // perm[..u] becomes the first occurrence of each distinct item, in sorted order (each run's
+    // first entry has the smallest position); writes stay at or before the entry being read.
+    let mut u = 0usize;
+    let mut prev: Option<usize> = None;
+    for j in 0..d {
+        let it = perm[j] as usize;
+        if prev.is_none_or(|p| icmp(p, it) != Ordering::Equal) {
+            perm[u] = it as u64;
+            u += 1;
+        }
+        group[it] = (u - 1) as u64;
+        prev = Some(it);
+    }
+    let mut yshape = match a {
+        Some(_) => x.shape.clone(),
+        None => vec![0],
+    };
+    yshape[a.unwrap_or(0)] = u;
+    let mut y = ctx.alloc_for_overwrite(x.dtype, &yshape)?;
+    let mut first = ctx.alloc_for_overwrite(DataType::I64, &[u])?;
+    let mut inverse = ctx.alloc_for_overwrite(DataType::I64, &[d])?;
+    let mut counts = ctx.alloc(DataType::I64, &[u])?;
+    {
+        let (f, inv, cnt) = (
+            first.data_mut::<i64>()?,
+            inverse.data_mut::<i64>()?,
+            counts.data_mut::<i64>()?,
+        );
+        // Unsorted: labels in order of first occurrence, marked in perm by the high bit.
+        const MARK: u64 = 1 << 63;
+        let mut next = 0usize;
+        for i in 0..d {
+            let g = group[i] as usize;
+            let label = if sorted {
+                f[g] = perm[g] as i64;
+                g
+            } else {
+                if perm[g] & MARK == 0 {
+                    perm[g] = MARK | next as u64;
+                    f[next] = i as i64;
+                    next += 1;
+                }
+                (perm[g] & !MARK) as usize
+            };
+            inv[i] = label as i64;
+            cnt[label] += 1;
+        }
+    }
+    let f = first.data::<i64>()?;
+    by_size!(elem_size(x.dtype)?, T => {
+        let (src, o) = (raw::<T>(x)?, raw_mut::<T>(&mut y)?);
+        for b in 0..outer {
+            for (l, &s) in f.iter().enumerate() {
+                let (to, from) = ((b * u + l) * inner, (b * d + s as usize) * inner);
+                o[to..to + inner].copy_from_slice(&src[from..from + inner]);
+            }
+        }
+    });
+    Ok(vec![y, first, inverse, counts])
+}
+
+fn tensor_scatter(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    copy_then(ctx, inputs, tensor_scatter_over)
+}
+
+/// TensorScatter over `out`, which holds the cache: batch entry `b`'s update steps are written
+/// along `axis` from `write_indices[b]` (default 0), wrapping around with `mode = circular`.
+fn tensor_scatter_over(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    out: &mut [u8],
+) -> Result<(), OpFail> {
+    let (cache, upd) = (req(inputs, 0)?, req(inputs, 1)?);
+    let r = cache.rank();
+    let a = axis(ctx.int("axis", -2)?, r)?;
+    if a == 0 {
+        return fail("TensorScatter's axis must not be the batch axis 0");
+    }
+    let circular = match ctx.string("mode")?.as_deref() {
+        None | Some("linear") => false,
+        Some("circular") => true,
+        Some(m) => return fail(format!("unknown mode '{m}'")),
+    };
+    if upd.dtype != cache.dtype
+        || upd.rank() != r
+        || (0..r).any(|i| i != a && upd.shape[i] != cache.shape[i])
+        || upd.shape[a] > cache.shape[a]
+    {
+        return fail(format!(
+            "update {} {:?} does not fit the cache {} {:?} along axis {a}",
+            upd.dtype, upd.shape, cache.dtype, cache.shape
+        ));
+    }
+    let nb = cache.shape[0];
+    let starts = match opt(inputs, 2) {
+        Some(t) => indices(t)?.into_owned(),
+        None => vec![0; nb],
+    };
+    if starts.len() != nb {
+        return fail(format!(
+            "write_indices has {} entries for a batch of {nb}",
+            starts.len()
+        ));
+    }
+    let (len, steps) = (cache.shape[a] as i64, upd.shape[a]);
+    let outer: usize = cache.shape[..a].iter().product();
+    let per_batch = outer / nb.max(1);
+    let inner: usize = cache.shape[a + 1..].iter().product();
+    by_size!(elem_size(cache.dtype)?, T => {
+        let (u, o) = (raw::<T>(upd)?, cast_mut::<T>(out)?);
+        for b in 0..outer {
+            let w = starts[b / per_batch.max(1)];
+            for s in 0..steps {
+                let mut t = w + s as i64;
+                if circular {
+                    t = t.rem_euclid(len);
+                }
+                if t < 0 || t >= len {
+                    return fail(format!("write position {t} is outside 0..{len}"));
+                }
+                let (to, from) = ((b * len as usize + t as usize) * inner, (b * steps + s) * inner);
+                o[to..to + inner].copy_from_slice(&u[from..from + inner]);
+            }
+        }
+    });
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Linear algebra ops: MatMul, Gemm and Einsum, all on the `matrixmultiply` path of
+//! Linear algebra ops: MatMul, Gemm, Einsum and Det; the first three on the `matrixmultiply` path of
 //! `kernels::matmul` (each output element is one FMA chain over `k` whose order depends only on `k`).
 //!
 //! Einsum is lowered onto strided batched matmul: per pair of operands, labels only one side needs are
@@ -13,6 +13,7 @@
 //!   for an operand whose label groups are not single strides (its transposed copy), and `e * |R|` for
 //!   the step's result unless it is the final output already in `[batch, m, n]` order (else the final
 //!   result is transposed into the output). f16/bf16 add `4 * (sum of |inputs| + |Y|)`.
+//! - Det: `8 * M * M` (one matrix's LU factorization in f64).
 
 use std::ops::Range;
 
@@ -33,7 +34,74 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("MatMul", matmul_op),
     ("Gemm", gemm_op),
     ("Einsum", einsum_op),
+    ("Det", det_op),
 ];
+
+/// Det of each trailing `M x M` matrix: LU factorization with partial pivoting (the first largest
+/// pivot) in f64 on a counted copy of one matrix at a time, rounded to the input's type.
+fn det_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let r = x.rank();
+    if r < 2 || x.shape[r - 1] != x.shape[r - 2] {
+        return fail(format!("Det needs square matrices, got {:?}", x.shape));
+    }
+    let m = x.shape[r - 1];
+    let oshape = x.shape[..r - 2].to_vec();
+    let nb: usize = oshape.iter().product();
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &oshape)?;
+    let mut a = ctx.scratch::<f64>(m * m)?;
+    let a = a.as_mut_slice();
+    macro_rules! go {
+        ($T:ty, $load:expr, $store:expr) => {{
+            let (src, o) = (x.data::<$T>()?, out.data_mut::<$T>()?);
+            for b in 0..nb {
+                for (d, &v) in a.iter_mut().zip(&src[b * m * m..(b + 1) * m * m]) {
+                    *d = $load(v);
+                }
+                o[b] = $store(lu_det(a, m));
+            }
+        }};
+    }
+    match x.dtype {
+        DataType::F32 => go!(f32, f64::from, |d: f64| d as f32),
+        DataType::F64 => go!(f64, |v| v, |d| d),
+        DataType::F16 => go!(f16, |v: f16| v.to_f64(), f16::from_f64),
+        DataType::BF16 => go!(bf16, |v: bf16| v.to_f64(), bf16::from_f64),
+        d => return unsupported(format!("Det on {d}")),
+    }
+    Ok(vec![out])
+}
+
+/// The determinant of the row-major `m x m` matrix `a`, which it overwrites.
+fn lu_det(a: &mut [f64], m: usize) -> f64 {
+    let mut det = 1.0;
+    for c in 0..m {
+        let mut p = c;
+        for r in c + 1..m {
+            if a[r * m + c].abs() > a[p * m + c].abs() {
+                p = r;
+            }
+        }
+        if a[p * m + c] == 0.0 {
+            return 0.0;
+        }
+        if p != c {
+            for k in 0..m {
+                a.swap(c * m + k, p * m + k);
+            }
+            det = -det;
+        }
+        let piv = a[c * m + c];
+        det *= piv;
+        for r in c + 1..m {
+            let f = a[r * m + c] / piv;
+            for k in c + 1..m {
+                a[r * m + k] -= f * a[c * m + k];
+            }
+        }
+    }
+    det
+}
 
 /// An f16/bf16 tensor widened to f32 in a counted scratch buffer.
 pub(crate) fn widen(ctx: &OpCtx, t: &Tensor) -> Result<ScratchBuf<f32>, OpFail> {

@@ -63,6 +63,7 @@ pub mod index;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+pub mod quant;
 pub mod random;
 pub mod reduce;
 pub mod signal;
@@ -345,6 +346,7 @@ pub const FAMILIES: &[(&str, &[(&str, OpFn)])] = &[
     ("image", image::OPS),
     ("signal", signal::OPS),
     ("random", random::OPS),
+    ("quant", quant::OPS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, OpFn> {

@@ -1,4 +1,5 @@
-//! Data-movement ops: Transpose, Slice, Split, Concat, Expand, Tile, Trilu, Range, Pad. They move element
+//! Data-movement ops: Transpose, Slice, Split, Concat, Expand, Tile, Trilu, Range, Pad,
+//! ReverseSequence. They move element
 //! bits (dispatched on the element size), so every dtype the executor holds is supported.
 //!
 //! Scratch: none. Slice returns a view of its input when the plan marks it as one.
@@ -14,7 +15,10 @@ use crate::kernels::movement::{self as mv, istrides};
 use crate::tensor::{elem_size, Tensor};
 
 /// Ops whose output 0 is input 0 modified (see [`super::OverwriteFn`]).
-pub const OVERWRITE: &[(&str, OverwriteFn)] = &[("Trilu", trilu_over)];
+pub const OVERWRITE: &[(&str, OverwriteFn)] = &[
+    ("Trilu", trilu_over),
+    ("ReverseSequence", reverse_sequence_over),
+];
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("Transpose", transpose),
@@ -26,7 +30,60 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("Trilu", trilu),
     ("Range", range),
     ("Pad", pad),
+    ("ReverseSequence", reverse_sequence),
 ];
+
+fn reverse_sequence(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    copy_then(ctx, inputs, reverse_sequence_over)
+}
+
+/// ReverseSequence over `out`, which holds the input: for batch entry `b`, time steps
+/// `0..sequence_lens[b]` are reversed by swapping pairs in place.
+fn reverse_sequence_over(
+    ctx: &OpCtx,
+    inputs: &[Option<&Tensor>],
+    out: &mut [u8],
+) -> Result<(), OpFail> {
+    let (x, lens) = (req(inputs, 0)?, req(inputs, 1)?);
+    let (ba, ta) = (ctx.int("batch_axis", 1)?, ctx.int("time_axis", 0)?);
+    if x.rank() < 2 || !matches!((ba, ta), (0, 1) | (1, 0)) {
+        return fail(format!(
+            "ReverseSequence needs rank >= 2 and batch/time axes 0 and 1, got {:?} with {ba}/{ta}",
+            x.shape
+        ));
+    }
+    let (nb, nt) = (x.shape[ba as usize], x.shape[ta as usize]);
+    let inner: usize = x.shape[2..].iter().product();
+    let lens = lens.to_i64_vec()?;
+    if lens.len() != nb {
+        return fail(format!(
+            "sequence_lens has {} entries for a batch of {nb}",
+            lens.len()
+        ));
+    }
+    let block = |b: usize, t: usize| {
+        if ta == 0 {
+            (t * nb + b) * inner
+        } else {
+            (b * nt + t) * inner
+        }
+    };
+    by_size!(elem_size(x.dtype)?, T => {
+        let o = super::cast_mut::<T>(out)?;
+        for (b, &l) in lens.iter().enumerate() {
+            let Some(l) = usize::try_from(l).ok().filter(|&l| l <= nt) else {
+                return fail(format!("sequence length {l} is outside 0..={nt}"));
+            };
+            for t in 0..l / 2 {
+                let (p, q) = (block(b, t), block(b, l - 1 - t));
+                for k in 0..inner {
+                    o.swap(p + k, q + k);
+                }
+            }
+        }
+    });
+    Ok(())
+}
 
 /// A new tensor of `shape` filled by `dst[i] = x[base + sum idx_k * strides_k]`.
 pub(crate) fn gather_strided(

@@ -118,8 +118,9 @@ macro_rules! float_run {
     }};
 }
 
-fn conv(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
-    let (x, w, b) = (req(inputs, 0)?, req(inputs, 1)?, opt(inputs, 2));
+/// Conv's attributes (`kernel_shape`, `strides`, `dilations`, `pads`/`auto_pad`, `group`) for input
+/// `x` and weights `w`, checked against their shapes (shared with ConvInteger and QLinearConv).
+pub(crate) fn conv_attrs(ctx: &OpCtx, x: &Tensor, w: &Tensor) -> Result<ConvAttrs, OpFail> {
     if x.rank() < 3 || w.rank() != x.rank() {
         return fail(format!(
             "Conv needs X [N,C,D..] and W of the same rank, got {:?} / {:?}",
@@ -163,12 +164,17 @@ fn conv(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
     )?;
     let group =
         usize::try_from(ctx.int("group", 1)?).map_err(|_| OpFail::Invalid("group < 0".into()))?;
-    let attrs = ConvAttrs {
+    Ok(ConvAttrs {
         group,
         strides,
         pads,
         dilations,
-    };
+    })
+}
+
+fn conv(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (x, w, b) = (req(inputs, 0)?, req(inputs, 1)?, opt(inputs, 2));
+    let attrs = conv_attrs(ctx, x, w)?;
     let oshape = crate::kernels::conv::conv_out_shape(&x.shape, &w.shape, &attrs)?;
     let col_len = conv_col_len(&x.shape, &w.shape, &attrs)?;
     let mut out = ctx.alloc(x.dtype, &oshape)?;

@@ -1,5 +1,5 @@
 //! Reductions and normalizations: Reduce* (all ten), ArgMax/ArgMin, Softmax/LogSoftmax,
-//! LayerNormalization, RMSNormalization, CumSum.
+//! LayerNormalization, RMSNormalization, CumSum, CumProd.
 //!
 //! Every reduced sequence is folded in the canonical order of `kernels::reduce::fold_lanes`, which
 //! depends only on its length. The kernels read each sequence contiguously: when the reduced axes are
@@ -13,7 +13,7 @@
 //! - Softmax/LogSoftmax: `2 * e * |X|` when the softmax axis is followed by an axis of extent > 1
 //!   (opset >= 13; before 13 the input is coerced to 2-D and needs none). f16/bf16 add `8 * |X|`.
 //! - LayerNormalization/RMSNormalization: none for f32/f64; f16/bf16 `4 * (|X| + |scale| + |B| + |Y|)`.
-//! - CumSum: none.
+//! - CumSum, CumProd: none.
 
 use half::{bf16, f16};
 use memplan_ir::DataType;
@@ -29,7 +29,7 @@ use crate::kernels::reduce::{arg_extreme, reduce, reduce_out_shape, ReduceElem, 
 use crate::tensor::Tensor;
 
 /// Ops whose output 0 is input 0 modified (see [`super::OverwriteFn`]).
-pub const OVERWRITE: &[(&str, OverwriteFn)] = &[("CumSum", cumsum_over)];
+pub const OVERWRITE: &[(&str, OverwriteFn)] = &[("CumSum", cumsum_over), ("CumProd", cumsum_over)];
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("ReduceSum", reduce_op),
@@ -49,6 +49,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("LayerNormalization", layer_norm_op),
     ("RMSNormalization", rms_norm_op),
     ("CumSum", cumsum_op),
+    ("CumProd", cumsum_op),
 ];
 
 /// The permutation that moves the `red` axes (in order) after the kept ones, or `None` when the
@@ -503,29 +504,38 @@ fn cumsum_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
     copy_then(ctx, inputs, cumsum_over)
 }
 
-/// CumSum over `out`, which holds the input: each element is read before it is written.
+/// CumSum or CumProd over `out`, which holds the input: each element is read before it is written.
+/// The running value starts at 0 (sum) or 1 (product) and follows the axis in order (reversed with
+/// `reverse`), so every element is computed the same way whatever else is in the tensor.
 fn cumsum_over(ctx: &OpCtx, inputs: &[Option<&Tensor>], out: &mut [u8]) -> Result<(), OpFail> {
     let x = req(inputs, 0)?;
-    let a = axis(scalar_i64(req(inputs, 1)?, "CumSum axis")?, x.rank())?;
+    let op = ctx.node.op.as_str();
+    let a = axis(
+        scalar_i64(req(inputs, 1)?, &format!("{op} axis"))?,
+        x.rank(),
+    )?;
     let (excl, rev) = (ctx.int("exclusive", 0)? != 0, ctx.int("reverse", 0)? != 0);
     let outer: usize = x.shape[..a].iter().product();
     let d = x.shape[a];
     let inner: usize = x.shape[a + 1..].iter().product();
+    let prod = op == "CumProd";
     macro_rules! go {
-        ($T:ty, $add:expr, $zero:expr) => {{
+        ($T:ty, $add:expr, $mul:expr, $zero:expr, $one:expr) => {{
             let o = cast_mut::<$T>(out)?;
+            let f: fn($T, $T) -> $T = if prod { $mul } else { $add };
+            let start: $T = if prod { $one } else { $zero };
             for b in 0..outer {
                 for i in 0..inner {
-                    let mut acc: $T = $zero;
+                    let mut acc: $T = start;
                     for s in 0..d {
                         let j = if rev { d - 1 - s } else { s };
                         let at = (b * d + j) * inner + i;
                         let v = o[at];
                         if excl {
                             o[at] = acc;
-                            acc = $add(acc, v);
+                            acc = f(acc, v);
                         } else {
-                            acc = $add(acc, v);
+                            acc = f(acc, v);
                             o[at] = acc;
                         }
                     }
@@ -534,21 +544,27 @@ fn cumsum_over(ctx: &OpCtx, inputs: &[Option<&Tensor>], out: &mut [u8]) -> Resul
         }};
     }
     match x.dtype {
-        DataType::F32 => go!(f32, |p: f32, q: f32| p + q, 0.0),
-        DataType::F64 => go!(f64, |p: f64, q: f64| p + q, 0.0),
-        DataType::I32 => go!(i32, i32::wrapping_add, 0),
-        DataType::I64 => go!(i64, i64::wrapping_add, 0),
+        DataType::F32 => go!(f32, |p, q| p + q, |p, q| p * q, 0.0, 1.0),
+        DataType::F64 => go!(f64, |p, q| p + q, |p, q| p * q, 0.0, 1.0),
+        DataType::I32 => go!(i32, i32::wrapping_add, i32::wrapping_mul, 0, 1),
+        DataType::I64 => go!(i64, i64::wrapping_add, i64::wrapping_mul, 0, 1),
+        DataType::U32 => go!(u32, u32::wrapping_add, u32::wrapping_mul, 0, 1),
+        DataType::U64 => go!(u64, u64::wrapping_add, u64::wrapping_mul, 0, 1),
         DataType::F16 => go!(
             f16,
-            |p: f16, q: f16| f16::from_f32(p.to_f32() + q.to_f32()),
-            f16::ZERO
+            |p, q| f16::from_f32(p.to_f32() + q.to_f32()),
+            |p, q| f16::from_f32(p.to_f32() * q.to_f32()),
+            f16::ZERO,
+            f16::ONE
         ),
         DataType::BF16 => go!(
             bf16,
-            |p: bf16, q: bf16| bf16::from_f32(p.to_f32() + q.to_f32()),
-            bf16::ZERO
+            |p, q| bf16::from_f32(p.to_f32() + q.to_f32()),
+            |p, q| bf16::from_f32(p.to_f32() * q.to_f32()),
+            bf16::ZERO,
+            bf16::ONE
         ),
-        dt => return unsupported(format!("CumSum on {dt}")),
+        dt => return unsupported(format!("{op} on {dt}")),
     }
     Ok(())
 }

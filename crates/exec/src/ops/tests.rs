@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 /// Ops with a shape/memory rule in `ir` but no kernel yet: `run` reports them unsupported.
 const RULE_ONLY: &[(&str, &str)] = &[
-    ("Det", "no kernel yet (issue 12, node suite)"),
     (
         "Dropout",
         "no kernel yet: inference-mode identity, not executed (issue 12)",
@@ -15,10 +14,6 @@ const RULE_ONLY: &[(&str, &str)] = &[
     ("GroupNormalization", "no kernel yet (issue 12, node suite)"),
     ("Hardmax", "no kernel yet (issue 12, node suite)"),
     ("LpPool", "no kernel yet (issue 12, node suite)"),
-    (
-        "MatMulInteger",
-        "no kernel yet: quantization (issue 12, node suite)",
-    ),
 ];
 
 /// Ops with a kernel but no `OpDef`: inference stops at them ("no rule").

@@ -1,5 +1,5 @@
 //! Op family: ops without arithmetic: `Identity`, the views (`Reshape`, `Flatten`, `Squeeze`,
-//! `Unsqueeze`), `Shape`, `Size`, `Constant`, `ConstantOfShape`, with constant folding so that shape
+//! `Unsqueeze`), `Shape`, `Size`, `Constant`, `ConstantOfShape`, `EyeLike`, with constant folding so that shape
 //! arithmetic (`Shape -> Gather -> Concat -> Reshape`) stays symbolic.
 
 use crate::dim::Expr;
@@ -19,7 +19,22 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Flatten", ONE, flatten, Mem::ALIAS).flow(axes::reshape),
     OpDef::new("Squeeze", (1, 2), squeeze, Mem::ALIAS).flow(axes::reshape),
     OpDef::new("Unsqueeze", (1, 2), unsqueeze, Mem::ALIAS).flow(axes::reshape),
+    OpDef::new("EyeLike", ONE, eye_like, Mem::NEW),
 ];
+
+/// EyeLike: a 2-D input's shape, of type `dtype` (default: the input's).
+fn eye_like(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let s = ctx.shape(0)?.to_vec();
+    if s.len() != 2 {
+        return invalid(format!("EyeLike needs a 2-D input, got rank {}", s.len()));
+    }
+    let t = match ctx.attr_opt_int("dtype")? {
+        Some(code) => DataType::from_onnx(code as i32)
+            .ok_or_else(|| OpError::BadAttr(format!("dtype {code} is not a data type")))?,
+        None => ctx.dtype(0)?,
+    };
+    Ok(vec![Fact::new(t, s)])
+}
 
 fn identity(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     Ok(vec![ctx.input(0)?.clone()])

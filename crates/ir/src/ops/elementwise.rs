@@ -1,4 +1,4 @@
-//! Op family: elementwise math, comparisons, logic, `Where`, `Cast` (numpy broadcasting), with
+//! Op family: elementwise math, comparisons, logic, `Where`, `Cast`, `BitCast` (numpy broadcasting), with
 //! constant folding of small known tensors so shape arithmetic stays symbolic.
 
 use crate::dim::Expr;
@@ -43,6 +43,8 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Where", THREE, where_, WHERE_MEM).flow(axes::broadcast),
     OpDef::new("Cast", ONE, cast, Mem::NEW).flow(axes::first_input),
     OpDef::new("CastLike", TWO, cast_like, Mem::NEW).flow(cast_like_flow),
+    // The same bits read as another type of the same width.
+    OpDef::new("BitCast", ONE, bitcast, Mem::NEW).flow(axes::first_input),
     // Unary, same type and shape.
     OpDef::new("Neg", ONE, unary, Mem::UNARY).flow(axes::first_input),
     OpDef::new("Abs", ONE, unary, Mem::UNARY).flow(axes::first_input),
@@ -445,6 +447,29 @@ fn int_value(f: &Fact) -> Option<&Known> {
     f.dtype
         .filter(|t| t.is_int() || *t == DataType::Bool)
         .and(f.value.as_ref())
+}
+
+fn bitcast(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let code = ctx
+        .attr_opt_int("to")?
+        .ok_or_else(|| OpError::BadAttr("attribute 'to' is required".into()))?;
+    let to = DataType::from_onnx(code as i32).ok_or_else(|| {
+        OpError::BadAttr(format!(
+            "attribute 'to' = {code} is not a tensor element type"
+        ))
+    })?;
+    let from = ctx.dtype(0)?;
+    if from == DataType::String || to == DataType::String {
+        return invalid("BitCast from or to string");
+    }
+    if from.bits() != to.bits() {
+        return invalid(format!(
+            "BitCast from {from} ({} bits) to {to} ({} bits): the widths differ",
+            from.bits(),
+            to.bits()
+        ));
+    }
+    Ok(vec![Fact::new(to, ctx.shape(0)?.to_vec())])
 }
 
 fn cast_like(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

@@ -1,6 +1,6 @@
 //! Op family: indexing (`Gather`, `GatherElements`, `GatherND`, `ScatterND`, `ScatterElements`,
-//! `Scatter`, `NonZero`, `TopK`), folding `Gather` of small known tensors so shape arithmetic stays
-//! symbolic.
+//! `Scatter`, `NonZero`, `TopK`, `OneHot`, `Compress`, `Unique`, `TensorScatter`), folding `Gather`
+//! of small known tensors so shape arithmetic stays symbolic.
 
 use crate::dim::Expr;
 use crate::dtype::DataType;
@@ -23,7 +23,111 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("NonZero", ONE, nonzero, Mem::NEW),
     // Input 1 (K) from opset 10; before, attribute `k`.
     OpDef::new("TopK", (1, 2), topk, TOPK_MEM).flow(topk_flow),
+    OpDef::new("OneHot", THREE, one_hot, Mem::NEW),
+    OpDef::new("Compress", TWO, compress, Mem::NEW),
+    OpDef::new("Unique", ONE, unique, UNIQUE_MEM),
+    // past_cache, update, optional write_indices; output 0 is the cache overwritten.
+    OpDef::new("TensorScatter", (2, 3), scatter, Mem::OVERWRITE),
 ];
+
+const UNIQUE_MEM: Mem = Mem {
+    scratch: Some(unique_scratch),
+    ..Mem::NEW
+};
+
+/// Unique: two `u64` arrays over the compared items (the elements, or the slices along `axis`):
+/// the sorting permutation and each item's group, `16 * items`.
+fn unique_scratch(
+    node: &Node,
+    _opset: i64,
+    inputs: &[Option<&Fact>],
+    _outputs: &[Option<&Fact>],
+) -> Expr {
+    let bytes = || -> Option<Expr> {
+        let shape = inputs.first().copied().flatten()?.shape.as_ref()?;
+        let items = match node.attr("axis") {
+            None => Expr::product(shape.iter()),
+            Some(_) => shape[norm(attr_int(node, "axis", 0), shape.len())?].clone(),
+        };
+        Some(items * 16)
+    };
+    bytes().unwrap_or_else(Expr::zero)
+}
+
+/// OneHot: the indices' shape with `depth` (input 1, a known scalar) inserted at `axis`, of the
+/// values' type.
+fn one_hot(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let ind = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(2)?;
+    let depth = ctx
+        .known_ints(1)
+        .ok_or_else(|| OpError::Unknown("contents of depth (input 1)".into()))?;
+    let [d] = depth.as_slice() else {
+        return invalid(format!(
+            "depth must hold one element, holds {}",
+            depth.len()
+        ));
+    };
+    if d.as_const().is_some_and(|c| c < 1) {
+        return invalid(format!("depth {d} must be positive"));
+    }
+    let r = ind.len() as i64;
+    let a = ctx.attr_int("axis", -1)?;
+    let a = if a < 0 { a + r + 1 } else { a };
+    if !(0..=r).contains(&a) {
+        return invalid(format!("axis {a} is out of range for rank {}", r + 1));
+    }
+    let mut out = ind;
+    out.insert(a as usize, d.clone());
+    Ok(vec![Fact::new(t, out)])
+}
+
+/// The number of kept entries: the count of true conditions when they are known, else a fresh
+/// symbol (at most the axis extent).
+fn compress(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let x = ctx.shape(0)?.to_vec();
+    let a = match ctx.attr_opt_int("axis")? {
+        Some(a) => Some(normalize_axis(a, x.len())?),
+        None => None,
+    };
+    let count = match ctx
+        .known_ints(1)
+        .and_then(|v| v.iter().map(|e| e.as_const()).collect::<Option<Vec<i64>>>())
+    {
+        Some(c) => Expr::int(c.iter().filter(|&&v| v != 0).count() as i64),
+        None => ctx.fresh_symbol("compress_count", "Compress's count depends on the data"),
+    };
+    let mut out = match a {
+        Some(_) => x,
+        None => vec![Expr::zero()],
+    };
+    out[a.unwrap_or(0)] = count;
+    Ok(vec![Fact::new(t, out)])
+}
+
+/// Unique: `U` distinct items (a fresh symbol): Y has `U` items, `indices` and `counts` `U`
+/// entries, `inverse_indices` one per input item.
+fn unique(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let t = ctx.dtype(0)?;
+    let x = ctx.shape(0)?.to_vec();
+    let u = ctx.fresh_symbol("unique_count", "Unique's count depends on the data");
+    let (y, items) = match ctx.attr_opt_int("axis")? {
+        Some(a) => {
+            let a = normalize_axis(a, x.len())?;
+            let mut y = x.clone();
+            y[a] = u.clone();
+            (y, x[a].clone())
+        }
+        None => (vec![u.clone()], Expr::product(x.iter())),
+    };
+    Ok(vec![
+        Fact::new(t, y),
+        Fact::new(DataType::I64, vec![u.clone()]),
+        Fact::new(DataType::I64, vec![items]),
+        Fact::new(DataType::I64, vec![u]),
+    ])
+}
 
 const TOPK_MEM: Mem = Mem {
     scratch: Some(topk_scratch),

@@ -1,4 +1,4 @@
-//! Op family: linear algebra (`MatMul`, `MatMulInteger`, `Gemm`, `Einsum`, `Det`).
+//! Op family: linear algebra (`MatMul`, `Gemm`, `Einsum`, `Det`).
 //!
 //! Contracted dims must agree: two different constants are a contradiction (an error naming both
 //! shapes); a symbol against a constant takes the constant; two different symbols take their `max`,
@@ -15,11 +15,9 @@ use super::{Mem, OpDef, ONE, TWO};
 
 pub const DEFS: &[OpDef] = &[
     OpDef::new("MatMul", TWO, matmul, MATMUL_MEM).flow(matmul_flow),
-    // A, B and the optional zero points.
-    OpDef::new("MatMulInteger", (2, 4), matmul, Mem::NEW),
     OpDef::new("Gemm", (2, 3), gemm, MATMUL_MEM),
     OpDef::new("Einsum", (1, usize::MAX), einsum, EINSUM_MEM).flow(axes::einsum),
-    OpDef::new("Det", ONE, det, Mem::NEW),
+    OpDef::new("Det", ONE, det, DET_MEM),
 ];
 
 /// MatMul: batch axes broadcast; rows come from A, columns from B; K is contracted.
@@ -134,11 +132,7 @@ pub fn matmul_shape(a: &[Expr], b: &[Expr]) -> Result<Vec<Expr>, OpError> {
 }
 
 fn matmul(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let t = if ctx.node.op == "MatMulInteger" {
-        DataType::I32
-    } else {
-        same_type(ctx, &[0, 1])?
-    };
+    let t = same_type(ctx, &[0, 1])?;
     let out = matmul_shape(ctx.shape(0)?, ctx.shape(1)?)?;
     Ok(vec![Fact::new(t, out)])
 }
@@ -359,6 +353,26 @@ fn det(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 }
 
 // ---- Scratch: what `exec::ops::linalg` allocates through `mem::scratch`, mirrored exactly. ----
+
+const DET_MEM: Mem = Mem {
+    scratch: Some(det_scratch),
+    ..Mem::NEW
+};
+
+/// Det: one matrix in f64 (the LU factorization's working copy), `8 * M * M`.
+fn det_scratch(
+    _node: &crate::graph::Node,
+    _opset: i64,
+    inputs: &[Option<&Fact>],
+    _outputs: &[Option<&Fact>],
+) -> Expr {
+    let bytes = || -> Option<Expr> {
+        let s = inputs.first().copied().flatten()?.shape.as_ref()?;
+        let m = s.last()?;
+        Some(m * m * 8)
+    };
+    bytes().unwrap_or_else(Expr::zero)
+}
 
 fn numel_of(f: Option<&Fact>) -> Option<Expr> {
     Some(Expr::product(f?.shape.as_ref()?.iter()))

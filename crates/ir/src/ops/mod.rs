@@ -22,6 +22,7 @@ pub mod index;
 pub mod linalg;
 pub mod movement;
 pub mod nn;
+pub mod quant;
 pub mod random;
 pub mod reduce;
 pub mod signal;
@@ -163,6 +164,7 @@ pub const FAMILIES: &[(&str, &[OpDef])] = &[
     ("image", image::DEFS),
     ("signal", signal::DEFS),
     ("random", random::DEFS),
+    ("quant", quant::DEFS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {

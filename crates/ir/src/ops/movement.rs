@@ -1,5 +1,5 @@
 //! Op family: data movement (`Transpose`, `Slice`, `Split`, `Concat`, `Expand`, `Tile`, `Trilu`,
-//! `Range`), folding small known tensors so shape arithmetic stays symbolic.
+//! `Range`, `ReverseSequence`), folding small known tensors so shape arithmetic stays symbolic.
 
 use crate::dim::Expr;
 use crate::graph::Node;
@@ -20,6 +20,8 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Pad", (1, 4), pad, Mem::NEW).flow(pad_flow),
     OpDef::new("Trilu", (1, 2), same_as_input, Mem::OVERWRITE),
     OpDef::new("Range", THREE, range, Mem::NEW),
+    // Output 0 is the input with each batch entry's first `sequence_lens` steps reversed.
+    OpDef::new("ReverseSequence", TWO, same_as_input, Mem::OVERWRITE),
 ];
 
 /// A contiguous slice is a view of its input (see [`super::is_view`]).

@@ -210,9 +210,15 @@ fn window_out(
 }
 
 fn conv(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let x = ctx.shape(0)?.to_vec();
-    let w = ctx.shape(1)?.to_vec();
     let t = ctx.dtype(0)?;
+    Ok(vec![Fact::new(t, conv_shape(ctx, 0, 1)?)])
+}
+
+/// The output shape of a convolution of input `xi` by the weights `wi` (Conv, ConvInteger,
+/// QLinearConv), from the attributes `kernel_shape`, `strides`, `dilations`, `pads`, `auto_pad`.
+pub(super) fn conv_shape(ctx: &InferCtx, xi: usize, wi: usize) -> Result<Vec<Expr>, OpError> {
+    let x = ctx.shape(xi)?.to_vec();
+    let w = ctx.shape(wi)?.to_vec();
     if x.len() < 3 || w.len() != x.len() {
         return invalid(format!(
             "X has rank {} and W rank {}; both must be the same and >= 3",
@@ -232,7 +238,7 @@ fn conv(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     };
     let mut out = vec![x[0].clone(), w[0].clone()];
     out.extend(window_out(ctx, &x[2..], &kernel, false)?);
-    Ok(vec![Fact::new(t, out)])
+    Ok(out)
 }
 
 fn pool(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

@@ -1,6 +1,6 @@
 //! Op family: reductions (`ReduceSum` ... `ReduceSumSquare`, `ArgMax`, `ArgMin`), the
 //! normalizations along axes (`Softmax`, `LogSoftmax`, `Hardmax`, `LayerNormalization`,
-//! `RMSNormalization`) and the scan `CumSum`.
+//! `RMSNormalization`) and the scans `CumSum` and `CumProd`.
 //!
 //! Reduction axes come from the `axes` attribute or, from opset 13 for `ReduceSum` and opset 18 for
 //! the others, from input 1; either form is accepted at any opset. `ReduceSum`, `ReduceProd`,
@@ -14,7 +14,7 @@ use super::axes::{
     attr_int, attr_ints, broadcast_flow, in_shape, norm, out_rank, pass_through, AxisFlow,
 };
 use super::nn::widened_scratch;
-use super::{compute_size, is_half, needs_transpose, numel, Mem, OpDef, ONE};
+use super::{compute_size, is_half, needs_transpose, numel, Mem, OpDef, ONE, TWO};
 use crate::graph::{AttrValue, Node};
 
 pub const DEFS: &[OpDef] = &[
@@ -50,6 +50,8 @@ pub const DEFS: &[OpDef] = &[
     .flow(layer_norm_flow),
     // A running sum along one axis; output 0 is input 0 overwritten.
     OpDef::new("CumSum", (1, 2), same_as_input, Mem::OVERWRITE),
+    // A running product along one axis, like CumSum.
+    OpDef::new("CumProd", TWO, same_as_input, Mem::OVERWRITE),
 ];
 
 /// A `Reduce*` op: data and the optional `axes` input.
