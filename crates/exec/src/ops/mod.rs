@@ -56,6 +56,7 @@ macro_rules! by_size {
     };
 }
 
+pub mod attention;
 pub mod basic;
 pub mod elementwise;
 pub mod image;
@@ -345,6 +346,7 @@ pub const FAMILIES: &[(&str, &[(&str, OpFn)])] = &[
     ("image", image::OPS),
     ("signal", signal::OPS),
     ("random", random::OPS),
+    ("attention", attention::OPS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, OpFn> {

@@ -12,6 +12,7 @@ use crate::dim::Expr;
 use crate::graph::Node;
 use crate::infer::{Fact, InferCtx, OpError};
 
+pub mod attention;
 pub mod axes;
 pub mod basic;
 pub mod elementwise;
@@ -161,6 +162,7 @@ pub const FAMILIES: &[(&str, &[OpDef])] = &[
     ("image", image::DEFS),
     ("signal", signal::DEFS),
     ("random", random::DEFS),
+    ("attention", attention::DEFS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
