@@ -173,7 +173,8 @@ impl Mask<'_> {
         if j >= self.len {
             return f64::NEG_INFINITY;
         }
-        let k = b * self.strides[0] + h * self.strides[1] + i * self.strides[2] + j * self.strides[3];
+        let k =
+            b * self.strides[0] + h * self.strides[1] + i * self.strides[2] + j * self.strides[3];
         match &self.data {
             MaskData::Bool(m) => {
                 if m[k] != 0 {
@@ -236,7 +237,12 @@ fn attention(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
     if !is_float(t) {
         return fail(format!("Q must be a float tensor, got {t}"));
     }
-    for (what, x) in [("K", Some(k)), ("V", Some(v)), ("past_key", pk), ("past_value", pv)] {
+    for (what, x) in [
+        ("K", Some(k)),
+        ("V", Some(v)),
+        ("past_key", pk),
+        ("past_value", pv),
+    ] {
         if let Some(x) = x {
             if x.dtype != t {
                 return unsupported(format!("{what} of type {} with Q of type {t}", x.dtype));
@@ -286,8 +292,7 @@ fn attention(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
     };
     let (hq, s, d) = (ql.heads, ql.len, ql.dim);
     let (hkv, l, dv) = (kl.heads, kl.len, vl.dim);
-    if k.shape[0] != batch || v.shape[0] != batch || kl.dim != d || vl.heads != hkv || vl.len != l
-    {
+    if k.shape[0] != batch || v.shape[0] != batch || kl.dim != d || vl.heads != hkv || vl.len != l {
         return fail(format!(
             "K {:?} and V {:?} do not match Q {:?}",
             k.shape, v.shape, q.shape
@@ -404,7 +409,11 @@ fn attention(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
         }
     };
     for (pres, dim, get) in [
-        (&mut pres_k, d, &key as &dyn Fn(usize, usize, usize, usize) -> f64),
+        (
+            &mut pres_k,
+            d,
+            &key as &dyn Fn(usize, usize, usize, usize) -> f64,
+        ),
         (&mut pres_v, dv, &value),
     ] {
         if let Some(out) = pres {
@@ -541,7 +550,11 @@ fn softmax_row(row: &mut [f64], sp: DataType, all_masked: bool) {
     for x in row.iter_mut() {
         *x = rs(rs(*x - safe).exp());
         // bf16 sums accumulate in bf16 (ml_dtypes' add loop); the others in a wider type.
-        sum = if sp == DataType::BF16 { rs(sum + *x) } else { sum + *x };
+        sum = if sp == DataType::BF16 {
+            rs(sum + *x)
+        } else {
+            sum + *x
+        };
     }
     let sum = rs(sum);
     let sum = if sum == 0.0 { 1.0 } else { sum };
@@ -567,7 +580,13 @@ fn rotary(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
         4 => (x.shape[0], x.shape[2], x.shape[1], x.shape[3], false),
         3 => {
             let h = heads_attr(ctx, "num_heads")?;
-            (x.shape[0], x.shape[1], h, split("input", x.shape[2], h)?, true)
+            (
+                x.shape[0],
+                x.shape[1],
+                h,
+                split("input", x.shape[2], h)?,
+                true,
+            )
         }
         r => return fail(format!("input has rank {r}, expected 3 or 4")),
     };
@@ -625,7 +644,11 @@ fn rotary(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
             None
         }
     };
-    let (xd, cd, sd) = (In::of(x, "input")?, In::of(cos, "cos_cache")?, In::of(sin, "sin_cache")?);
+    let (xd, cd, sd) = (
+        In::of(x, "input")?,
+        In::of(cos, "cos_cache")?,
+        In::of(sin, "sin_cache")?,
+    );
     let mut out = ctx.alloc_for_overwrite(t, &x.shape)?;
     let mut o = Out::of(&mut out)?;
     let r = |v: f64| round_to(t, v);
@@ -710,12 +733,10 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
             match g.shape[2] {
                 x if x == hkv => 1,
                 x if x == hkv * dk => dk,
-                x => {
-                    return fail(format!(
-                        "decay last dim {x} must be kv_num_heads ({hkv}) or kv_num_heads * d_k ({})",
-                        hkv * dk
-                    ))
-                }
+                x => return fail(format!(
+                    "decay last dim {x} must be kv_num_heads ({hkv}) or kv_num_heads * d_k ({})",
+                    hkv * dk
+                )),
             }
         }
         None => 0,

@@ -17,7 +17,12 @@ use super::{Mem, OpDef, TWO};
 
 pub const DEFS: &[OpDef] = &[
     // Inputs: Q, K, V, attn_mask, past_key, past_value, nonpad_kv_seqlen (opset 24).
-    OpDef::new("Attention", (3, 7), attention, with_scratch(attention_scratch)),
+    OpDef::new(
+        "Attention",
+        (3, 7),
+        attention,
+        with_scratch(attention_scratch),
+    ),
     // Inputs: input, cos_cache, sin_cache, position_ids.
     OpDef::new("RotaryEmbedding", (3, 4), rotary, Mem::NEW),
     // Inputs: query, key, value, past_state, decay, beta.
@@ -56,7 +61,9 @@ fn rank_is(what: &str, s: &[Expr], r: usize) -> Result<(), OpError> {
 /// A positive integer attribute.
 fn positive(ctx: &InferCtx, name: &str) -> Result<Option<i64>, OpError> {
     match ctx.attr_opt_int(name)? {
-        Some(v) if v <= 0 => Err(OpError::BadAttr(format!("{name} must be positive, got {v}"))),
+        Some(v) if v <= 0 => Err(OpError::BadAttr(format!(
+            "{name} must be positive, got {v}"
+        ))),
         v => Ok(v),
     }
 }
@@ -65,7 +72,9 @@ fn positive(ctx: &InferCtx, name: &str) -> Result<Option<i64>, OpError> {
 fn split_heads(what: &str, d: &Expr, h: i64) -> Result<Expr, OpError> {
     if let Some(c) = d.as_const() {
         if c % h != 0 {
-            return invalid(format!("{what} hidden size {c} is not a multiple of {h} heads"));
+            return invalid(format!(
+                "{what} hidden size {c} is not a multiple of {h} heads"
+            ));
         }
     }
     Ok(d.floor_div(&Expr::int(h)))
@@ -193,11 +202,21 @@ fn attention(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let d = attention_dims(ctx.node, q, k, v, past)?;
     let total = &d.past + &d.kv_len;
     let y = if d.rank == 4 {
-        vec![d.batch.clone(), d.q_heads.clone(), d.q_len.clone(), d.v_head.clone()]
+        vec![
+            d.batch.clone(),
+            d.q_heads.clone(),
+            d.q_len.clone(),
+            d.v_head.clone(),
+        ]
     } else {
         vec![d.batch.clone(), d.q_len.clone(), &d.q_heads * &d.v_head]
     };
-    let present_k = vec![d.batch.clone(), d.kv_heads.clone(), total.clone(), d.head.clone()];
+    let present_k = vec![
+        d.batch.clone(),
+        d.kv_heads.clone(),
+        total.clone(),
+        d.head.clone(),
+    ];
     let present_v = vec![d.batch.clone(), d.kv_heads.clone(), total.clone(), d.v_head];
     let qk = vec![d.batch, d.q_heads, d.q_len, total];
     Ok(vec![
@@ -325,7 +344,16 @@ fn linear_attention_scratch(
             Some(crate::graph::AttrValue::Int(h)) if *h > 0 => Some(Expr::int(*h)),
             _ => None,
         };
-        let last = |i: usize| inputs.get(i).copied().flatten()?.shape.as_deref()?.get(2).cloned();
+        let last = |i: usize| {
+            inputs
+                .get(i)
+                .copied()
+                .flatten()?
+                .shape
+                .as_deref()?
+                .get(2)
+                .cloned()
+        };
         let dk = last(0)?.floor_div(&heads("q_num_heads")?);
         let dv = last(2)?.floor_div(&heads("kv_num_heads")?);
         Some((&dk * &dv + &dv) * 4)
@@ -368,7 +396,11 @@ fn swiglu(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     }
     let a = ctx.shape(0)?.to_vec();
     let b = ctx.shape(1)?;
-    if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x.as_const().zip(y.as_const()).is_some_and(|(x, y)| x != y)) {
+    if a.len() != b.len()
+        || a.iter()
+            .zip(b)
+            .any(|(x, y)| x.as_const().zip(y.as_const()).is_some_and(|(x, y)| x != y))
+    {
         return invalid(format!(
             "A {} and B {} must have the same shape",
             crate::infer::fmt_shape(&a),
