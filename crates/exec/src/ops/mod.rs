@@ -56,6 +56,7 @@ macro_rules! by_size {
     };
 }
 
+pub mod attention;
 pub mod basic;
 pub mod elementwise;
 pub mod image;
@@ -347,6 +348,7 @@ pub const FAMILIES: &[(&str, &[(&str, OpFn)])] = &[
     ("signal", signal::OPS),
     ("random", random::OPS),
     ("quant", quant::OPS),
+    ("attention", attention::OPS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, OpFn> {

@@ -12,6 +12,7 @@ use crate::dim::Expr;
 use crate::graph::Node;
 use crate::infer::{Fact, InferCtx, OpError};
 
+pub mod attention;
 pub mod axes;
 pub mod basic;
 pub mod elementwise;
@@ -165,6 +166,7 @@ pub const FAMILIES: &[(&str, &[OpDef])] = &[
     ("signal", signal::DEFS),
     ("random", random::DEFS),
     ("quant", quant::DEFS),
+    ("attention", attention::DEFS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
