@@ -46,7 +46,9 @@ fn feature_extractor(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
     let index: &[i64] = raw(idx)?;
     for &i in index {
         if usize::try_from(i).map_or(true, |i| i >= last) {
-            return fail(format!("index {i} is out of range for a last axis of {last}"));
+            return fail(format!(
+                "index {i} is out of range for a last axis of {last}"
+            ));
         }
     }
     let k = index.len();

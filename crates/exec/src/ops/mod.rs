@@ -68,12 +68,12 @@ pub mod random;
 pub mod recurrent;
 pub mod reduce;
 pub mod signal;
-pub mod text;
-pub mod training;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod text;
+pub mod training;
 
 /// An op failed on its inputs (bad values, unsupported configuration).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

@@ -354,9 +354,7 @@ fn run<T: Element + Copy + Into<f64>>(
         let reverse = cfg.reverse_only || d == 1;
         let wd = &w[d * g * h * inp..(d + 1) * g * h * inp];
         let rd = &r[d * g * h * h..(d + 1) * g * h * h];
-        let bias = |k: usize| -> f64 {
-            ins[3].map_or(0.0, |b| b[d * 2 * g * h + k].into())
-        };
+        let bias = |k: usize| -> f64 { ins[3].map_or(0.0, |b| b[d * 2 * g * h + k].into()) };
         let peep = |k: usize| -> f64 { ins[7].map_or(0.0, |p| p[d * 3 * h + k].into()) };
         let acts = &cfg.acts[d];
         for b in 0..cfg.batch {

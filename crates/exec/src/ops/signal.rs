@@ -217,7 +217,11 @@ fn dft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
         None => n_in,
     };
     let mut shape = x.shape.clone();
-    shape[a] = if onesided && !inverse { len / 2 + 1 } else { len };
+    shape[a] = if onesided && !inverse {
+        len / 2 + 1
+    } else {
+        len
+    };
     shape[r - 1] = if inverse && onesided { 1 } else { 2 };
     let (n_out, c_out) = (shape[a], shape[r - 1]);
     let inner: usize = x.shape[a + 1..r - 1].iter().product();
@@ -328,7 +332,9 @@ fn stft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
             |idx| value(&get, &win, idx),
             "STFT"
         )?)),
-        None => with_reader!(x, get => fill_with(&mut out, |idx| value(&get, &|_| 1.0, idx), "STFT")?),
+        None => {
+            with_reader!(x, get => fill_with(&mut out, |idx| value(&get, &|_| 1.0, idx), "STFT")?)
+        }
     }
     Ok(vec![out])
 }

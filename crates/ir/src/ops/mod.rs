@@ -25,10 +25,10 @@ pub mod random;
 pub mod recurrent;
 pub mod reduce;
 pub mod signal;
-pub mod text;
-pub mod training;
 #[cfg(test)]
 mod tests;
+pub mod text;
+pub mod training;
 
 /// Opset assumed when a model imports none for the default domain.
 pub const DEFAULT_OPSET: i64 = 18;

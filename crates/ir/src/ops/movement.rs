@@ -559,4 +559,3 @@ fn pad(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     }
     Ok(vec![Fact::new(t, out)])
 }
-

@@ -117,7 +117,9 @@ fn recurrent(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let g = Expr::int(gates(&ctx.node.op) as i64);
     if let (Some(a), Some(b)) = (w[1].as_const(), (&hidden * &g).as_const()) {
         if a != b {
-            return invalid(format!("W's dim 1 is {a}, expected {b} (gates * hidden_size)"));
+            return invalid(format!(
+                "W's dim 1 is {a}, expected {b} (gates * hidden_size)"
+            ));
         }
     }
     let d = Expr::int(d as i64);

@@ -72,7 +72,9 @@ fn mel_weight_matrix(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 fn complex_dim(x: &[Expr]) -> Result<i64, OpError> {
     match x.last().and_then(Expr::as_const) {
         Some(c @ (1 | 2)) => Ok(c),
-        Some(c) => invalid(format!("the last dim must be 1 (real) or 2 (complex), got {c}")),
+        Some(c) => invalid(format!(
+            "the last dim must be 1 (real) or 2 (complex), got {c}"
+        )),
         None if x.is_empty() => invalid("the input must have rank >= 2"),
         None => Err(OpError::Unsupported(
             "a symbolic last (real/complex) dim".into(),

@@ -15,7 +15,9 @@ fn tfidf(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let x = ctx.shape(0)?;
     let idx = ctx.attr_ints("ngram_indexes")?.unwrap_or_default();
     let Some(&m) = idx.iter().max() else {
-        return Err(OpError::BadAttr("attribute 'ngram_indexes' is required".into()));
+        return Err(OpError::BadAttr(
+            "attribute 'ngram_indexes' is required".into(),
+        ));
     };
     if idx.iter().any(|&i| i < 0) {
         return Err(OpError::BadAttr("ngram_indexes must be >= 0".into()));
