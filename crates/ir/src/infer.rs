@@ -496,7 +496,7 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
                 .rposition(|i| i.is_some())
                 .map_or(0, |p| p + 1);
             let required = node.inputs.iter().take_while(|i| i.is_some()).count();
-            let arity = rule.and_then(|_| crate::ops::arity(&node.op));
+            let arity = rule.map(|d| d.arity);
             match rule {
                 Some(_) if arity.is_some_and(|(lo, hi)| required < lo || present > hi) => {
                     let (lo, hi) = arity.unwrap_or((0, 0));

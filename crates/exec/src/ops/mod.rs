@@ -62,16 +62,20 @@ pub mod elementwise;
 pub mod image;
 pub mod index;
 pub mod linalg;
+pub mod ml;
 pub mod movement;
 pub mod nn;
 pub mod quant;
 pub mod random;
+pub mod recurrent;
 pub mod reduce;
 pub mod signal;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod text;
+pub mod training;
 
 /// An op failed on its inputs (bad values, unsupported configuration).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -349,6 +353,10 @@ pub const FAMILIES: &[(&str, &[(&str, OpFn)])] = &[
     ("random", random::OPS),
     ("quant", quant::OPS),
     ("attention", attention::OPS),
+    ("recurrent", recurrent::OPS),
+    ("training", training::OPS),
+    ("ml", ml::OPS),
+    ("text", text::OPS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, OpFn> {
@@ -364,12 +372,9 @@ fn table() -> &'static BTreeMap<&'static str, OpFn> {
     })
 }
 
-/// The implementation of a node's op (default domain only).
+/// The implementation of a node's op (keyed like the op table, `memplan_ir::ops::op_key`).
 pub fn lookup(node: &Node) -> Option<OpFn> {
-    if !node.is_onnx_domain() {
-        return None;
-    }
-    table().get(node.op.as_str()).copied()
+    table().get(&*memplan_ir::ops::op_key(node)).copied()
 }
 
 /// Ops the executor implements, sorted.

@@ -1,16 +1,21 @@
 //! Signal ops: the window functions `HannWindow`, `HammingWindow`, `BlackmanWindow`
-//! (`periodic` default 1). Each element is computed in f64 from its index alone. Scratch: none.
+//! (`periodic` default 1), `MelWeightMatrix`, `DFT` and `STFT`. Each element is computed in f64
+//! from its index alone; the transforms sum directly over the signal in index order (`O(n^2)` per
+//! line, exact twiddles from `(k * t) mod n`). Scratch: none.
 
 use half::{bf16, f16};
 use memplan_ir::DataType;
 
-use super::{fail, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn};
-use crate::tensor::Tensor;
+use super::{fail, opt, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn};
+use crate::tensor::{Element, Tensor};
 
 pub const OPS: &[(&str, OpFn)] = &[
     ("HannWindow", window),
     ("HammingWindow", window),
     ("BlackmanWindow", window),
+    ("MelWeightMatrix", mel_weight_matrix),
+    ("DFT", dft),
+    ("STFT", stft),
 ];
 
 fn window(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
@@ -52,6 +57,284 @@ fn window(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
         DataType::I64 => fill!(i64, |v: f64| v as i64),
         DataType::I32 => fill!(i32, |v: f64| v as i32),
         d => return unsupported(format!("{op} of {d}")),
+    }
+    Ok(vec![out])
+}
+
+/// Writes `value(i)` into every element of `out` (a float or integer tensor).
+fn fill_with(out: &mut Tensor, value: impl Fn(usize) -> f64, what: &str) -> Result<(), OpFail> {
+    macro_rules! fill {
+        ($t:ty, $conv:expr) => {{
+            for (i, d) in out.data_mut::<$t>()?.iter_mut().enumerate() {
+                *d = $conv(value(i));
+            }
+        }};
+    }
+    match out.dtype {
+        DataType::F32 => fill!(f32, |v: f64| v as f32),
+        DataType::F64 => fill!(f64, |v: f64| v),
+        DataType::F16 => fill!(f16, f16::from_f64),
+        DataType::BF16 => fill!(bf16, bf16::from_f64),
+        DataType::I64 => fill!(i64, |v: f64| v as i64),
+        DataType::I32 => fill!(i32, |v: f64| v as i32),
+        d => return unsupported(format!("{what} of {d}")),
+    }
+    Ok(())
+}
+
+/// A scalar operand as f64.
+fn scalar_f64(t: &Tensor, what: &str) -> Result<f64, OpFail> {
+    if t.shape.iter().product::<usize>() != 1 {
+        return fail(format!("{what} must hold one element"));
+    }
+    Ok(match t.dtype {
+        DataType::F64 => t.data::<f64>()?[0],
+        DataType::F32 | DataType::F16 | DataType::BF16 => t.to_f32_vec()?[0] as f64,
+        _ => t.to_i64_vec()?[0] as f64,
+    })
+}
+
+/// Triangular mel filters, `[dft_length / 2 + 1, num_mel_bins]`: filter `i` rises from bin
+/// `f[i]` to `f[i + 1]` and falls to `f[i + 2]`, `f` the `num_mel_bins + 2` points equally spaced
+/// on the mel scale between the edges, mapped to DFT bins (as onnx's reference computes them).
+fn mel_weight_matrix(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let bins = scalar_i64(req(inputs, 0)?, "num_mel_bins")?;
+    let len = scalar_i64(req(inputs, 1)?, "dft_length")?;
+    let rate = scalar_i64(req(inputs, 2)?, "sample_rate")?;
+    let lo = scalar_f64(req(inputs, 3)?, "lower_edge_hertz")?;
+    let hi = scalar_f64(req(inputs, 4)?, "upper_edge_hertz")?;
+    if bins < 1 || len < 1 || rate < 1 {
+        return fail("num_mel_bins, dft_length and sample_rate must be >= 1");
+    }
+    let code = ctx.int("output_datatype", 1)?;
+    let Some(dt) = DataType::from_onnx(code as i32) else {
+        return fail(format!("output_datatype {code} is not a data type"));
+    };
+    let (nb, spec) = (bins as usize, (len / 2 + 1) as usize);
+    let mel = |hz: f64| 2595.0 * (hz / 700.0).ln_1p() / std::f64::consts::LN_10;
+    let (lo_mel, hi_mel) = (mel(lo), mel(hi));
+    let step = (hi_mel - lo_mel) / (nb + 2) as f64;
+    let point = |i: usize| -> i64 {
+        let m = i as f64 * step + lo_mel;
+        let hz = 700.0 * (m / 2595.0 * std::f64::consts::LN_10).exp_m1();
+        (((len + 1) as f64 * hz) / rate as f64).floor() as i64
+    };
+    let value = |idx: usize| -> f64 {
+        let (j, i) = ((idx / nb) as i64, idx % nb);
+        let (l, c, h) = (point(i), point(i + 1), point(i + 2));
+        // The falling edge is written after the rising one (it wins at the centre).
+        if h > c && (c..h).contains(&j) {
+            return (h - j) as f64 / (h - c) as f64;
+        }
+        if c == l {
+            return if j == c { 1.0 } else { 0.0 };
+        }
+        if (l..=c).contains(&j) {
+            return (j - l) as f64 / (c - l) as f64;
+        }
+        0.0
+    };
+    let mut out = ctx.alloc_for_overwrite(dt, &[spec, nb])?;
+    fill_with(&mut out, value, "MelWeightMatrix")?;
+    Ok(vec![out])
+}
+
+/// `e^{sign * 2 pi i * m / n}` with `m` reduced mod `n` (exact for every `k * t`).
+fn twiddle(m: usize, n: usize, sign: f64) -> (f64, f64) {
+    let a = 2.0 * std::f64::consts::PI * (m % n) as f64 / n as f64;
+    (a.cos(), sign * a.sin())
+}
+
+/// Reads element `i` of a float tensor's data as f64.
+fn reader<T: Element + Copy + Into<f64>>(d: &[T]) -> impl Fn(usize) -> f64 + '_ {
+    move |i| d[i].into()
+}
+
+/// Runs `$body` with `$get` reading `$t`'s elements as f64 (f32, f64, f16, bf16).
+macro_rules! with_reader {
+    ($t:expr, $get:ident => $body:expr) => {
+        match $t.dtype {
+            DataType::F32 => {
+                let $get = reader($t.data::<f32>()?);
+                $body
+            }
+            DataType::F64 => {
+                let $get = reader($t.data::<f64>()?);
+                $body
+            }
+            DataType::F16 => {
+                let $get = reader($t.data::<f16>()?);
+                $body
+            }
+            DataType::BF16 => {
+                let $get = reader($t.data::<bf16>()?);
+                $body
+            }
+            d => return unsupported(format!("{} of {d}", stringify!($t))),
+        }
+    };
+}
+
+/// DFT along one axis of `[..., n, ..., 1 or 2]` (real or interleaved complex). Forward:
+/// `y[k] = sum_t x[t] e^{-2 pi i k t / L}` over the first `L = dft_length` samples (zero-padded);
+/// `onesided` keeps bins `0..=L/2`. Inverse: `x[t] = 1/L sum_k y[k] e^{2 pi i k t / L}`; inverse
+/// `onesided` reads bins `0..=L/2` of a Hermitian spectrum and gives the real signal (last dim 1).
+fn dft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let r = x.shape.len();
+    let c = match x.shape.last() {
+        Some(&c @ (1 | 2)) if r >= 2 => c,
+        _ => return fail(format!("input must be [..., 1 or 2], got {:?}", x.shape)),
+    };
+    let axis = if ctx.opset >= 20 {
+        match opt(inputs, 2) {
+            Some(a) => scalar_i64(a, "axis")?,
+            None => -2,
+        }
+    } else {
+        ctx.int("axis", 1)?
+    };
+    let Some(a) = memplan_ir::ops::signal::dft_axis(axis, r) else {
+        return fail(format!("axis {axis} is out of range for rank {r}"));
+    };
+    let inverse = ctx.int("inverse", 0)? != 0;
+    let onesided = ctx.int("onesided", 0)? != 0;
+    let n_in = x.shape[a];
+    let len = match opt(inputs, 1) {
+        Some(t) => {
+            let l = scalar_i64(t, "dft_length")?;
+            match usize::try_from(l) {
+                Ok(l) if l >= 1 => l,
+                _ => return fail(format!("dft_length {l} is not >= 1")),
+            }
+        }
+        None if inverse && onesided => {
+            if n_in < 2 {
+                return fail("an inverse onesided DFT needs at least 2 bins");
+            }
+            2 * (n_in - 1)
+        }
+        None => n_in,
+    };
+    let mut shape = x.shape.clone();
+    shape[a] = if onesided && !inverse {
+        len / 2 + 1
+    } else {
+        len
+    };
+    shape[r - 1] = if inverse && onesided { 1 } else { 2 };
+    let (n_out, c_out) = (shape[a], shape[r - 1]);
+    let inner: usize = x.shape[a + 1..r - 1].iter().product();
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &shape)?;
+    // Output element `idx` = ((o * n_out + k) * inner + i) * c_out + part.
+    let value = |get: &dyn Fn(usize) -> f64, idx: usize| -> f64 {
+        let part = idx % c_out;
+        let i = idx / c_out % inner;
+        let k = idx / c_out / inner % n_out;
+        let o = idx / c_out / inner / n_out;
+        let sample = |t: usize| -> (f64, f64) {
+            let at = ((o * n_in + t) * inner + i) * c;
+            (get(at), if c == 2 { get(at + 1) } else { 0.0 })
+        };
+        let (mut re, mut im) = (0.0, 0.0);
+        if inverse && onesided {
+            let m = (len / 2 + 1).min(n_in);
+            for q in 0..m {
+                let (xr, xi) = sample(q);
+                let (wr, wi) = twiddle(q * k, len, 1.0);
+                let w = if q == 0 || 2 * q == len { 1.0 } else { 2.0 };
+                re += w * (xr * wr - xi * wi);
+            }
+            return re / len as f64;
+        }
+        let sign = if inverse { 1.0 } else { -1.0 };
+        for t in 0..n_in.min(len) {
+            let (xr, xi) = sample(t);
+            let (wr, wi) = twiddle(t * k, len, sign);
+            re += xr * wr - xi * wi;
+            im += xr * wi + xi * wr;
+        }
+        let v = if part == 0 { re } else { im };
+        if inverse {
+            v / len as f64
+        } else {
+            v
+        }
+    };
+    with_reader!(x, get => fill_with(&mut out, |idx| value(&get, idx), "DFT")?);
+    Ok(vec![out])
+}
+
+/// Short-time Fourier transform of `[batch, length, 1 or 2]`: frame `f` is the `frame_length`
+/// samples from `f * frame_step`, times the window (ones without one), transformed like `DFT`
+/// (`onesided`, default 1, keeps bins `0..=frame_length/2`). Output `[batch, frames, bins, 2]`.
+fn stft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let c = match x.shape.as_slice() {
+        [_, _, c @ (1 | 2)] => *c,
+        s => return fail(format!("signal must be [batch, length, 1 or 2], got {s:?}")),
+    };
+    let step = scalar_i64(req(inputs, 1)?, "frame_step")?;
+    let window = opt(inputs, 2);
+    if let Some(w) = window {
+        if w.shape.len() != 1 {
+            return fail(format!("window must have rank 1, got {:?}", w.shape));
+        }
+    }
+    let fl = match (opt(inputs, 3), window) {
+        (Some(t), w) => {
+            let l = scalar_i64(t, "frame_length")?;
+            if w.is_some_and(|w| w.shape[0] as i64 != l) {
+                return fail(format!("frame_length {l} differs from the window's length"));
+            }
+            l
+        }
+        (None, Some(w)) => w.shape[0] as i64,
+        (None, None) => return fail("STFT needs a window or a frame_length"),
+    };
+    let (batch, n) = (x.shape[0], x.shape[1]);
+    if step < 1 || fl < 1 || fl as usize > n {
+        return fail(format!(
+            "frame_step {step} and frame_length {fl} must be >= 1, the frame at most {n} long"
+        ));
+    }
+    let (step, fl) = (step as usize, fl as usize);
+    let onesided = ctx.int("onesided", 1)? != 0;
+    if onesided && c == 2 {
+        return fail("onesided STFT needs a real signal");
+    }
+    let frames = 1 + (n - fl) / step;
+    let bins = if onesided { fl / 2 + 1 } else { fl };
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &[batch, frames, bins, 2])?;
+    let value = |get: &dyn Fn(usize) -> f64, win: &dyn Fn(usize) -> f64, idx: usize| -> f64 {
+        let part = idx % 2;
+        let k = idx / 2 % bins;
+        let f = idx / 2 / bins % frames;
+        let b = idx / 2 / bins / frames;
+        let (mut re, mut im) = (0.0, 0.0);
+        for t in 0..fl {
+            let at = (b * n + f * step + t) * c;
+            let w = win(t);
+            let (xr, xi) = (w * get(at), if c == 2 { w * get(at + 1) } else { 0.0 });
+            let (wr, wi) = twiddle(t * k, fl, -1.0);
+            re += xr * wr - xi * wi;
+            im += xr * wi + xi * wr;
+        }
+        if part == 0 {
+            re
+        } else {
+            im
+        }
+    };
+    match window {
+        Some(w) => with_reader!(w, win => with_reader!(x, get => fill_with(
+            &mut out,
+            |idx| value(&get, &win, idx),
+            "STFT"
+        )?)),
+        None => {
+            with_reader!(x, get => fill_with(&mut out, |idx| value(&get, &|_| 1.0, idx), "STFT")?)
+        }
     }
     Ok(vec![out])
 }

@@ -21,14 +21,18 @@ mod fold_tests;
 pub mod image;
 pub mod index;
 pub mod linalg;
+pub mod ml;
 pub mod movement;
 pub mod nn;
 pub mod quant;
 pub mod random;
+pub mod recurrent;
 pub mod reduce;
 pub mod signal;
 #[cfg(test)]
 mod tests;
+pub mod text;
+pub mod training;
 
 /// Opset assumed when a model imports none for the default domain.
 pub const DEFAULT_OPSET: i64 = 18;
@@ -167,6 +171,10 @@ pub const FAMILIES: &[(&str, &[OpDef])] = &[
     ("random", random::DEFS),
     ("quant", quant::DEFS),
     ("attention", attention::DEFS),
+    ("recurrent", recurrent::DEFS),
+    ("training", training::DEFS),
+    ("ml", ml::DEFS),
+    ("text", text::DEFS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
@@ -182,15 +190,22 @@ fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
     })
 }
 
-/// The definition for a node's op, for the default ONNX domain only.
-pub fn lookup(node: &Node) -> Option<&'static OpDef> {
-    if !node.is_onnx_domain() {
-        return None;
+/// The table key of a node's op: its name in the default domain, `<domain>.<name>` in another
+/// (`ai.onnx.ml.Binarizer`); the [`OpDef::op`] of an op outside the default domain is that key.
+pub fn op_key(node: &Node) -> std::borrow::Cow<'_, str> {
+    if node.is_onnx_domain() {
+        std::borrow::Cow::Borrowed(node.op.as_str())
+    } else {
+        std::borrow::Cow::Owned(format!("{}.{}", node.domain, node.op))
     }
-    table().get(node.op.as_str()).copied()
 }
 
-/// The definition for an op name in the default domain.
+/// The definition for a node's op (see [`op_key`] for ops outside the default domain).
+pub fn lookup(node: &Node) -> Option<&'static OpDef> {
+    table().get(&*op_key(node)).copied()
+}
+
+/// The definition for an op name in the default domain, or an [`op_key`] of another.
 pub fn lookup_op(op: &str) -> Option<&'static OpDef> {
     table().get(op).copied()
 }
