@@ -53,6 +53,7 @@ macro_rules! by_size {
 }
 
 pub mod basic;
+pub(crate) mod control;
 pub mod elementwise;
 pub mod image;
 pub mod index;

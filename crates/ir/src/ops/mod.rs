@@ -10,6 +10,7 @@ use crate::graph::Node;
 use crate::infer::{Fact, InferCtx, OpError};
 
 pub mod axes;
+pub mod control;
 pub mod elementwise;
 pub mod image;
 pub mod linalg;
@@ -116,6 +117,7 @@ fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
             image::DEFS,
             signal::DEFS,
             random::DEFS,
+            control::DEFS,
         ] {
             for d in fam {
                 t.insert(d.op, d);
