@@ -511,7 +511,11 @@ fn control_flow_errors_name_the_node() {
     let bad_body = body(
         "b",
         vec![node("add", "Add", &["v", "w"], &["v2"])],
-        vec![typed("i", i64t, &[]), typed("c", boolt, &[]), vi("v", &["3"])],
+        vec![
+            typed("i", i64t, &[]),
+            typed("c", boolt, &[]),
+            vi("v", &["3"]),
+        ],
         vec![typed("c", boolt, &[]), vi("v2", &["3"])],
     );
     let mut lp = node("loop", "Loop", &["m", "", "x"], &["y"]);

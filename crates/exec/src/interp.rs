@@ -534,7 +534,14 @@ fn execute(
             }
             // A body's allocations go to the heap; the node's outputs are then copied into
             // their planned ranges.
-            if !is_cf {
+            if is_cf {
+                if let Some(r) = report.as_mut() {
+                    r.misses.push(format!(
+                        "node {}: a control-flow body runs on the heap, outside the arena",
+                        label()
+                    ));
+                }
+            } else {
                 let mut c = arena::lock(&stats.cursor);
                 c.arena = Some(p.arena.clone());
                 c.outputs = queue;
@@ -584,6 +591,7 @@ fn execute(
                         env: &env,
                         stats: &stats,
                         opset,
+                        dims: &dims,
                     };
                     ops::control::run(&cctx, &ins).map_err(node_err)?
                 }

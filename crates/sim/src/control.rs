@@ -100,7 +100,7 @@ fn at_least(t: &Expr, k: i64) -> Expr {
     if let Some(c) = t.as_const() {
         return Expr::int(i64::from(c >= k));
     }
-    t.min(&Expr::int(k)) - (k - 1)
+    Expr::max(&(t.min(&Expr::int(k)) - (k - 1)), &Expr::zero())
 }
 
 /// The scratch of a control-flow node: the bytes its body holds beyond the node's outputs while
@@ -133,7 +133,11 @@ pub fn scratch(graph: &Graph, facts: &Facts, nid: NodeId) -> Result<Option<Expr>
                 let (pk, _) = body_peak(g, f)?;
                 per.push(pk - out_bytes(g, f, 0..g.outputs.len())?);
             }
-            let [t, e] = per.as_slice() else {
+            let idx = |name| memplan_ir::ops::control::body_index(node, name);
+            let (Some(t), Some(e)) = (
+                idx("then_branch").and_then(|k| per.get(k)),
+                idx("else_branch").and_then(|k| per.get(k)),
+            ) else {
                 return Ok(None);
             };
             Ok(Some(match c.as_const() {

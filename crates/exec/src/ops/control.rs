@@ -48,6 +48,8 @@ pub(crate) struct CtlCtx<'a> {
     pub env: &'a Env<'a>,
     pub stats: &'a Arc<MemStats>,
     pub opset: i64,
+    /// The run's symbol values (for the shape of a scan output no iteration made).
+    pub dims: &'a std::collections::BTreeMap<String, i64>,
 }
 
 fn body_err(g: &Graph, e: ExecError) -> OpFail {
@@ -192,6 +194,7 @@ fn run_nodes(
                     env: &env,
                     stats: ctx.stats,
                     opset: ctx.opset,
+                    dims: ctx.dims,
                 };
                 run(&sub, &ins).map_err(fail)?
             } else {
@@ -241,7 +244,9 @@ pub(crate) fn run(ctx: &CtlCtx, ins: &[Option<&Tensor>]) -> Result<Vec<Tensor>, 
     })?;
     let bodies: Vec<&Graph> = ctx.node.subgraphs().collect();
     if bodies.len() != cf.bodies.len() {
-        return Err(OpFail::Invalid("its bodies and their facts disagree".into()));
+        return Err(OpFail::Invalid(
+            "its bodies and their facts disagree".into(),
+        ));
     }
     match ctx.node.op.as_str() {
         "If" => run_if(ctx, cf, &bodies, ins),
@@ -273,7 +278,13 @@ fn run_if(
         .copied()
         .flatten()
         .ok_or_else(|| OpFail::Invalid("the condition is required".into()))?;
-    let k = if truth(c, "condition")? { 0 } else { 1 };
+    let name = if truth(c, "condition")? {
+        "then_branch"
+    } else {
+        "else_branch"
+    };
+    let k = memplan_ir::ops::control::body_index(ctx.node, name)
+        .ok_or_else(|| OpFail::Invalid(format!("the '{name}' attribute is missing")))?;
     let (Some(g), Some(f)) = (bodies.get(k), cf.bodies.get(k)) else {
         return Err(OpFail::Invalid("If needs two branches".into()));
     };
@@ -336,10 +347,23 @@ fn stack_all(
     Ok(out)
 }
 
-/// A scan output's piece shape from the body's facts, for a loop that ran no iteration.
-fn piece_of(g: &Graph, f: &Facts, slot: usize) -> Result<(DataType, Vec<usize>), OpFail> {
+/// A scan output's piece shape from the body's facts at the run's dims, for a loop that ran no
+/// iteration.
+fn piece_of(
+    ctx: &CtlCtx,
+    g: &Graph,
+    f: &Facts,
+    slot: usize,
+) -> Result<(DataType, Vec<usize>), OpFail> {
     let fact = g.outputs.get(slot).map(|&v| f.get(v));
-    match fact.and_then(|x| Some((x.dtype?, x.concrete_shape()?))) {
+    let shape = |x: &memplan_ir::Fact| -> Option<Vec<usize>> {
+        x.shape
+            .as_ref()?
+            .iter()
+            .map(|d| usize::try_from(d.eval_map(ctx.dims).ok()?).ok())
+            .collect()
+    };
+    match fact.and_then(|x| Some((x.dtype?, shape(x)?))) {
         Some(p) => Ok(p),
         None => super::unsupported(
             "a scan output of a loop that ran no iteration, whose shape is not constant",
@@ -361,7 +385,11 @@ fn run_loop(
             let v = m.to_i64_vec()?;
             match v.as_slice() {
                 [x] => Some(*x),
-                _ => return Err(OpFail::Invalid("the trip count must hold one element".into())),
+                _ => {
+                    return Err(OpFail::Invalid(
+                        "the trip count must hold one element".into(),
+                    ))
+                }
             }
         }
         None => None,
@@ -387,7 +415,7 @@ fn run_loop(
             Tensor::from_vec::<u8>(&[], &[1], Some(ctx.stats))?,
         ];
         inputs[1].dtype = DataType::Bool;
-        inputs.extend(carried.drain(..));
+        inputs.append(&mut carried);
         let outs = run_body(ctx, g, f, &inputs)?;
         drop(inputs);
         if outs.len() != 1 + n + k_out {
@@ -414,8 +442,14 @@ fn run_loop(
             *t = t.to_owned_buffer(Some(ctx.stats))?;
         }
     }
-    let empty_piece = |k: usize| piece_of(g, f, 1 + n + k);
-    let stacked = stack_all(ctx, pieces, &vec![0; k_out], &vec![false; k_out], &empty_piece)?;
+    let empty_piece = |k: usize| piece_of(ctx, g, f, 1 + n + k);
+    let stacked = stack_all(
+        ctx,
+        pieces,
+        &vec![0; k_out],
+        &vec![false; k_out],
+        &empty_piece,
+    )?;
     carried.extend(stacked);
     Ok(carried)
 }
@@ -482,8 +516,7 @@ fn run_scan(
     let out_dirs = ints_attr(ctx.node, "scan_output_directions", k_out)?;
     let mut scan_in: Vec<(&Tensor, usize, bool)> = Vec::with_capacity(k);
     for i in 0..k {
-        let t = ins[n + i]
-            .ok_or_else(|| OpFail::Invalid(format!("scan input {i} is missing")))?;
+        let t = ins[n + i].ok_or_else(|| OpFail::Invalid(format!("scan input {i} is missing")))?;
         let a = norm_axis(in_axes[i], t.rank())?;
         scan_in.push((t, a, in_dirs[i] != 0));
     }
@@ -503,7 +536,7 @@ fn run_scan(
     }
     let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); k_out];
     for t in 0..trips {
-        let mut inputs: Vec<Tensor> = carried.drain(..).collect();
+        let mut inputs: Vec<Tensor> = std::mem::take(&mut carried);
         for &(x, a, rev) in &scan_in {
             let idx = if rev { trips - 1 - t } else { t };
             inputs.push(slice_at(ctx, x, a, idx)?);
@@ -532,12 +565,12 @@ fn run_scan(
     for (i, &a) in out_axes.iter().enumerate() {
         let rank = match pieces[i].first() {
             Some(p) => p.rank(),
-            None => piece_of(g, f, n + i)?.1.len(),
+            None => piece_of(ctx, g, f, n + i)?.1.len(),
         };
         axes.push(norm_axis(a, rank + 1)?);
     }
     let rev: Vec<bool> = out_dirs.iter().map(|&d| d != 0).collect();
-    let empty_piece = |i: usize| piece_of(g, f, n + i);
+    let empty_piece = |i: usize| piece_of(ctx, g, f, n + i);
     let stacked = stack_all(ctx, pieces, &axes, &rev, &empty_piece)?;
     carried.extend(stacked);
     Ok(carried)

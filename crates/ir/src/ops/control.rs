@@ -34,6 +34,21 @@ pub fn is_control(op: &str) -> bool {
     matches!(op, "If" | "Loop" | "Scan")
 }
 
+/// The position of the graph attribute `name` among the node's bodies (the order of
+/// [`crate::graph::Node::subgraphs`]).
+pub fn body_index(node: &crate::graph::Node, name: &str) -> Option<usize> {
+    let mut k = 0;
+    for a in &node.attrs {
+        match &a.value {
+            AttrValue::Graph(_) if a.name == name => return Some(k),
+            AttrValue::Graph(_) => k += 1,
+            AttrValue::Graphs(gs) => k += gs.len(),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The graph attribute `name` of the node.
 fn body<'a>(ctx: &InferCtx<'a>, name: &str) -> Result<&'a Graph, OpError> {
     match ctx.node.attr(name) {
@@ -67,7 +82,9 @@ fn outputs_of(g: &Graph, f: &Facts) -> Vec<Fact> {
 fn join(ctx: &mut InferCtx, a: &Fact, b: &Fact, what: &str) -> Result<Fact, OpError> {
     if let (Some(x), Some(y)) = (a.dtype, b.dtype) {
         if x != y {
-            return invalid(format!("{what} has type {x} in one place and {y} in another"));
+            return invalid(format!(
+                "{what} has type {x} in one place and {y} in another"
+            ));
         }
     }
     let shape = match (&a.shape, &b.shape) {
@@ -84,7 +101,11 @@ fn join(ctx: &mut InferCtx, a: &Fact, b: &Fact, what: &str) -> Result<Fact, OpEr
         }
         _ => None,
     };
-    let value = if a.value == b.value { a.value.clone() } else { None };
+    let value = if a.value == b.value {
+        a.value.clone()
+    } else {
+        None
+    };
     Ok(Fact {
         dtype: a.dtype.or(b.dtype),
         shape,
@@ -152,8 +173,13 @@ fn infer_if(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             (outs, c)
         }
     };
+    let then_first = body_index(ctx.node, "then_branch") < body_index(ctx.node, "else_branch");
     ctx.set_control(ControlFacts {
-        bodies: vec![tf, ef],
+        bodies: if then_first {
+            vec![tf, ef]
+        } else {
+            vec![ef, tf]
+        },
         trips: None,
         branch: Some(branch),
     });
@@ -230,6 +256,14 @@ fn infer_carried(
     ctx.infer_body(g, &ins)
 }
 
+/// Whether a node of the body reads its input `k`.
+fn body_reads(g: &Graph, k: usize) -> bool {
+    let Some(&v) = g.inputs.get(k) else {
+        return false;
+    };
+    g.outputs.contains(&v) || g.nodes.iter().any(|n| n.input_ids().any(|i| i == v))
+}
+
 /// `Loop(M, cond, v_initial...)`: body `(iteration, cond, v...) -> (cond, v..., scan...)`.
 fn infer_loop(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let g = body(ctx, "body")?;
@@ -269,17 +303,25 @@ fn infer_loop(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             }
         }
     }
-    let mut ins = vec![
-        Fact::new(DataType::I64, vec![]),
-        Fact::new(DataType::Bool, vec![]),
-    ];
+    // The iteration number is a symbol, so that shape arithmetic on it (slicing the i-th row)
+    // stays symbolic; sizes that depend on it differ between iterations, and an estimate that
+    // needs it is refused as unbound.
+    let iter = if body_reads(g, 0) {
+        let i = ctx.fresh_symbol("loop_iter", "the iteration number inside a Loop body");
+        Fact::with_value(DataType::I64, vec![], crate::infer::Known::Int(vec![i]))
+    } else {
+        Fact::new(DataType::I64, vec![])
+    };
+    let mut ins = vec![iter, Fact::new(DataType::Bool, vec![])];
     for j in 0..n {
         let f = ctx.input(2 + j)?;
         ins.push(shape_only(f));
     }
     let f = infer_carried(ctx, g, ins.clone(), 2, 1, n)?;
     let outs = outputs_of(g, &f);
-    let m = ctx.opt_input(0).and_then(|x| x.value.as_ref()?.as_exprs()?.first().cloned());
+    let m = ctx
+        .opt_input(0)
+        .and_then(|x| x.value.as_ref()?.as_exprs()?.first().cloned());
     let cond_true = match ctx.opt_input(1) {
         None => true,
         Some(c) => c
@@ -334,7 +376,10 @@ fn infer_loop(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 fn ints_or_zeros(ctx: &InferCtx, name: &str, k: usize) -> Result<Vec<i64>, OpError> {
     let v = ctx.attr_ints(name)?.unwrap_or_else(|| vec![0; k]);
     if v.len() != k {
-        return invalid(format!("attribute '{name}' has {} entries, want {k}", v.len()));
+        return invalid(format!(
+            "attribute '{name}' has {} entries, want {k}",
+            v.len()
+        ));
     }
     Ok(v)
 }
