@@ -470,3 +470,114 @@ fn run_never_dies_of_its_own_allocation() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(g),
+        ..Default::default()
+    }
+}
+
+fn body(
+    name: &str,
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+) -> GraphProto {
+    GraphProto {
+        name: Some(name.into()),
+        node: nodes,
+        input: inputs,
+        output: outputs,
+        ..Default::default()
+    }
+}
+
+fn typed(name: &str, elem: i32, dims: &[&str]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(tensor_type(elem, dims)),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn control_flow_errors_name_the_node() {
+    let d = Tmp::new("control");
+    let (i64t, boolt) = (7, 9);
+    // A Loop whose body adds a [3] carried value to a [4] outer value.
+    let bad_body = body(
+        "b",
+        vec![node("add", "Add", &["v", "w"], &["v2"])],
+        vec![
+            typed("i", i64t, &[]),
+            typed("c", boolt, &[]),
+            vi("v", &["3"]),
+        ],
+        vec![typed("c", boolt, &[]), vi("v2", &["3"])],
+    );
+    let mut lp = node("loop", "Loop", &["m", "", "x"], &["y"]);
+    lp.attribute.push(graph_attr("body", bad_body));
+    let m = model(
+        vec![lp],
+        vec![typed("m", i64t, &[]), vi("x", &["3"]), vi("w", &["4"])],
+        vec![vi("y", &["3"])],
+    );
+    let p = write(&d, "loop_types.onnx", &m);
+    fails_with(
+        &["inspect", p.to_str().unwrap()],
+        &["'loop' (Loop)", "body 'b'", "'add' (Add)", "3", "4"],
+    );
+
+    // A Loop passing one carried value to a body that takes none.
+    let short = body(
+        "b",
+        vec![],
+        vec![typed("i", i64t, &[]), typed("c", boolt, &[])],
+        vec![typed("c", boolt, &[])],
+    );
+    let mut lp = node("loop", "Loop", &["m", "", "x"], &["y"]);
+    lp.attribute.push(graph_attr("body", short));
+    let m = model(
+        vec![lp],
+        vec![typed("m", i64t, &[]), vi("x", &["3"])],
+        vec![vi("y", &["3"])],
+    );
+    let p = write(&d, "loop_arity.onnx", &m);
+    fails_with(
+        &["inspect", p.to_str().unwrap()],
+        &["'loop' (Loop)", "the body takes 2 inputs", "passes 3"],
+    );
+
+    // If branches with different output counts.
+    let one = body(
+        "then",
+        vec![node("r", "Relu", &["x"], &["a"])],
+        vec![],
+        vec![vi("a", &["3"])],
+    );
+    let two = body(
+        "else",
+        vec![
+            node("n1", "Neg", &["x"], &["b"]),
+            node("n2", "Neg", &["x"], &["b2"]),
+        ],
+        vec![],
+        vec![vi("b", &["3"]), vi("b2", &["3"])],
+    );
+    let mut iff = node("if", "If", &["c"], &["y"]);
+    iff.attribute.push(graph_attr("then_branch", one));
+    iff.attribute.push(graph_attr("else_branch", two));
+    let m = model(
+        vec![iff],
+        vec![typed("c", boolt, &[]), vi("x", &["3"])],
+        vec![vi("y", &["3"])],
+    );
+    let p = write(&d, "if_arity.onnx", &m);
+    fails_with(
+        &["inspect", p.to_str().unwrap()],
+        &["'if' (If)", "different output counts", "then 1, else 2"],
+    );
+}

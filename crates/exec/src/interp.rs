@@ -469,11 +469,16 @@ fn execute(
     for (s, &nid) in schedule.iter().enumerate() {
         let node = graph.node(nid);
         let label = || node.label(nid);
-        let Some(f) = ops::lookup(node) else {
-            return Err(ExecError::NotImplemented {
-                node: label(),
-                op: node.op.clone(),
-            });
+        let is_cf = ops::control::is_control(node);
+        let f = match ops::lookup(node) {
+            Some(f) => Some(f),
+            None if is_cf => None,
+            None => {
+                return Err(ExecError::NotImplemented {
+                    node: label(),
+                    op: node.op.clone(),
+                })
+            }
         };
         let ins: Vec<Option<&Tensor>> = node
             .inputs
@@ -529,14 +534,23 @@ fn execute(
                     (None, _) => queue.push_back(None),
                 }
             }
-            {
+            // A body's allocations go to the heap; the node's outputs are then copied into
+            // their planned ranges.
+            if is_cf {
+                if let Some(r) = report.as_mut() {
+                    r.misses.push(format!(
+                        "node {}: a control-flow body runs on the heap, outside the arena",
+                        label()
+                    ));
+                }
+            } else {
                 let mut c = arena::lock(&stats.cursor);
                 c.arena = Some(p.arena.clone());
                 c.outputs = queue;
                 c.scratch = p.scratch[nid.index()];
                 c.scratch_top = 0;
             }
-            if let Some((slot, (off, len))) = ip {
+            if let (Some((slot, (off, len))), Some(f)) = (ip, f) {
                 done_in_place =
                     inplace::run(&ctx, f, &ins, slot, &p.arena, off, len).map_err(node_err)?;
                 if done_in_place.is_none() {
@@ -565,11 +579,30 @@ fn execute(
                 }
                 vec![t]
             }
-            (None, None) => f(&ctx, &ins).map_err(node_err)?,
+            (None, None) => match f {
+                Some(f) => f(&ctx, &ins).map_err(node_err)?,
+                None => {
+                    let env = ops::control::Env {
+                        graph,
+                        values: &values,
+                        parent: None,
+                    };
+                    let cctx = ops::control::CtlCtx {
+                        node,
+                        control: facts.control.get(&nid),
+                        env: &env,
+                        stats: &stats,
+                        opset,
+                        dims: &dims,
+                    };
+                    ops::control::run(&cctx, &ins).map_err(node_err)?
+                }
+            },
         };
         drop(ins);
         let held = stats.take_scratch_high();
-        if let Some(want) = declared_scratch[nid.index()] {
+        // A control-flow node's scratch is its bodies' memory, not kernel scratch.
+        if let Some(want) = declared_scratch[nid.index()].filter(|_| !is_cf) {
             if held != want {
                 scratch_mismatches.push(format!(
                     "node {}: the kernel held {held} B of scratch at once, the op table declares {want} B",

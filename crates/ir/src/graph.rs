@@ -384,6 +384,18 @@ impl Graph {
                 out.push(v.name.clone());
             }
         }
+        for n in &self.nodes {
+            for sub in n.subgraphs() {
+                for name in sub.outer_reads() {
+                    let defined = self
+                        .find_value(&name)
+                        .is_some_and(|v| self.values[v.index()].kind != ValueKind::Outer);
+                    if !defined && !out.contains(&name) {
+                        out.push(name);
+                    }
+                }
+            }
+        }
         out
     }
 

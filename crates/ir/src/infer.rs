@@ -166,6 +166,42 @@ pub struct InferCtx<'a> {
     pub inputs: Vec<Option<&'a Fact>>,
     pub opset: i64,
     symbols: &'a mut SymbolTable,
+    /// The scope this node sits in (for the bodies of control-flow nodes).
+    scope: Scope<'a>,
+    /// What a control-flow rule learned about the node's bodies.
+    control: Option<ControlFacts>,
+}
+
+/// The values visible to a graph from its enclosing scopes: each graph with its facts so far.
+#[derive(Clone, Copy)]
+pub struct Scope<'a> {
+    pub graph: &'a Graph,
+    pub values: &'a [Fact],
+    pub parent: Option<&'a Scope<'a>>,
+}
+
+impl Scope<'_> {
+    /// The fact of the innermost value named `name` that some scope defines (not as an outer read).
+    pub fn lookup(&self, name: &str) -> Option<&Fact> {
+        let own = self
+            .graph
+            .find_value(name)
+            .filter(|v| self.graph.value(*v).kind != ValueKind::Outer)
+            .and_then(|v| self.values.get(v.index()));
+        own.or_else(|| self.parent.and_then(|p| p.lookup(name)))
+    }
+}
+
+/// What inference knows of a control-flow node (`If`, `Loop`, `Scan`) beyond its outputs.
+#[derive(Clone, Debug, Default)]
+pub struct ControlFacts {
+    /// The facts of each body, in the order of [`Node::subgraphs`].
+    pub bodies: Vec<Facts>,
+    /// `Loop`/`Scan`: the number of iterations (a fresh symbol when data-dependent).
+    pub trips: Option<Expr>,
+    /// `If`: 1 when the then-branch runs, 0 for the else-branch; a fresh 0/1 symbol when the
+    /// condition is not known at inference time.
+    pub branch: Option<Expr>,
 }
 
 impl<'a> InferCtx<'a> {
@@ -204,6 +240,39 @@ impl<'a> InferCtx<'a> {
     /// Known contents of input `i` as integer expressions, if known.
     pub fn known_ints(&self, i: usize) -> Option<Vec<Expr>> {
         self.opt_input(i)?.value.as_ref()?.as_exprs()
+    }
+
+    /// Infers a body of this node with the given facts for its graph inputs (missing ones: the
+    /// declared types), reading outer-scope values from this node's scope. Errors name the body
+    /// node; a body node without facts makes the whole node `Unknown`.
+    pub fn infer_body(&mut self, body: &Graph, inputs: &[Fact]) -> Result<Facts, OpError> {
+        let scope = self.scope;
+        let f = infer_scoped(body, self.opset, Some(inputs), Some(&scope), self.symbols)
+            .map_err(|e| OpError::Invalid(format!("body '{}': {e}", printable(&body.name))))?;
+        if let Some(s) = f.skipped.first() {
+            return Err(OpError::Unknown(format!(
+                "body '{}' node {}: {}",
+                printable(&body.name),
+                s.label,
+                s.reason
+            )));
+        }
+        Ok(f)
+    }
+
+    /// Records what a control-flow rule learned about the node's bodies.
+    pub fn set_control(&mut self, c: ControlFacts) {
+        self.control = Some(c);
+    }
+
+    /// A snapshot of the symbol table, to undo the symbols of a trial body inference.
+    pub fn symbols_snapshot(&self) -> SymbolTable {
+        self.symbols.clone()
+    }
+
+    /// Restores a snapshot taken by [`InferCtx::symbols_snapshot`].
+    pub fn symbols_restore(&mut self, s: SymbolTable) {
+        *self.symbols = s;
     }
 
     /// A fresh data-dependent symbol, recorded with the reason.
@@ -416,6 +485,8 @@ pub struct Facts {
     pub order: Vec<NodeId>,
     /// The default-domain opset the rules ran at (op semantics, and so scratch, may depend on it).
     pub opset: i64,
+    /// Control-flow nodes: their bodies' facts, trip counts and branches.
+    pub control: BTreeMap<NodeId, ControlFacts>,
 }
 
 impl Facts {
@@ -446,8 +517,24 @@ pub fn infer_model(model: &Model) -> Result<Facts, InferError> {
 
 /// Infers facts for one graph at the given default-domain opset.
 pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
-    let order = graph.validate()?;
     let mut symbols = SymbolTable::default();
+    let mut f = infer_scoped(graph, opset, None, None, &mut symbols)?;
+    f.symbols = symbols;
+    Ok(f)
+}
+
+/// Inference of `graph` inside `parent` (a body), or of a main graph when `parent` is `None`.
+/// `inputs` gives the facts of the graph inputs by position (a body's inputs are fed by its node);
+/// inputs without one, or unknown ones, take their declared types. The returned facts' symbol
+/// table is empty for a body: its symbols are the enclosing model's.
+fn infer_scoped(
+    graph: &Graph,
+    opset: i64,
+    inputs: Option<&[Fact]>,
+    parent: Option<&Scope>,
+    symbols: &mut SymbolTable,
+) -> Result<Facts, InferError> {
+    let order = graph.validate()?;
     let mut values: Vec<Fact> = vec![Fact::default(); graph.values.len()];
 
     // Declared symbols first, so fresh names never collide with them.
@@ -455,7 +542,7 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
         if let Some((_, Some(dims))) = graph.value(i).decl.as_ref().and_then(|d| d.as_tensor()) {
             for d in dims {
                 if let DeclDim::Param(p) = &d.dim {
-                    if !symbols.declared.contains(p) {
+                    if !symbols.declared.contains(p) && inputs.is_none() {
                         symbols.declared.push(p.clone());
                     }
                 }
@@ -466,7 +553,18 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
         match &v.kind {
             ValueKind::Initializer(t) => values[idx] = Fact::of_tensor(t),
             ValueKind::Input => {
-                values[idx] = input_fact(v, &mut symbols)?;
+                let pos = graph.inputs.iter().position(|&x| x.index() == idx);
+                let given = inputs.and_then(|f| pos.and_then(|p| f.get(p)));
+                values[idx] = match given {
+                    Some(f) if f.dtype.is_some() || f.shape.is_some() => f.clone(),
+                    _ if inputs.is_some() && v.decl.is_none() => Fact::default(),
+                    _ => input_fact(v, symbols)?,
+                };
+            }
+            ValueKind::Outer => {
+                if let Some(f) = parent.and_then(|p| p.lookup(&v.name)) {
+                    values[idx] = f.clone();
+                }
             }
             _ => {}
         }
@@ -479,6 +577,7 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
         }
     }
 
+    let mut control = BTreeMap::new();
     let mut skipped = Vec::new();
     for &nid in &order {
         let node = graph.node(nid);
@@ -528,9 +627,18 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
                         id: nid,
                         inputs,
                         opset,
-                        symbols: &mut symbols,
+                        symbols: &mut *symbols,
+                        scope: Scope {
+                            graph,
+                            values: &values,
+                            parent,
+                        },
+                        control: None,
                     };
                     let mut res = (def.infer)(&mut ctx);
+                    if let Some(c) = ctx.control.take() {
+                        control.insert(nid, c);
+                    }
                     if let Ok(outs) = res.as_mut() {
                         if crate::fold::fold_node(node, opset, &ctx.inputs, outs) {
                             // Concrete values replace any data-dependent symbol the rule made.
@@ -560,20 +668,25 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
                 });
                 // Outputs keep what the file declares, with declared symbols only.
                 for v in node.output_ids() {
-                    values[v.index()] = declared_fact(graph, v, &symbols);
+                    values[v.index()] = declared_fact(graph, v, symbols);
                 }
             }
         }
     }
 
-    let aliases = unify_declared_outputs(graph, &values, &symbols);
+    let aliases = if parent.is_none() {
+        unify_declared_outputs(graph, &values, symbols)
+    } else {
+        Vec::new()
+    };
     Ok(Facts {
         values,
-        symbols,
+        symbols: SymbolTable::default(),
         skipped,
         aliases,
         order,
         opset,
+        control,
     })
 }
 

@@ -753,6 +753,13 @@ fn scratch_bytes(
     dims: &BTreeMap<String, i64>,
 ) -> Result<u64, String> {
     let node = &graph.nodes[nd];
+    let nid = memplan_ir::NodeId::from_index(nd);
+    if let Some(e) = memplan_sim::control::scratch(graph, facts, nid).map_err(|e| e.to_string())? {
+        return e
+            .eval_map(dims)
+            .map(|x| x.max(0) as u64)
+            .map_err(|e| format!("scratch size unknown at the plan's dims ({e:?})"));
+    }
     let Some(f) = ops::lookup(node).and_then(|d| d.mem.scratch) else {
         return Ok(0);
     };

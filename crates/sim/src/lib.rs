@@ -4,6 +4,7 @@
 //! and alloc/free steps; [`peak`] evaluates the live bytes over the steps, symbolically or at given
 //! dims; [`place`] assigns arena offsets. Schedulers and rewrites live in `plan`.
 
+pub mod control;
 pub mod estimate;
 pub mod formula;
 pub mod peak;

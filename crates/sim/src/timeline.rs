@@ -325,11 +325,14 @@ impl Timeline {
                 value_buf[v.index()] = Some(id);
                 value_buf[owner.index()] = Some(id);
             }
-            let scratch = ops::lookup(node)
-                .and_then(|d| d.mem.scratch)
-                .filter(|_| !is_assembled[nid.index()]);
-            if let Some(f) = scratch {
-                let size = f(node, facts.opset, &in_facts, &out_facts);
+            let scratch = match crate::control::scratch(graph, facts, nid)? {
+                Some(s) => Some(s),
+                None => ops::lookup(node)
+                    .and_then(|d| d.mem.scratch)
+                    .filter(|_| !is_assembled[nid.index()])
+                    .map(|f| f(node, facts.opset, &in_facts, &out_facts)),
+            };
+            if let Some(size) = scratch {
                 if size != Expr::zero() {
                     buffers.push(Buffer {
                         value: None,

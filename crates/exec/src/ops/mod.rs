@@ -58,6 +58,7 @@ macro_rules! by_size {
 
 pub mod attention;
 pub mod basic;
+pub(crate) mod control;
 pub mod elementwise;
 pub mod image;
 pub mod index;
@@ -351,6 +352,7 @@ pub const FAMILIES: &[(&str, &[(&str, OpFn)])] = &[
     ("image", image::OPS),
     ("signal", signal::OPS),
     ("random", random::OPS),
+    ("control", control::OPS),
     ("quant", quant::OPS),
     ("attention", attention::OPS),
     ("recurrent", recurrent::OPS),

@@ -4,8 +4,12 @@
 
 use std::collections::BTreeMap;
 
-/// Ops with a shape/memory rule in `ir` but no kernel yet: `run` reports them unsupported.
+/// Ops with a shape/memory rule in `ir` but no kernel entry: control flow, which the interpreter
+/// runs with its bodies, and ops not implemented yet (`run` reports them unsupported).
 const RULE_ONLY: &[(&str, &str)] = &[
+    ("If", "run by the interpreter with its branches (ops::control::run)"),
+    ("Loop", "run by the interpreter with its body (ops::control::run)"),
+    ("Scan", "run by the interpreter with its body (ops::control::run)"),
     (
         "Dropout",
         "no kernel yet: inference-mode identity, not executed (issue 12)",

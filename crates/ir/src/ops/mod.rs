@@ -15,6 +15,7 @@ use crate::infer::{Fact, InferCtx, OpError};
 pub mod attention;
 pub mod axes;
 pub mod basic;
+pub mod control;
 pub mod elementwise;
 #[cfg(test)]
 mod fold_tests;
@@ -169,6 +170,7 @@ pub const FAMILIES: &[(&str, &[OpDef])] = &[
     ("image", image::DEFS),
     ("signal", signal::DEFS),
     ("random", random::DEFS),
+    ("control", control::DEFS),
     ("quant", quant::DEFS),
     ("attention", attention::DEFS),
     ("recurrent", recurrent::DEFS),

@@ -1,0 +1,580 @@
+//! Control flow (`If`, `Loop`, `Scan`): bodies run by the same interpreter, with the memory
+//! behaviour `memplan_sim::control` predicts.
+//!
+//! A body's inputs are handed in by the node (charged where they were made: the iteration number
+//! and condition of a `Loop` and a `Scan`'s slices are fresh buffers per iteration; loop-carried
+//! values are the node's inputs in iteration 0 and the previous iteration's outputs after); its
+//! initializers are charged while it runs; outer-scope values are read in place. Values are freed
+//! after their last reader in the body's order. When the body ends, each output that does not own
+//! a buffer made in the body ([`memplan_sim::control::owned_outputs`]) is copied, then the rest of
+//! the body is dropped. A `Loop`/`Scan` keeps each iteration's scan outputs and stacks them into
+//! fresh buffers at the end, all pieces alive until every output is stacked; with no iteration
+//! its loop-carried outputs are copies of the initial values.
+
+use std::sync::Arc;
+
+use memplan_ir::graph::{AttrValue, Graph, Node, ValueKind};
+use memplan_ir::infer::{ControlFacts, Facts};
+use memplan_ir::DataType;
+
+use super::OpFail;
+use crate::interp::ExecError;
+use crate::mem::MemStats;
+use crate::tensor::Tensor;
+
+/// The values a body can read from its enclosing graphs: each graph with its current values.
+pub(crate) struct Env<'a> {
+    pub graph: &'a Graph,
+    pub values: &'a [Option<Tensor>],
+    pub parent: Option<&'a Env<'a>>,
+}
+
+impl Env<'_> {
+    fn lookup(&self, name: &str) -> Option<&Tensor> {
+        let own = self
+            .graph
+            .find_value(name)
+            .filter(|v| self.graph.value(*v).kind != ValueKind::Outer)
+            .and_then(|v| self.values.get(v.index()))
+            .and_then(Option::as_ref);
+        own.or_else(|| self.parent.and_then(|p| p.lookup(name)))
+    }
+}
+
+/// What a control-flow node sees when it runs.
+pub(crate) struct CtlCtx<'a> {
+    pub node: &'a Node,
+    pub control: Option<&'a ControlFacts>,
+    pub env: &'a Env<'a>,
+    pub stats: &'a Arc<MemStats>,
+    pub opset: i64,
+    /// The run's symbol values (for the shape of a scan output no iteration made).
+    pub dims: &'a std::collections::BTreeMap<String, i64>,
+}
+
+fn body_err(g: &Graph, e: ExecError) -> OpFail {
+    OpFail::Invalid(format!("body '{}': {e}", g.name))
+}
+
+/// Runs one body on `inputs` (its graph inputs, by position) and returns its outputs, each owning
+/// its buffer.
+fn run_body(
+    ctx: &CtlCtx,
+    g: &Graph,
+    facts: &Facts,
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>, OpFail> {
+    if inputs.len() != g.inputs.len() {
+        return Err(OpFail::Invalid(format!(
+            "body '{}' takes {} inputs, given {}",
+            g.name,
+            g.inputs.len(),
+            inputs.len()
+        )));
+    }
+    let timeline = memplan_sim::Timeline::build(g, facts, &facts.order)
+        .map_err(|e| OpFail::Invalid(format!("body '{}': {e}", g.name)))?;
+    let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
+    for (&v, t) in g.inputs.iter().zip(inputs) {
+        values[v.index()] = Some(t.clone());
+    }
+    let mut weights = 0u64;
+    for v in g.value_ids() {
+        let val = g.value(v);
+        match &val.kind {
+            ValueKind::Initializer(t) if values[v.index()].is_none() => {
+                let t = crate::interp::weight_tensor(t)
+                    .map_err(|e| OpFail::Invalid(format!("weight '{}': {e}", val.name)))?;
+                weights += t.bytes().len() as u64;
+                values[v.index()] = Some(t);
+            }
+            ValueKind::Outer => {
+                let t = ctx.env.lookup(&val.name).ok_or_else(|| {
+                    OpFail::Invalid(format!(
+                        "body '{}' reads '{}', which no enclosing graph holds",
+                        g.name, val.name
+                    ))
+                })?;
+                values[v.index()] = Some(t.clone());
+            }
+            _ => {}
+        }
+    }
+    ctx.stats.add(weights);
+    let r = run_nodes(ctx, g, facts, &timeline, &mut values);
+    let outs = r.and_then(|()| {
+        let owned = memplan_sim::control::owned_outputs(g, &timeline);
+        g.outputs
+            .iter()
+            .zip(owned)
+            .map(|(&o, own)| {
+                let t = values[o.index()].as_ref().ok_or_else(|| {
+                    OpFail::Invalid(format!(
+                        "body '{}' did not produce its output '{}'",
+                        g.name,
+                        g.value(o).name
+                    ))
+                })?;
+                if own {
+                    Ok(t.clone())
+                } else {
+                    Ok(t.to_owned_buffer(Some(ctx.stats))?)
+                }
+            })
+            .collect::<Result<Vec<Tensor>, OpFail>>()
+    });
+    drop(values);
+    ctx.stats.sub(weights);
+    outs
+}
+
+/// Runs the nodes of a body in its facts' order, freeing each value after its last reader.
+fn run_nodes(
+    ctx: &CtlCtx,
+    g: &Graph,
+    facts: &Facts,
+    timeline: &memplan_sim::Timeline,
+    values: &mut [Option<Tensor>],
+) -> Result<(), OpFail> {
+    let order = &facts.order;
+    let mut pos = vec![0usize; g.nodes.len()];
+    for (s, n) in order.iter().enumerate() {
+        pos[n.index()] = s;
+    }
+    let consumers = g.consumers();
+    let mut keep = vec![false; g.values.len()];
+    for &o in &g.outputs {
+        keep[o.index()] = true;
+    }
+    let mut frees: Vec<Vec<memplan_ir::ValueId>> = vec![Vec::new(); order.len()];
+    for v in g.value_ids() {
+        if keep[v.index()] || !matches!(g.value(v).kind, ValueKind::Node { .. }) {
+            continue;
+        }
+        let last = consumers[v.index()].iter().map(|c| pos[c.index()]).max();
+        let made = g.producer(v).map(|p| pos[p.index()]);
+        if let Some(s) = last.or(made) {
+            frees[s].push(v);
+        }
+    }
+    for (s, &nid) in order.iter().enumerate() {
+        let node = g.node(nid);
+        let fail = |e: OpFail| {
+            body_err(
+                g,
+                ExecError::Node {
+                    node: node.label(nid),
+                    msg: e.to_string(),
+                },
+            )
+        };
+        let outs = {
+            let ins: Vec<Option<&Tensor>> = node
+                .inputs
+                .iter()
+                .map(|i| match i {
+                    None => Ok(None),
+                    Some(v) => values[v.index()].as_ref().map(Some).ok_or_else(|| {
+                        fail(OpFail::Invalid(format!(
+                            "input '{}' is not available",
+                            g.value(*v).name
+                        )))
+                    }),
+                })
+                .collect::<Result<_, _>>()?;
+            if is_control(node) {
+                let env = Env {
+                    graph: g,
+                    values: &*values,
+                    parent: Some(ctx.env),
+                };
+                let sub = CtlCtx {
+                    node,
+                    control: facts.control.get(&nid),
+                    env: &env,
+                    stats: ctx.stats,
+                    opset: ctx.opset,
+                    dims: ctx.dims,
+                };
+                run(&sub, &ins).map_err(fail)?
+            } else {
+                let Some(f) = super::lookup(node) else {
+                    return Err(fail(OpFail::Unsupported(format!(
+                        "op {} is not implemented by the executor",
+                        node.op
+                    ))));
+                };
+                let octx = super::OpCtx {
+                    node,
+                    opset: ctx.opset,
+                    view: timeline.node_is_view[nid.index()],
+                    stats: ctx.stats,
+                };
+                f(&octx, &ins).map_err(fail)?
+            }
+        };
+        for (slot, o) in node.outputs.iter().enumerate() {
+            if let Some(v) = o {
+                let t = outs.get(slot).cloned().ok_or_else(|| {
+                    fail(OpFail::Invalid(format!(
+                        "produced {} outputs, output {slot} is missing",
+                        outs.len()
+                    )))
+                })?;
+                values[v.index()] = Some(t);
+            }
+        }
+        drop(outs);
+        for &v in &frees[s] {
+            values[v.index()] = None;
+        }
+    }
+    Ok(())
+}
+
+/// No kernels: `If`, `Loop` and `Scan` are run by the interpreter with their bodies ([`run`]).
+pub const OPS: &[(&str, super::OpFn)] = &[];
+
+/// Whether the node is a control-flow node this module runs.
+pub(crate) fn is_control(node: &Node) -> bool {
+    node.is_onnx_domain() && memplan_ir::ops::control::is_control(&node.op)
+}
+
+/// Runs a control-flow node.
+pub(crate) fn run(ctx: &CtlCtx, ins: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let cf = ctx.control.ok_or_else(|| {
+        OpFail::Invalid("its bodies have no inferred facts (inference skipped it)".into())
+    })?;
+    let bodies: Vec<&Graph> = ctx.node.subgraphs().collect();
+    if bodies.len() != cf.bodies.len() {
+        return Err(OpFail::Invalid(
+            "its bodies and their facts disagree".into(),
+        ));
+    }
+    match ctx.node.op.as_str() {
+        "If" => run_if(ctx, cf, &bodies, ins),
+        "Loop" => run_loop(ctx, cf, &bodies, ins),
+        "Scan" => run_scan(ctx, cf, &bodies, ins),
+        op => super::unsupported(format!("control-flow op {op}")),
+    }
+}
+
+/// The truth of a one-element tensor.
+fn truth(t: &Tensor, what: &str) -> Result<bool, OpFail> {
+    if t.numel() != 1 {
+        return Err(OpFail::Invalid(format!(
+            "the {what} has {} elements, not 1",
+            t.numel()
+        )));
+    }
+    Ok(t.bytes().iter().any(|&b| b != 0))
+}
+
+fn run_if(
+    ctx: &CtlCtx,
+    cf: &ControlFacts,
+    bodies: &[&Graph],
+    ins: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>, OpFail> {
+    let c = ins
+        .first()
+        .copied()
+        .flatten()
+        .ok_or_else(|| OpFail::Invalid("the condition is required".into()))?;
+    let name = if truth(c, "condition")? {
+        "then_branch"
+    } else {
+        "else_branch"
+    };
+    let k = memplan_ir::ops::control::body_index(ctx.node, name)
+        .ok_or_else(|| OpFail::Invalid(format!("the '{name}' attribute is missing")))?;
+    let (Some(g), Some(f)) = (bodies.get(k), cf.bodies.get(k)) else {
+        return Err(OpFail::Invalid("If needs two branches".into()));
+    };
+    run_body(ctx, g, f, &[])
+}
+
+/// Stacks the pieces of each scan output along its axis (reversed when asked), all pieces kept
+/// until every output is stacked. `empty` gives the shape of a piece when no iteration ran.
+fn stack_all(
+    ctx: &CtlCtx,
+    pieces: Vec<Vec<Tensor>>,
+    axes: &[usize],
+    reverse: &[bool],
+    empty: &dyn Fn(usize) -> Result<(DataType, Vec<usize>), OpFail>,
+) -> Result<Vec<Tensor>, OpFail> {
+    let mut out = Vec::with_capacity(pieces.len());
+    for (k, ps) in pieces.iter().enumerate() {
+        let (dtype, shape) = match ps.first() {
+            Some(p) => (p.dtype, p.shape.clone()),
+            None => empty(k)?,
+        };
+        let a = axes.get(k).copied().unwrap_or(0);
+        if a > shape.len() {
+            return Err(OpFail::Invalid(format!(
+                "scan output {k}: axis {a} is out of range for rank {}",
+                shape.len() + 1
+            )));
+        }
+        let mut full = shape.clone();
+        full.insert(a, ps.len());
+        let mut t = Tensor::zeros(dtype, &full, Some(ctx.stats))?;
+        if !ps.is_empty() {
+            let es = crate::tensor::elem_size(dtype)?;
+            let outer: usize = shape[..a].iter().product();
+            let inner: usize = shape[a..].iter().product::<usize>() * es;
+            let n = ps.len();
+            let dst = t.bytes_mut()?;
+            for (i, p) in ps.iter().enumerate() {
+                if p.shape != shape || p.dtype != dtype {
+                    return Err(OpFail::Invalid(format!(
+                        "scan output {k} is {} {:?} in iteration {i} but {dtype} {shape:?} in iteration 0",
+                        p.dtype, p.shape
+                    )));
+                }
+                let at = if reverse.get(k).copied().unwrap_or(false) {
+                    n - 1 - i
+                } else {
+                    i
+                };
+                let src = p.bytes();
+                for o in 0..outer {
+                    let d = (o * n + at) * inner;
+                    dst[d..d + inner].copy_from_slice(&src[o * inner..(o + 1) * inner]);
+                }
+            }
+        }
+        out.push(t);
+    }
+    drop(pieces);
+    Ok(out)
+}
+
+/// A scan output's piece shape from the body's facts at the run's dims, for a loop that ran no
+/// iteration.
+fn piece_of(
+    ctx: &CtlCtx,
+    g: &Graph,
+    f: &Facts,
+    slot: usize,
+) -> Result<(DataType, Vec<usize>), OpFail> {
+    let fact = g.outputs.get(slot).map(|&v| f.get(v));
+    let shape = |x: &memplan_ir::Fact| -> Option<Vec<usize>> {
+        x.shape
+            .as_ref()?
+            .iter()
+            .map(|d| usize::try_from(d.eval_map(ctx.dims).ok()?).ok())
+            .collect()
+    };
+    match fact.and_then(|x| Some((x.dtype?, shape(x)?))) {
+        Some(p) => Ok(p),
+        None => super::unsupported(
+            "a scan output of a loop that ran no iteration, whose shape is not constant",
+        ),
+    }
+}
+
+fn run_loop(
+    ctx: &CtlCtx,
+    cf: &ControlFacts,
+    bodies: &[&Graph],
+    ins: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>, OpFail> {
+    let (Some(g), Some(f)) = (bodies.first(), cf.bodies.first()) else {
+        return Err(OpFail::Invalid("Loop needs a body".into()));
+    };
+    let max_trips = match ins.first().copied().flatten() {
+        Some(m) => {
+            let v = m.to_i64_vec()?;
+            match v.as_slice() {
+                [x] => Some(*x),
+                _ => {
+                    return Err(OpFail::Invalid(
+                        "the trip count must hold one element".into(),
+                    ))
+                }
+            }
+        }
+        None => None,
+    };
+    let mut cond = match ins.get(1).copied().flatten() {
+        Some(c) => truth(c, "condition")?,
+        None => true,
+    };
+    let n = ins.len().saturating_sub(2);
+    let mut carried: Vec<Tensor> = Vec::with_capacity(n);
+    for (j, t) in ins.iter().skip(2).enumerate() {
+        carried.push(
+            t.cloned()
+                .ok_or_else(|| OpFail::Invalid(format!("loop-carried input {j} is missing")))?,
+        );
+    }
+    let k_out = ctx.node.outputs.len().saturating_sub(n);
+    let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); k_out];
+    let mut trips = 0i64;
+    while cond && max_trips.is_none_or(|m| trips < m) {
+        let mut inputs = vec![
+            Tensor::from_vec::<i64>(&[], &[trips], Some(ctx.stats))?,
+            Tensor::from_vec::<u8>(&[], &[1], Some(ctx.stats))?,
+        ];
+        inputs[1].dtype = DataType::Bool;
+        inputs.append(&mut carried);
+        let outs = run_body(ctx, g, f, &inputs)?;
+        drop(inputs);
+        if outs.len() != 1 + n + k_out {
+            return Err(OpFail::Invalid(format!(
+                "the body gave {} outputs, want {}",
+                outs.len(),
+                1 + n + k_out
+            )));
+        }
+        let mut it = outs.into_iter();
+        let c = it
+            .next()
+            .ok_or_else(|| OpFail::Invalid("the body gave no condition output".into()))?;
+        cond = truth(&c, "body's condition output")?;
+        drop(c);
+        carried.extend(it.by_ref().take(n));
+        for (k, t) in it.enumerate() {
+            pieces[k].push(t);
+        }
+        trips += 1;
+    }
+    if trips == 0 {
+        for t in carried.iter_mut() {
+            *t = t.to_owned_buffer(Some(ctx.stats))?;
+        }
+    }
+    let empty_piece = |k: usize| piece_of(ctx, g, f, 1 + n + k);
+    let stacked = stack_all(
+        ctx,
+        pieces,
+        &vec![0; k_out],
+        &vec![false; k_out],
+        &empty_piece,
+    )?;
+    carried.extend(stacked);
+    Ok(carried)
+}
+
+fn ints_attr(node: &Node, name: &str, k: usize) -> Result<Vec<i64>, OpFail> {
+    match node.attr(name) {
+        None => Ok(vec![0; k]),
+        Some(AttrValue::Ints(v)) if v.len() == k => Ok(v.clone()),
+        Some(_) => Err(OpFail::Invalid(format!(
+            "attribute '{name}' must be {k} integers"
+        ))),
+    }
+}
+
+fn norm_axis(a: i64, rank: usize) -> Result<usize, OpFail> {
+    let r = rank as i64;
+    let x = if a < 0 { a + r } else { a };
+    if x < 0 || x >= r {
+        return Err(OpFail::Invalid(format!(
+            "axis {a} is out of range for rank {rank}"
+        )));
+    }
+    Ok(x as usize)
+}
+
+/// Slice `idx` of `t` along axis `a`, in a fresh buffer.
+fn slice_at(ctx: &CtlCtx, t: &Tensor, a: usize, idx: usize) -> Result<Tensor, OpFail> {
+    let es = crate::tensor::elem_size(t.dtype)?;
+    let mut shape = t.shape.clone();
+    let len = shape.remove(a);
+    let outer: usize = t.shape[..a].iter().product();
+    let inner: usize = t.shape[a + 1..].iter().product::<usize>() * es;
+    let mut out = Tensor::zeros(t.dtype, &shape, Some(ctx.stats))?;
+    let src = t.bytes();
+    let dst = out.bytes_mut()?;
+    for o in 0..outer {
+        let s = (o * len + idx) * inner;
+        dst[o * inner..(o + 1) * inner].copy_from_slice(&src[s..s + inner]);
+    }
+    Ok(out)
+}
+
+fn run_scan(
+    ctx: &CtlCtx,
+    cf: &ControlFacts,
+    bodies: &[&Graph],
+    ins: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>, OpFail> {
+    let (Some(g), Some(f)) = (bodies.first(), cf.bodies.first()) else {
+        return Err(OpFail::Invalid("Scan needs a body".into()));
+    };
+    let k = match ctx.node.attr("num_scan_inputs") {
+        Some(AttrValue::Int(k)) => usize::try_from(*k).unwrap_or(usize::MAX),
+        _ => usize::MAX,
+    };
+    if k == 0 || k > ins.len() {
+        return Err(OpFail::Invalid("num_scan_inputs is out of range".into()));
+    }
+    let n = ins.len() - k;
+    let k_out = ctx.node.outputs.len().saturating_sub(n);
+    let in_axes = ints_attr(ctx.node, "scan_input_axes", k)?;
+    let in_dirs = ints_attr(ctx.node, "scan_input_directions", k)?;
+    let out_axes = ints_attr(ctx.node, "scan_output_axes", k_out)?;
+    let out_dirs = ints_attr(ctx.node, "scan_output_directions", k_out)?;
+    let mut scan_in: Vec<(&Tensor, usize, bool)> = Vec::with_capacity(k);
+    for i in 0..k {
+        let t = ins[n + i].ok_or_else(|| OpFail::Invalid(format!("scan input {i} is missing")))?;
+        let a = norm_axis(in_axes[i], t.rank())?;
+        scan_in.push((t, a, in_dirs[i] != 0));
+    }
+    let trips = scan_in[0].0.shape[scan_in[0].1];
+    if let Some(i) = scan_in.iter().position(|(t, a, _)| t.shape[*a] != trips) {
+        return Err(OpFail::Invalid(format!(
+            "scan input {i} has {} elements along its axis, scan input 0 has {trips}",
+            scan_in[i].0.shape[scan_in[i].1]
+        )));
+    }
+    let mut carried: Vec<Tensor> = Vec::with_capacity(n);
+    for (j, t) in ins.iter().take(n).enumerate() {
+        carried.push(
+            t.cloned()
+                .ok_or_else(|| OpFail::Invalid(format!("state input {j} is missing")))?,
+        );
+    }
+    let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); k_out];
+    for t in 0..trips {
+        let mut inputs: Vec<Tensor> = std::mem::take(&mut carried);
+        for &(x, a, rev) in &scan_in {
+            let idx = if rev { trips - 1 - t } else { t };
+            inputs.push(slice_at(ctx, x, a, idx)?);
+        }
+        let outs = run_body(ctx, g, f, &inputs)?;
+        drop(inputs);
+        if outs.len() != n + k_out {
+            return Err(OpFail::Invalid(format!(
+                "the body gave {} outputs, want {}",
+                outs.len(),
+                n + k_out
+            )));
+        }
+        let mut it = outs.into_iter();
+        carried.extend(it.by_ref().take(n));
+        for (k, t) in it.enumerate() {
+            pieces[k].push(t);
+        }
+    }
+    if trips == 0 {
+        for t in carried.iter_mut() {
+            *t = t.to_owned_buffer(Some(ctx.stats))?;
+        }
+    }
+    let mut axes = Vec::with_capacity(k_out);
+    for (i, &a) in out_axes.iter().enumerate() {
+        let rank = match pieces[i].first() {
+            Some(p) => p.rank(),
+            None => piece_of(ctx, g, f, n + i)?.1.len(),
+        };
+        axes.push(norm_axis(a, rank + 1)?);
+    }
+    let rev: Vec<bool> = out_dirs.iter().map(|&d| d != 0).collect();
+    let empty_piece = |i: usize| piece_of(ctx, g, f, n + i);
+    let stacked = stack_all(ctx, pieces, &axes, &rev, &empty_piece)?;
+    carried.extend(stacked);
+    Ok(carried)
+}

@@ -1,0 +1,481 @@
+//! Op family: control flow (`If`, `Loop`, `Scan`), whose bodies are graphs in attributes.
+//!
+//! A body is inferred with the facts its node feeds it (loop-carried values, scan slices) and
+//! reads outer-scope values from the enclosing graphs' facts; its facts are kept in
+//! [`crate::infer::Facts::control`] for the simulator and the executor. A loop-carried value whose
+//! shape changes between iterations gets fresh symbols for the dims that change; a trip count
+//! that depends on data is a fresh symbol, and so is an `If` condition not known at inference
+//! time (0 or 1: the branch taken). The memory of a body (its peak while the node runs) is the
+//! simulator's business (`sim::control`), since it needs the body's lifetimes.
+
+use crate::dim::Expr;
+use crate::dtype::DataType;
+use crate::graph::{AttrValue, Graph, ValueKind};
+use crate::infer::{invalid, ControlFacts, Fact, Facts, InferCtx, OpError};
+
+use super::{Mem, OpDef};
+
+pub const DEFS: &[OpDef] = &[
+    OpDef::new("If", (1, 1), infer_if, Mem::NEW),
+    OpDef::new("Loop", (2, usize::MAX), infer_loop, Mem::NEW),
+    OpDef::new("Scan", (1, usize::MAX), infer_scan, Mem::NEW),
+];
+
+/// Whether `op` (default domain) runs a body graph.
+pub fn is_control(op: &str) -> bool {
+    matches!(op, "If" | "Loop" | "Scan")
+}
+
+/// The position of the graph attribute `name` among the node's bodies (the order of
+/// [`crate::graph::Node::subgraphs`]).
+pub fn body_index(node: &crate::graph::Node, name: &str) -> Option<usize> {
+    let mut k = 0;
+    for a in &node.attrs {
+        match &a.value {
+            AttrValue::Graph(_) if a.name == name => return Some(k),
+            AttrValue::Graph(_) => k += 1,
+            AttrValue::Graphs(gs) => k += gs.len(),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The graph attribute `name` of the node.
+fn body<'a>(ctx: &InferCtx<'a>, name: &str) -> Result<&'a Graph, OpError> {
+    match ctx.node.attr(name) {
+        Some(AttrValue::Graph(g)) => Ok(g),
+        Some(o) => Err(OpError::BadAttr(format!(
+            "attribute '{name}' must be GRAPH, got {}",
+            o.kind_name()
+        ))),
+        None => Err(OpError::BadAttr(format!(
+            "the required graph attribute '{name}' is missing"
+        ))),
+    }
+}
+
+/// A fact without its contents (a value that changes from one iteration to the next).
+fn shape_only(f: &Fact) -> Fact {
+    Fact {
+        dtype: f.dtype,
+        shape: f.shape.clone(),
+        value: None,
+    }
+}
+
+/// The facts of a body's outputs, in order.
+fn outputs_of(g: &Graph, f: &Facts) -> Vec<Fact> {
+    g.outputs.iter().map(|&v| f.get(v).clone()).collect()
+}
+
+/// One fact covering `a` and `b` (the two branches of an `If`, or a loop-carried value before and
+/// after an iteration): dims that differ become fresh symbols. `None` when the types differ.
+fn join(ctx: &mut InferCtx, a: &Fact, b: &Fact, what: &str) -> Result<Fact, OpError> {
+    if let (Some(x), Some(y)) = (a.dtype, b.dtype) {
+        if x != y {
+            return invalid(format!(
+                "{what} has type {x} in one place and {y} in another"
+            ));
+        }
+    }
+    let shape = match (&a.shape, &b.shape) {
+        (Some(x), Some(y)) if x.len() == y.len() => {
+            let mut out = Vec::with_capacity(x.len());
+            for (k, (p, q)) in x.iter().zip(y).enumerate() {
+                out.push(if p == q {
+                    p.clone()
+                } else {
+                    ctx.fresh_symbol("cf_dim", &format!("dim {k} of {what} differs ({p} vs {q})"))
+                });
+            }
+            Some(out)
+        }
+        _ => None,
+    };
+    let value = if a.value == b.value {
+        a.value.clone()
+    } else {
+        None
+    };
+    Ok(Fact {
+        dtype: a.dtype.or(b.dtype),
+        shape,
+        value,
+    })
+}
+
+/// `If`: both branches are inferred; a known condition takes its branch's facts, otherwise the
+/// outputs join the branches' facts.
+fn infer_if(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let then_g = body(ctx, "then_branch")?;
+    let else_g = body(ctx, "else_branch")?;
+    if ctx.num_inputs() != 1 || ctx.opt_input(0).is_none() {
+        return invalid(format!(
+            "If takes 1 input (the condition), got {}",
+            ctx.num_inputs()
+        ));
+    }
+    let n = ctx.node.outputs.len();
+    if then_g.outputs.len() != else_g.outputs.len() {
+        return invalid(format!(
+            "the branches have different output counts (then {}, else {})",
+            then_g.outputs.len(),
+            else_g.outputs.len()
+        ));
+    }
+    if then_g.outputs.len() != n {
+        return invalid(format!(
+            "the branches have {} outputs but the node has {n}",
+            then_g.outputs.len()
+        ));
+    }
+    for g in [then_g, else_g] {
+        if !g.inputs.is_empty() {
+            return invalid(format!(
+                "branch '{}' declares {} inputs; If branches take none",
+                g.name,
+                g.inputs.len()
+            ));
+        }
+    }
+    let cond = ctx.input(0)?;
+    if let Some(s) = &cond.shape {
+        if Expr::product(s.iter()).as_const().is_some_and(|c| c != 1) {
+            return invalid("the condition must hold one element");
+        }
+    }
+    let known = cond
+        .value
+        .as_ref()
+        .and_then(|k| k.as_consts())
+        .and_then(|v| v.first().copied());
+    let tf = ctx.infer_body(then_g, &[])?;
+    let ef = ctx.infer_body(else_g, &[])?;
+    let (to, eo) = (outputs_of(then_g, &tf), outputs_of(else_g, &ef));
+    let (outs, branch) = match known {
+        Some(c) if c != 0 => (to, Expr::one()),
+        Some(_) => (eo, Expr::zero()),
+        None => {
+            let mut outs = Vec::with_capacity(n);
+            for (k, (a, b)) in to.iter().zip(&eo).enumerate() {
+                outs.push(join(ctx, a, b, &format!("output {k}"))?);
+            }
+            let c = ctx.fresh_symbol("if_cond", "1 if the If condition holds, else 0");
+            (outs, c)
+        }
+    };
+    let then_first = body_index(ctx.node, "then_branch") < body_index(ctx.node, "else_branch");
+    ctx.set_control(ControlFacts {
+        bodies: if then_first {
+            vec![tf, ef]
+        } else {
+            vec![ef, tf]
+        },
+        trips: None,
+        branch: Some(branch),
+    });
+    Ok(outs)
+}
+
+/// Whether the body's condition output is always true given a true input condition: a known
+/// nonzero constant, the condition input itself, or an `Identity` of it.
+fn cond_stays_true(g: &Graph, f: &Facts) -> bool {
+    let Some(&out) = g.outputs.first() else {
+        return false;
+    };
+    if let Some(v) = f.get(out).value.as_ref().and_then(|k| k.as_consts()) {
+        return v.len() == 1 && v[0] != 0;
+    }
+    let cond_in = g.inputs.get(1).copied();
+    let mut v = out;
+    for _ in 0..16 {
+        if Some(v) == cond_in {
+            return true;
+        }
+        match g.value(v).kind {
+            ValueKind::Node { node, slot: 0 } if g.node(node).op == "Identity" => {
+                match g.node(node).inputs.first().copied().flatten() {
+                    Some(i) => v = i,
+                    None => return false,
+                }
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Infers a body that carries `carried` facts from one iteration to the next (their positions
+/// among the body's inputs start at `first`, and among its outputs at `out_first`): when an
+/// iteration changes a carried value's shape, the changing dims get fresh symbols and the body is
+/// inferred again from those.
+fn infer_carried(
+    ctx: &mut InferCtx,
+    g: &Graph,
+    mut ins: Vec<Fact>,
+    first: usize,
+    out_first: usize,
+    n: usize,
+) -> Result<Facts, OpError> {
+    let snap = ctx.symbols_snapshot();
+    let f = ctx.infer_body(g, &ins)?;
+    let outs = outputs_of(g, &f);
+    let same = (0..n).all(|j| outs[out_first + j].shape == ins[first + j].shape);
+    for j in 0..n {
+        let (a, b) = (&ins[first + j], &outs[out_first + j]);
+        if let (Some(x), Some(y)) = (a.dtype, b.dtype) {
+            if x != y {
+                return invalid(format!(
+                    "loop-carried value {j} enters the body as {x} and leaves it as {y}"
+                ));
+            }
+        }
+    }
+    if same {
+        return Ok(f);
+    }
+    ctx.symbols_restore(snap);
+    for j in 0..n {
+        let joined = join(
+            ctx,
+            &ins[first + j],
+            &outs[out_first + j],
+            &format!("loop-carried value {j}"),
+        )?;
+        ins[first + j] = shape_only(&joined);
+    }
+    ctx.infer_body(g, &ins)
+}
+
+/// Whether a node of the body reads its input `k`.
+fn body_reads(g: &Graph, k: usize) -> bool {
+    let Some(&v) = g.inputs.get(k) else {
+        return false;
+    };
+    g.outputs.contains(&v) || g.nodes.iter().any(|n| n.input_ids().any(|i| i == v))
+}
+
+/// `Loop(M, cond, v_initial...)`: body `(iteration, cond, v...) -> (cond, v..., scan...)`.
+fn infer_loop(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let g = body(ctx, "body")?;
+    if ctx.num_inputs() < 2 {
+        return invalid(format!(
+            "Loop takes at least 2 inputs (trip count and condition, each may be empty), got {}",
+            ctx.num_inputs()
+        ));
+    }
+    let n = ctx.num_inputs() - 2;
+    if g.inputs.len() != n + 2 {
+        return invalid(format!(
+            "the body takes {} inputs but the Loop passes {} (iteration, condition and {n} loop-carried)",
+            g.inputs.len(),
+            n + 2
+        ));
+    }
+    let k_out = ctx.node.outputs.len().checked_sub(n).ok_or_else(|| {
+        OpError::Invalid(format!(
+            "the Loop has {} outputs, fewer than its {n} loop-carried values",
+            ctx.node.outputs.len()
+        ))
+    })?;
+    if g.outputs.len() != 1 + n + k_out {
+        return invalid(format!(
+            "the body has {} outputs but the Loop needs {} (condition, {n} loop-carried, {k_out} scan)",
+            g.outputs.len(),
+            1 + n + k_out
+        ));
+    }
+    for (i, what) in [(0, "trip count"), (1, "condition")] {
+        if let Some(f) = ctx.opt_input(i) {
+            if let Some(s) = &f.shape {
+                if Expr::product(s.iter()).as_const().is_some_and(|c| c != 1) {
+                    return invalid(format!("the {what} must hold one element"));
+                }
+            }
+        }
+    }
+    // The iteration number is a symbol, so that shape arithmetic on it (slicing the i-th row)
+    // stays symbolic; sizes that depend on it differ between iterations, and an estimate that
+    // needs it is refused as unbound.
+    let iter = if body_reads(g, 0) {
+        let i = ctx.fresh_symbol("loop_iter", "the iteration number inside a Loop body");
+        Fact::with_value(DataType::I64, vec![], crate::infer::Known::Int(vec![i]))
+    } else {
+        Fact::new(DataType::I64, vec![])
+    };
+    let mut ins = vec![iter, Fact::new(DataType::Bool, vec![])];
+    for j in 0..n {
+        let f = ctx.input(2 + j)?;
+        ins.push(shape_only(f));
+    }
+    let f = infer_carried(ctx, g, ins.clone(), 2, 1, n)?;
+    let outs = outputs_of(g, &f);
+    let m = ctx
+        .opt_input(0)
+        .and_then(|x| x.value.as_ref()?.as_exprs()?.first().cloned());
+    let cond_true = match ctx.opt_input(1) {
+        None => true,
+        Some(c) => c
+            .value
+            .as_ref()
+            .and_then(|k| k.as_consts())
+            .is_some_and(|v| v.first().is_some_and(|&x| x != 0)),
+    };
+    let trips = match m {
+        Some(m) if cond_true && cond_stays_true(g, &f) => {
+            if m.as_const().is_some_and(|c| c < 0) {
+                Expr::zero()
+            } else {
+                m
+            }
+        }
+        _ => ctx.fresh_symbol("loop_trips", "the number of iterations of a Loop"),
+    };
+    let mut res = Vec::with_capacity(n + k_out);
+    for j in 0..n {
+        // The outputs are the carried values after the last iteration (the initial ones when the
+        // loop runs no iteration): the body's facts, which cover both.
+        let carried = f.get(g.inputs[2 + j]);
+        res.push(shape_only(&Fact {
+            dtype: outs[1 + j].dtype.or(carried.dtype),
+            shape: carried.shape.clone(),
+            value: None,
+        }));
+    }
+    for k in 0..k_out {
+        let o = &outs[1 + n + k];
+        let shape = o.shape.as_ref().map(|s| {
+            let mut v = vec![trips.clone()];
+            v.extend(s.iter().cloned());
+            v
+        });
+        res.push(Fact {
+            dtype: o.dtype,
+            shape,
+            value: None,
+        });
+    }
+    ctx.set_control(ControlFacts {
+        bodies: vec![f],
+        trips: Some(trips),
+        branch: None,
+    });
+    Ok(res)
+}
+
+/// The `INTS` attribute `name`, or `k` zeros.
+fn ints_or_zeros(ctx: &InferCtx, name: &str, k: usize) -> Result<Vec<i64>, OpError> {
+    let v = ctx.attr_ints(name)?.unwrap_or_else(|| vec![0; k]);
+    if v.len() != k {
+        return invalid(format!(
+            "attribute '{name}' has {} entries, want {k}",
+            v.len()
+        ));
+    }
+    Ok(v)
+}
+
+/// `Scan` (opset 9 on): `N` states then `K` scan inputs; body `(state..., slice...) -> (state...,
+/// scan_out...)`.
+fn infer_scan(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    if ctx.opset < 9 {
+        return Err(OpError::Unsupported(
+            "Scan before opset 9 (batched, with sequence_lens)".into(),
+        ));
+    }
+    let g = body(ctx, "body")?;
+    let k = ctx.attr_opt_int("num_scan_inputs")?.ok_or_else(|| {
+        OpError::BadAttr("the required attribute 'num_scan_inputs' is missing".into())
+    })?;
+    let total = ctx.num_inputs();
+    let k = usize::try_from(k)
+        .ok()
+        .filter(|&k| k >= 1 && k <= total)
+        .ok_or_else(|| {
+            OpError::BadAttr(format!(
+                "num_scan_inputs is {k}, not between 1 and the {total} inputs"
+            ))
+        })?;
+    let n = total - k;
+    if g.inputs.len() != total {
+        return invalid(format!(
+            "the body takes {} inputs but the Scan passes {total} ({n} states, {k} scan inputs)",
+            g.inputs.len()
+        ));
+    }
+    let k_out = ctx.node.outputs.len().checked_sub(n).ok_or_else(|| {
+        OpError::Invalid(format!(
+            "the Scan has {} outputs, fewer than its {n} states",
+            ctx.node.outputs.len()
+        ))
+    })?;
+    if g.outputs.len() != n + k_out {
+        return invalid(format!(
+            "the body has {} outputs but the Scan has {}",
+            g.outputs.len(),
+            n + k_out
+        ));
+    }
+    let in_axes = ints_or_zeros(ctx, "scan_input_axes", k)?;
+    let out_axes = ints_or_zeros(ctx, "scan_output_axes", k_out)?;
+    let mut ins = Vec::with_capacity(total);
+    for j in 0..n {
+        ins.push(shape_only(ctx.input(j)?));
+    }
+    let mut trips: Option<Expr> = None;
+    for (i, &ax) in in_axes.iter().enumerate() {
+        let f = ctx.input(n + i)?;
+        let s = ctx.shape(n + i)?;
+        let a = ctx.axis(ax, s.len())?;
+        match &trips {
+            None => trips = Some(s[a].clone()),
+            Some(t) => {
+                if let (Some(x), Some(y)) = (t.as_const(), s[a].as_const()) {
+                    if x != y {
+                        return invalid(format!(
+                            "scan input {i} has {y} elements along its scan axis, scan input 0 has {x}"
+                        ));
+                    }
+                }
+            }
+        }
+        let mut rest = s.to_vec();
+        rest.remove(a);
+        ins.push(Fact {
+            dtype: f.dtype,
+            shape: Some(rest),
+            value: None,
+        });
+    }
+    let trips = trips.unwrap_or_else(Expr::zero);
+    let f = infer_carried(ctx, g, ins, 0, 0, n)?;
+    let outs = outputs_of(g, &f);
+    let mut res = Vec::with_capacity(n + k_out);
+    for j in 0..n {
+        res.push(shape_only(f.get(g.inputs[j])));
+    }
+    for (i, &ax) in out_axes.iter().enumerate() {
+        let o = &outs[n + i];
+        let shape = match &o.shape {
+            Some(s) => {
+                let a = ctx.axis(ax, s.len() + 1)?;
+                let mut v = s.clone();
+                v.insert(a, trips.clone());
+                Some(v)
+            }
+            None => None,
+        };
+        res.push(Fact {
+            dtype: o.dtype,
+            shape,
+            value: None,
+        });
+    }
+    ctx.set_control(ControlFacts {
+        bodies: vec![f],
+        trips: Some(trips),
+        branch: None,
+    });
+    Ok(res)
+}
