@@ -122,7 +122,7 @@ fn heads_attr(ctx: &OpCtx, name: &str) -> Result<usize, OpFail> {
 }
 
 fn split(what: &str, hidden: usize, heads: usize) -> Result<usize, OpFail> {
-    if hidden % heads != 0 {
+    if !hidden.is_multiple_of(heads) {
         return fail(format!(
             "{what} hidden size {hidden} is not a multiple of {heads} heads"
         ));
@@ -519,8 +519,6 @@ fn attention(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
             }
         }
     }
-    drop(yo);
-    drop(qo);
     Ok(vec![
         y,
         pres_k.map(Ok).unwrap_or_else(|| absent(t))?,
@@ -676,7 +674,6 @@ fn rotary(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
             }
         }
     }
-    drop(o);
     Ok(vec![out])
 }
 
@@ -688,7 +685,7 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
     let t = q.dtype;
     let hq = heads_attr(ctx, "q_num_heads")?;
     let hkv = heads_attr(ctx, "kv_num_heads")?;
-    if hq % hkv != 0 {
+    if !hq.is_multiple_of(hkv) {
         return fail(format!(
             "q_num_heads ({hq}) must be a multiple of kv_num_heads ({hkv})"
         ));
@@ -733,10 +730,12 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
             match g.shape[2] {
                 x if x == hkv => 1,
                 x if x == hkv * dk => dk,
-                x => return fail(format!(
+                x => {
+                    return fail(format!(
                     "decay last dim {x} must be kv_num_heads ({hkv}) or kv_num_heads * d_k ({})",
                     hkv * dk
-                )),
+                ))
+                }
             }
         }
         None => 0,
@@ -846,8 +845,6 @@ fn linear_attention(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tenso
             }
         }
     }
-    drop(yo);
-    drop(so);
     Ok(vec![y, present.map(Ok).unwrap_or_else(|| absent(state_t))?])
 }
 
