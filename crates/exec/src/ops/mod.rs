@@ -61,6 +61,7 @@ pub mod elementwise;
 pub mod image;
 pub mod index;
 pub mod linalg;
+pub mod loss;
 pub mod movement;
 pub mod nn;
 pub mod random;
@@ -70,6 +71,7 @@ pub mod signal;
 mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod vision;
 
 /// An op failed on its inputs (bad values, unsupported configuration).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -345,6 +347,8 @@ pub const FAMILIES: &[(&str, &[(&str, OpFn)])] = &[
     ("image", image::OPS),
     ("signal", signal::OPS),
     ("random", random::OPS),
+    ("loss", loss::OPS),
+    ("vision", vision::OPS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, OpFn> {

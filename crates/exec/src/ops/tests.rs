@@ -8,14 +8,6 @@ use std::collections::BTreeMap;
 const RULE_ONLY: &[(&str, &str)] = &[
     ("Det", "no kernel yet (issue 12, node suite)"),
     (
-        "Dropout",
-        "no kernel yet: inference-mode identity, not executed (issue 12)",
-    ),
-    ("GlobalLpPool", "no kernel yet (issue 12, node suite)"),
-    ("GroupNormalization", "no kernel yet (issue 12, node suite)"),
-    ("Hardmax", "no kernel yet (issue 12, node suite)"),
-    ("LpPool", "no kernel yet (issue 12, node suite)"),
-    (
         "MatMulInteger",
         "no kernel yet: quantization (issue 12, node suite)",
     ),

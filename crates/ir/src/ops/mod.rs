@@ -18,6 +18,7 @@ pub mod elementwise;
 pub mod image;
 pub mod index;
 pub mod linalg;
+pub mod loss;
 pub mod movement;
 pub mod nn;
 pub mod random;
@@ -25,6 +26,7 @@ pub mod reduce;
 pub mod signal;
 #[cfg(test)]
 mod tests;
+pub mod vision;
 
 /// Opset assumed when a model imports none for the default domain.
 pub const DEFAULT_OPSET: i64 = 18;
@@ -161,6 +163,8 @@ pub const FAMILIES: &[(&str, &[OpDef])] = &[
     ("image", image::DEFS),
     ("signal", signal::DEFS),
     ("random", random::DEFS),
+    ("loss", loss::DEFS),
+    ("vision", vision::DEFS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
