@@ -7,9 +7,18 @@ use std::collections::BTreeMap;
 /// Ops with a shape/memory rule in `ir` but no kernel entry: control flow, which the interpreter
 /// runs with its bodies, and ops not implemented yet (`run` reports them unsupported).
 const RULE_ONLY: &[(&str, &str)] = &[
-    ("If", "run by the interpreter with its branches (ops::control::run)"),
-    ("Loop", "run by the interpreter with its body (ops::control::run)"),
-    ("Scan", "run by the interpreter with its body (ops::control::run)"),
+    (
+        "If",
+        "run by the interpreter with its branches (ops::control::run)",
+    ),
+    (
+        "Loop",
+        "run by the interpreter with its body (ops::control::run)",
+    ),
+    (
+        "Scan",
+        "run by the interpreter with its body (ops::control::run)",
+    ),
     (
         "Dropout",
         "no kernel yet: inference-mode identity, not executed (issue 12)",
@@ -21,16 +30,7 @@ const RULE_ONLY: &[(&str, &str)] = &[
 ];
 
 /// Ops with a kernel but no `OpDef`: inference stops at them ("no rule").
-const KERNEL_ONLY: &[(&str, &str)] = &[
-    (
-        "RandomNormalLike",
-        "seeded kernel only; the rule comes with the random ops (issue 12 item 3)",
-    ),
-    (
-        "RandomUniformLike",
-        "seeded kernel only; the rule comes with the random ops (issue 12 item 3)",
-    ),
-];
+const KERNEL_ONLY: &[(&str, &str)] = &[];
 
 #[test]
 fn every_op_def_has_an_implementation_in_its_family_and_back() {
