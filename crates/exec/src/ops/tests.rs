@@ -19,10 +19,6 @@ const RULE_ONLY: &[(&str, &str)] = &[
         "Scan",
         "run by the interpreter with its body (ops::control::run)",
     ),
-    (
-        "Dropout",
-        "no kernel yet: inference-mode identity, not executed (issue 12)",
-    ),
     ("GlobalLpPool", "no kernel yet (issue 12, node suite)"),
     ("GroupNormalization", "no kernel yet (issue 12, node suite)"),
     ("Hardmax", "no kernel yet (issue 12, node suite)"),
