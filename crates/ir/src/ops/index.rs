@@ -274,7 +274,7 @@ fn fold_gather(ctx: &InferCtx, axis: usize, out: &[Expr]) -> Option<Known> {
             coord[q] = 0;
         }
     }
-    Some(pick(k, &res))
+    pick(k, &res)
 }
 
 fn gather_elements(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

@@ -304,7 +304,7 @@ fn split(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         let mut parts = Vec::new();
         for sz in &sizes {
             let n = usize::try_from(sz.as_const()?).ok()?;
-            parts.push(pick(k, &(at..at + n).collect::<Vec<_>>()));
+            parts.push(pick(k, &(at..at + n).collect::<Vec<_>>())?);
             at += n;
         }
         (at == k.len()).then_some(parts)
@@ -445,7 +445,7 @@ fn fold_slice(f: &Fact, out: &[Expr], plan: &[(usize, Expr, i64)]) -> Option<Kno
         step[*ax] = *st;
     }
     let idx = strided_index(&src, &dst, |axis, i| start[axis] + i as i64 * step[axis])?;
-    Some(pick(k, &idx))
+    pick(k, &idx)
 }
 
 /// Row-major source indices for each destination coordinate mapped through `map(axis, i)`.
@@ -482,11 +482,21 @@ pub(super) fn strided_index(
     Some(res)
 }
 
-pub(super) fn pick(k: &Known, idx: &[usize]) -> Known {
-    match k {
-        Known::Int(v) => Known::Int(idx.iter().map(|&j| v[j].clone()).collect()),
-        Known::Float(v) => Known::Float(idx.iter().map(|&j| v[j]).collect()),
-    }
+/// The elements at `idx` of known contents; `None` when an index is out of range (contents that
+/// do not match the shape, as an invalid model can give), so the value stays unknown.
+pub(super) fn pick(k: &Known, idx: &[usize]) -> Option<Known> {
+    Some(match k {
+        Known::Int(v) => Known::Int(
+            idx.iter()
+                .map(|&j| v.get(j).cloned())
+                .collect::<Option<_>>()?,
+        ),
+        Known::Float(v) => Known::Float(
+            idx.iter()
+                .map(|&j| v.get(j).copied())
+                .collect::<Option<_>>()?,
+        ),
+    })
 }
 
 fn transpose(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
@@ -536,7 +546,7 @@ fn transpose(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
                 coord[q] = 0;
             }
         }
-        Some(pick(k, &idx))
+        pick(k, &idx)
     })();
     Ok(vec![known_fact(ctx.dtype(0)?, out, value)])
 }
@@ -585,7 +595,7 @@ fn fold_tile(f: &Fact, out: &[Expr]) -> Option<Known> {
             coord[q] = 0;
         }
     }
-    Some(pick(k, &idx))
+    pick(k, &idx)
 }
 /// `Pad`: each padded axis grows by its two amounts (negative amounts crop). Amounts from the
 /// `pads` attribute (opset 2) or the `pads` input, known symbolically when computed from shapes; an
