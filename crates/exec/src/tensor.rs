@@ -99,6 +99,15 @@ pub fn elem_size(d: DataType) -> Result<usize, TensorError> {
 
 /// Bytes of a tensor of `n` elements of `d`: sub-byte types packed as ONNX stores them (two 4-bit or
 /// four 2-bit elements a byte, the last byte padded), the same count as the planner's estimate.
+/// The element count of `shape`, or an allocation error when it overflows `usize` (a shape no
+/// buffer can hold).
+pub fn elem_count(shape: &[usize]) -> Result<usize, TensorError> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or(TensorError::Alloc(AllocError(usize::MAX)))
+}
+
 pub fn byte_len(d: DataType, n: usize) -> Result<usize, TensorError> {
     if d == DataType::String {
         return Err(TensorError::Unsupported(d));
@@ -115,8 +124,7 @@ impl Tensor {
         shape: &[usize],
         stats: Option<&Arc<MemStats>>,
     ) -> Result<Tensor, TensorError> {
-        let n: usize = shape.iter().product();
-        let len = byte_len(dtype, n)?;
+        let len = byte_len(dtype, elem_count(shape)?)?;
         let buf = Buf::zeroed(len, stats)?;
         Ok(Tensor {
             dtype,
@@ -136,8 +144,7 @@ impl Tensor {
         bytes: Bytes,
         stats: Option<&Arc<MemStats>>,
     ) -> Result<Tensor, TensorError> {
-        let n: usize = shape.iter().product();
-        let want = byte_len(dtype, n)?;
+        let want = byte_len(dtype, elem_count(shape)?)?;
         if bytes.len() != want {
             return Err(TensorError::View {
                 offset: 0,
@@ -203,8 +210,7 @@ impl Tensor {
         stats: &Arc<MemStats>,
         zero: bool,
     ) -> Result<Tensor, TensorError> {
-        let n: usize = shape.iter().product();
-        let len = byte_len(dtype, n)?;
+        let len = byte_len(dtype, elem_count(shape)?)?;
         let slot = {
             let mut c = arena::lock(&stats.cursor);
             if c.arena.is_some() {
@@ -367,15 +373,19 @@ impl Tensor {
     /// A zero-copy view of `shape` starting `offset_elems` elements in.
     pub fn view(&self, offset_elems: usize, shape: &[usize]) -> Result<Tensor, TensorError> {
         let es = elem_size(self.dtype)?;
-        let n: usize = shape.iter().product();
-        let (off, want) = (offset_elems * es, n * es);
+        let want = elem_count(shape)?
+            .checked_mul(es)
+            .ok_or(TensorError::Alloc(AllocError(usize::MAX)))?;
+        let off = offset_elems
+            .checked_mul(es)
+            .ok_or(TensorError::Alloc(AllocError(usize::MAX)))?;
         // The length alone, without borrowing the bytes (other threads may be writing other
         // parts of an arena range while a view of one part is taken).
         let have = match &self.data {
             Data::Buf { len, .. } | Data::Arena { len, .. } => *len,
             Data::Bytes(b) => b.len(),
         };
-        if off + want > have {
+        if off.checked_add(want).is_none_or(|end| end > have) {
             return Err(TensorError::View {
                 offset: off,
                 want,

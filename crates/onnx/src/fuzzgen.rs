@@ -46,44 +46,33 @@ impl Rng {
     }
 }
 
-const OPS: &[&str] = &[
-    "Add",
-    "Mul",
-    "MatMul",
-    "Relu",
-    "Reshape",
-    "Transpose",
-    "Concat",
-    "Slice",
-    "Gather",
-    "Shape",
-    "Unsqueeze",
-    "Squeeze",
-    "ReduceSum",
-    "Softmax",
-    "Einsum",
-    "Where",
-    "Cast",
-    "Expand",
-    "Range",
-    "ConstantOfShape",
-    "TopK",
-    "NonZero",
-    "Split",
-    "LayerNormalization",
-    "Conv",
-    "MaxPool",
-    "If",
-    "Loop",
-    "Constant",
-    "Tile",
-    "Gemm",
-    "Identity",
-    "Flatten",
-    "NoSuchOp",
-];
+/// Op types the generator picks from: every op in the op table (so a new op is fuzzed as soon as it
+/// has an `OpDef`), plus one that does not exist.
+fn ops() -> &'static [&'static str] {
+    static OPS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    OPS.get_or_init(|| {
+        memplan_ir::ops::FAMILIES
+            .iter()
+            .flat_map(|(_, defs)| defs.iter().map(|d| d.op))
+            .chain(["NoSuchOp"])
+            .collect()
+    })
+}
+
 const ATTRS: &[&str] = &[
     "axis",
+    "mode",
+    "seed",
+    "dtype",
+    "direction",
+    "hidden_size",
+    "blocksize",
+    "group",
+    "strides",
+    "dilations",
+    "reduction",
+    "sample_size",
+    "block_size",
     "axes",
     "perm",
     "equation",
@@ -224,7 +213,7 @@ fn random_graph(rng: &mut Rng, depth: u32, outer: &[String]) -> GraphProto {
             input: inputs,
             output: vec![out.clone()],
             name: Some(format!("n{depth}_{i}")),
-            op_type: Some(rng.pick(OPS).to_string()),
+            op_type: Some(rng.pick(ops()).to_string()),
             domain: rng.chance(5).then(|| "com.example".to_string()),
             attribute: (0..rng.below(3))
                 .map(|_| random_attr(rng, depth, &names))
@@ -282,6 +271,174 @@ pub fn mutate(rng: &mut Rng, bytes: &mut Vec<u8>) {
             }
         }
     }
+}
+
+/// Integer attribute values that break rules: out-of-range axes and sizes, zero, extremes.
+const BAD_INTS: [i64; 10] = [-100, -2, -1, 0, 1, 2, 7, 1 << 40, i64::MIN, i64::MAX];
+/// Float attribute values that break rules.
+const BAD_FLOATS: [f32; 5] = [f32::NAN, f32::INFINITY, -1.0, 0.0, 1e30];
+
+/// Applies one to three structural mutations to a valid model (the bad input a user's file can
+/// hold): an attribute set out of range, dropped, retyped or added; a node input dropped, added,
+/// emptied or left dangling; an output dropped; the op type swapped; an initializer's integers out of
+/// range or its dims wrong; a graph input's declared dim or type changed; and the same inside
+/// subgraphs (a `Loop` or `If` body that no longer type-checks).
+pub fn mutate_model(rng: &mut Rng, model: &mut ModelProto) {
+    let Some(g) = model.graph.as_mut() else {
+        return;
+    };
+    for _ in 0..1 + rng.below(3) {
+        mutate_graph(rng, g, 0);
+    }
+}
+
+fn mutate_graph(rng: &mut Rng, g: &mut GraphProto, depth: u32) {
+    let names: Vec<String> = g
+        .input
+        .iter()
+        .filter_map(|v| v.name.clone())
+        .chain(g.node.iter().flat_map(|n| n.output.iter().cloned()))
+        .collect();
+    match rng.below(6) {
+        0..=2 if !g.node.is_empty() => {
+            let i = rng.below(g.node.len());
+            mutate_node(rng, &mut g.node[i], &names, depth);
+        }
+        3 if !g.initializer.is_empty() => {
+            let i = rng.below(g.initializer.len());
+            mutate_tensor(rng, &mut g.initializer[i]);
+        }
+        4 if !g.input.is_empty() => {
+            let i = rng.below(g.input.len());
+            mutate_value_info(rng, &mut g.input[i]);
+        }
+        _ if !g.output.is_empty() => {
+            let i = rng.below(g.output.len());
+            if rng.chance(50) {
+                mutate_value_info(rng, &mut g.output[i]);
+            } else {
+                g.output.remove(i);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn mutate_node(rng: &mut Rng, n: &mut NodeProto, names: &[String], depth: u32) {
+    match rng.below(8) {
+        0..=2 if !n.attribute.is_empty() => {
+            let i = rng.below(n.attribute.len());
+            mutate_attr(rng, &mut n.attribute[i], names, depth);
+        }
+        3 if !n.attribute.is_empty() => {
+            let i = rng.below(n.attribute.len());
+            n.attribute.remove(i);
+        }
+        4 => match rng.below(4) {
+            0 => {
+                n.input.pop();
+            }
+            1 if !names.is_empty() => n.input.push(rng.pick(names).clone()),
+            2 if !n.input.is_empty() => {
+                let i = rng.below(n.input.len());
+                n.input[i] = if rng.chance(50) {
+                    String::new()
+                } else {
+                    "dangling".to_string()
+                };
+            }
+            _ => {
+                n.output.pop();
+            }
+        },
+        5 => n.op_type = Some(rng.pick(ops()).to_string()),
+        _ => n.attribute.push(random_attr(rng, depth, names)),
+    }
+}
+
+fn mutate_attr(rng: &mut Rng, a: &mut AttributeProto, names: &[String], depth: u32) {
+    let pick_int = |rng: &mut Rng| BAD_INTS[rng.below(BAD_INTS.len())];
+    if let Some(g) = a.g.as_mut() {
+        if depth < 2 {
+            mutate_graph(rng, g, depth + 1);
+            return;
+        }
+    }
+    if a.i.is_some() {
+        a.i = Some(pick_int(rng));
+    } else if !a.ints.is_empty() {
+        match rng.below(3) {
+            0 => {
+                let i = rng.below(a.ints.len());
+                a.ints[i] = pick_int(rng);
+            }
+            1 => {
+                a.ints.pop();
+            }
+            _ => a.ints.push(pick_int(rng)),
+        }
+    } else if a.f.is_some() {
+        a.f = Some(BAD_FLOATS[rng.below(BAD_FLOATS.len())]);
+    } else if !a.floats.is_empty() {
+        a.floats.pop();
+    } else if a.s.is_some() {
+        a.s = Some(Bytes::from_static(b"bogus"));
+    } else if let Some(t) = a.t.as_mut() {
+        mutate_tensor(rng, t);
+    } else {
+        *a = random_attr(rng, depth, names);
+    }
+}
+
+fn mutate_tensor(rng: &mut Rng, t: &mut TensorProto) {
+    let bad = BAD_INTS[rng.below(BAD_INTS.len())];
+    match rng.below(3) {
+        0 if !t.int64_data.is_empty() => {
+            let i = rng.below(t.int64_data.len());
+            t.int64_data[i] = bad;
+        }
+        0 if t.data_type == Some(7) => {
+            if let Some(raw) = t.raw_data.as_mut() {
+                if raw.len() >= 8 {
+                    let mut v = raw.to_vec();
+                    let i = rng.below(v.len() / 8) * 8;
+                    v[i..i + 8].copy_from_slice(&bad.to_le_bytes());
+                    *raw = Bytes::from(v);
+                }
+            }
+        }
+        1 if !t.dims.is_empty() => {
+            let i = rng.below(t.dims.len());
+            t.dims[i] = bad.clamp(-2, 1 << 20);
+        }
+        _ => t.dims.push(2),
+    }
+}
+
+fn mutate_value_info(rng: &mut Rng, v: &mut ValueInfoProto) {
+    let Some(type_proto::Value::TensorType(tt)) = v.r#type.as_mut().and_then(|t| t.value.as_mut())
+    else {
+        v.r#type = Some(random_type(rng));
+        return;
+    };
+    if rng.chance(30) {
+        tt.elem_type = Some(*rng.pick(&[1, 6, 7, 9, 10, 16, 0, 99]));
+        return;
+    }
+    let Some(shape) = tt.shape.as_mut() else {
+        return;
+    };
+    if shape.dim.is_empty() || rng.chance(20) {
+        shape.dim.push(tensor_shape_proto::Dimension {
+            denotation: None,
+            value: Some(tensor_shape_proto::dimension::Value::DimValue(3)),
+        });
+        return;
+    }
+    let i = rng.below(shape.dim.len());
+    shape.dim[i].value = Some(tensor_shape_proto::dimension::Value::DimValue(
+        *rng.pick(&[0, 1, 3, -1, 1 << 20]),
+    ));
 }
 
 /// Imports and infers `bytes`; `Err` carries the error message, which must be one line.

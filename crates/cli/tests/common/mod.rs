@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod run_check;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -69,4 +71,44 @@ pub fn third_size_inputs(base: &str, seed: u64) -> Vec<String> {
     } else {
         vec!["--random".into(), "--seed".into(), seed.to_string()]
     }
+}
+
+/// The ONNX backend node conformance cases: `$MEMPLAN_NODE_TESTS`, `target/onnx-node-tests/node`
+/// (made by `tools/gen_onnx_node_tests.py`) or `../shared/onnx-node-tests/node`, sorted; `None`
+/// when none is present.
+pub fn node_cases() -> Option<Vec<PathBuf>> {
+    let dir = std::env::var_os("MEMPLAN_NODE_TESTS")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([
+            repo().join("target/onnx-node-tests/node"),
+            repo().join("../shared/onnx-node-tests/node"),
+        ])
+        .find(|d| d.is_dir())?;
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.join("model.onnx").is_file())
+        .collect();
+    cases.sort();
+    Some(cases)
+}
+
+/// A serialized `TensorProto` (a node case's `input_<i>.pb`) as an owned executor tensor.
+pub fn load_pb_tensor(path: &Path) -> Result<memplan_exec::Tensor, String> {
+    use prost::Message;
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let proto = memplan_onnx::proto::TensorProto::decode(bytes.as_slice())
+        .map_err(|e| format!("not a TensorProto: {e}"))?;
+    let data =
+        memplan_onnx::import::import_tensor(&proto, &mut memplan_onnx::ExternalDataReader::none())
+            .map_err(|e| e.to_string())?;
+    let t = memplan_exec::interp::weight_tensor(&data).map_err(|e| e.to_string())?;
+    let mut owned =
+        memplan_exec::Tensor::zeros(t.dtype, &t.shape, None).map_err(|e| e.to_string())?;
+    owned
+        .bytes_mut()
+        .map_err(|e| e.to_string())?
+        .copy_from_slice(t.bytes());
+    Ok(owned)
 }

@@ -101,6 +101,9 @@ pub struct Window {
     pub dilations: Vec<usize>,
 }
 
+/// The largest kernel extent, stride, dilation or pad a window accepts.
+pub const MAX_WINDOW: usize = 1 << 31;
+
 impl Window {
     /// Builds and validates a window; empty `strides`/`pads`/`dilations` take the defaults.
     pub fn new(
@@ -134,6 +137,15 @@ impl Window {
         } else {
             pads.to_vec()
         };
+        // Bounded so that window arithmetic (extents, coordinates) cannot overflow.
+        if [kernel, &strides, &dilations, &pads]
+            .iter()
+            .any(|v| v.iter().any(|&x| x > MAX_WINDOW))
+        {
+            return Err(KernelError::Attribute(format!(
+                "kernel, strides, dilations and pads must be at most {MAX_WINDOW}"
+            )));
+        }
         if pads.len() != 2 * nd {
             return Err(KernelError::Attribute(format!(
                 "pads needs {} values, got {}",

@@ -59,7 +59,7 @@ fn axis_taps(win: &Window, i: usize, d: usize, o: usize) -> AxisTaps {
     let hi = (d + win.pad_end[i]) as isize;
     (0..o)
         .map(|oi| {
-            let mut v = Vec::with_capacity(win.kernel[i]);
+            let mut v = Vec::with_capacity(win.kernel[i].min(d));
             let mut padded = 0;
             for k in 0..win.kernel[i] {
                 let c = win.coord(i, oi, k);

@@ -48,7 +48,13 @@ fn tfidf(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     if min_n < 1 || max_n < min_n || skip < 0 {
         return fail("needs 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0");
     }
-    let (min_n, max_n, skip) = (min_n as usize, max_n as usize, skip as usize);
+    // An n-gram longer than a row, or a skip wider than one, never occurs: the bounds keep the
+    // loops below within the row whatever the attributes say.
+    let (min_n, max_n, skip) = (
+        usize::try_from(min_n).unwrap_or(usize::MAX),
+        usize::try_from(max_n).unwrap_or(usize::MAX).min(cols),
+        usize::try_from(skip).unwrap_or(usize::MAX).min(cols),
+    );
     let mode = ctx.string("mode")?.unwrap_or_default();
     let counts = ctx.ints("ngram_counts")?.unwrap_or_default();
     let indexes = ctx.ints("ngram_indexes")?.unwrap_or_default();

@@ -275,6 +275,11 @@ fn split(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             .attr_opt_int("num_outputs")?
             .unwrap_or(n_out as i64)
             .max(1);
+        if parts != n_out as i64 {
+            return invalid(format!(
+                "split gives {parts} parts but the node has {n_out} outputs"
+            ));
+        }
         let d = &s[axis];
         let chunk = d.ceil_div(&Expr::int(parts));
         // The last chunk takes the remainder (opset 18 semantics); equal chunks when divisible.
