@@ -1,0 +1,79 @@
+//! One property of chunked plans, shared by `chunk_random.rs` and the `plan` fuzz target (which
+//! includes this file by path): a random DAG of the planner's generator (`memplan_plan::gen`),
+//! fitted to half its peak by `memplan_plan::fit_budget` (chunking, then planning), runs from its
+//! checked plan with the same output bits as the plain run of the original graph, and the measured
+//! peak is the planned one.
+
+use std::collections::BTreeMap;
+
+use memplan_exec::{run, run_planned, RunOptions, Tensor};
+use memplan_ir::graph::{DeclDim, Model};
+use memplan_plan::gen::{random_graph, Entropy};
+use memplan_plan::{fit_budget, FitOptions};
+
+/// Rows of the inputs (the symbol `N`).
+pub const ROWS: i64 = 48;
+
+/// Every input (`[N or 1, C]`) filled with distinct values of both signs.
+pub fn inputs(model: &Model) -> BTreeMap<String, Tensor> {
+    let g = &model.graph;
+    g.inputs
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            let (_, dims) = g.value(v).decl.as_ref().unwrap().as_tensor().unwrap();
+            let shape: Vec<usize> = dims
+                .unwrap()
+                .iter()
+                .map(|d| match d.dim {
+                    DeclDim::Value(c) => c as usize,
+                    _ => ROWS as usize,
+                })
+                .collect();
+            let vals: Vec<f32> = (0..shape.iter().product::<usize>())
+                .map(|i| (((i + 31 * k) * 7919) % 201) as f32 / 50.0 - 2.0)
+                .collect();
+            let t = Tensor::from_vec(&shape, &vals, None).unwrap();
+            (g.value(v).name.clone(), t)
+        })
+        .collect()
+}
+
+pub fn bits(outs: &[(String, Tensor)]) -> BTreeMap<String, Vec<u8>> {
+    outs.iter()
+        .map(|(n, t)| (n.clone(), t.bytes().to_vec()))
+        .collect()
+}
+
+/// Checks one random graph drawn from `e`; `Ok(true)` when the fitted graph was chunked.
+pub fn check_fitted(e: &mut impl Entropy, max_nodes: usize) -> Result<bool, String> {
+    let dims = BTreeMap::from([("N".to_string(), ROWS)]);
+    let model = Model {
+        graph: random_graph(e, max_nodes).graph,
+        ..Model::default()
+    };
+    let facts = memplan_ir::infer_graph(&model.graph, 18).map_err(|e| format!("infer: {e}"))?;
+    let plain = run(&model.graph, &facts, inputs(&model), &RunOptions::default())
+        .map_err(|e| format!("plain run: {e}"))?;
+    let budget = plain.resident_bytes + (plain.peak_bytes - plain.resident_bytes) / 2;
+    let fit = fit_budget(&model, &facts, &dims, &FitOptions::new(budget))
+        .map_err(|e| format!("fit_budget: {e}"))?;
+    let planned = run_planned(
+        &fit.model.graph,
+        &fit.facts,
+        inputs(&model),
+        &fit.outcome.plan,
+        18,
+    )
+    .map_err(|e| format!("planned run: {e}"))?;
+    if bits(&planned.outputs) != bits(&plain.outputs) {
+        return Err("the fitted graph's outputs differ from the original's".into());
+    }
+    if planned.peak_bytes != fit.outcome.report.peak_bytes_after {
+        return Err(format!(
+            "measured peak {} != planned peak {}",
+            planned.peak_bytes, fit.outcome.report.peak_bytes_after
+        ));
+    }
+    Ok(fit.chunking.is_some_and(|c| !c.steps.is_empty()))
+}
