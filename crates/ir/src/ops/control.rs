@@ -17,7 +17,9 @@ use super::{Mem, OpDef};
 
 pub const DEFS: &[OpDef] = &[
     OpDef::new("If", (1, 1), infer_if, Mem::NEW),
-    OpDef::new("Loop", (2, usize::MAX), infer_loop, Mem::NEW),
+    // `M` and `cond` are optional but positional: the arity check counts present inputs, so the
+    // rule itself requires the two slots.
+    OpDef::new("Loop", (0, usize::MAX), infer_loop, Mem::NEW),
     OpDef::new("Scan", (1, usize::MAX), infer_scan, Mem::NEW),
 ];
 
