@@ -19,8 +19,16 @@ Inputs are made here, seeded: floats standard normal (masks all 1), except the t
 index inputs must be consistent: its 128-token corpus input tiled to 512 tokens (4 copies of its 3
 chains, each copy's coordinates shifted so no two atoms coincide).
 
+With --exports, the cases are every AlphaFold-family corpus model (`of3_*`) in both exports (dynamo
+`NAME.onnx` and TorchScript `NAME.legacy.onnx`) at one size (--size, default N=256; the token-frame
+model at N_token=size, N_atom=461*size/128), then the forum program (`tools/forum_chain.py`, both
+exports, made in the work directory at v=40, c=200; n=500, t=1; budget 100 MiB), and only the
+memplan table is made, with the planned peak (the plan's) next to the measured one, so the two
+exports of each module can be compared, and a floor: resident weights and inputs plus the outputs,
+which no plan goes below.
+
 Usage: .venv/bin/python bench/chunk_bench.py [--memplan target/release/memplan] [--repeat 5]
-       [--threads 2] [--ratio 0.15] [--only NAME] [--work DIR]
+       [--threads 2] [--ratio 0.15] [--only NAME] [--work DIR] [--exports [--size 256]]
 """
 
 import argparse
@@ -135,6 +143,41 @@ def ort_run(path, npz, out=None):
     return json.loads(r.stdout.strip().splitlines()[-1])["delta"], None
 
 
+def af_cases(size):
+    """(file stem, dims) of every AlphaFold-family corpus model, both exports, at one size."""
+    names = sorted(
+        f[: -len(".onnx")]
+        for f in os.listdir(os.path.join(CORPUS, "models"))
+        if f.startswith("of3_") and f.endswith(".onnx") and not f.endswith(".legacy.onnx")
+    )
+    out = []
+    for name in names:
+        if name == "of3_token_frame_atoms_gather":
+            dims = {"N_token": size, "N_atom": 461 * size // 128}
+        else:
+            dims = {"N": size}
+        out += [(name, dims), (name + ".legacy", dims)]
+    return out
+
+
+FORUM_DIMS = {"n": 500, "t": 1}
+FORUM_BUDGET = 100 * MIB
+
+
+def forum_files(work):
+    """The forum program at v=40, c=200 (both exports) and its n=500, t=1 inputs, made once."""
+    d = os.path.join(work, "forum")
+    tool = os.path.join(ROOT, "tools", "forum_chain.py")
+    n, t = FORUM_DIMS["n"], FORUM_DIMS["t"]
+    npz = os.path.join(d, "inputs", f"logspace_forum_{n}.npz")
+    if not os.path.exists(os.path.join(d, "models", "logspace_forum.legacy.onnx")):
+        subprocess.run([sys.executable, tool, d, "--v", "40", "--c", "200"], check=True, capture_output=True)
+    if not os.path.exists(npz):
+        args = [sys.executable, tool, d, "--no-export", "--v", "40", "--c", "200", "--inputs", f"{n},{t}"]
+        subprocess.run(args, check=True, capture_output=True)
+    return os.path.join(d, "models"), npz
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
@@ -143,18 +186,28 @@ def main():
     ap.add_argument("--ratio", type=float, default=0.15)
     ap.add_argument("--only", default=None)
     ap.add_argument("--work", default=os.path.join(ROOT, "target", "chunk_bench"))
+    ap.add_argument("--exports", action="store_true", help="every of3 model, both exports, memplan only")
+    ap.add_argument("--size", type=int, default=256)
     a = ap.parse_args()
+    cases = af_cases(a.size) if a.exports else CASES
+    forum = None
+    if a.exports:
+        forum = forum_files(a.work)
+        cases += [("logspace_forum", FORUM_DIMS), ("logspace_forum.legacy", FORUM_DIMS)]
     os.makedirs(a.work, exist_ok=True)
     mp_rows, ort_rows = [], []
-    for stem, dims in CASES:
-        if a.only and stem != a.only:
+    for stem, dims in cases:
+        if a.only and stem != a.only and stem.split(".")[0] != a.only:
             continue
         path = os.path.join(CORPUS, "models", stem + ".onnx")
         w = lambda suffix: os.path.join(a.work, stem + suffix)
         npz = w(".inputs.npz")
-        make_inputs(stem, path, dims, npz)
+        if stem.startswith("logspace_forum"):
+            path, npz = os.path.join(forum[0], stem + ".onnx"), forum[1]
+        else:
+            make_inputs(stem.split(".")[0], path, dims, npz)
         est = run_json([a.memplan, "estimate", path, "--json"] + dim_args(dims))
-        budget = int(est["peak_bytes"] * a.ratio)
+        budget = FORUM_BUDGET if stem.startswith("logspace_forum") else int(est["peak_bytes"] * a.ratio)
         opt = run_json(
             [a.memplan, "optimize", path, "--budget", str(budget), "-o", w(".chunked.onnx"),
              "--plan-out", w(".plan.json"), "--json"] + dim_args(dims)
@@ -175,7 +228,15 @@ def main():
         t0, t1 = statistics.median(times["orig"]), statistics.median(times["opt"])
         steps = opt.get("chunking", {}).get("steps", [])
         chunks = ", ".join(f"{s['nodes']}x{s['chunks']}" for s in steps) or "-"
-        mp_rows.append((stem, dims, budget, chunks, peaks["orig"], peaks["opt"], t0, t1, identical, opt["plan_ms"]))
+        outs = np.load(ref)
+        floor = est["resident_bytes"] + sum(outs[k].nbytes for k in outs.files)
+        mp_rows.append(
+            (stem, dims, budget, chunks, peaks["orig"], floor, opt["peak_bytes_after"], peaks["opt"], t0, t1,
+             identical, opt["plan_ms"])
+        )
+        if a.exports:
+            print(f"{stem}: done", file=sys.stderr)
+            continue
 
         import onnx
 
@@ -197,14 +258,17 @@ def main():
 
     d = lambda dims: " ".join(f"{k}={v}" for k, v in sorted(dims.items()))
     print(f"memplan run, {a.threads} threads, median of {a.repeat} alternating runs each\n")
-    print("| model | dims | budget | chunks (nodes x count) | peak unoptimized | peak optimized | ratio | time unoptimized | time optimized | ratio | outputs | optimize time |")
-    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|")
-    for stem, dims, budget, chunks, p0, p1, t0, t1, same, ms in mp_rows:
+    print("| model | dims | budget | chunks (nodes x count) | peak unoptimized | floor (ratio) | peak planned | peak measured | ratio | time unoptimized | time optimized | ratio | outputs | optimize time |")
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    for stem, dims, budget, chunks, p0, fl, pp, p1, t0, t1, same, ms in mp_rows:
         print(
-            f"| {stem} | {d(dims)} | {budget / MIB:.1f} MiB | {chunks} | {p0 / MIB:.1f} MiB | {p1 / MIB:.1f} MiB | "
-            f"{p1 / p0:.3f} | {t0:.2f} s | {t1:.2f} s | {t1 / t0:.2f} | "
+            f"| {stem} | {d(dims)} | {budget / MIB:.1f} MiB | {chunks} | {p0 / MIB:.1f} MiB | "
+            f"{fl / MIB:.1f} MiB ({fl / p0:.3f}) | {pp / MIB:.1f} MiB | "
+            f"{p1 / MIB:.1f} MiB | {p1 / p0:.3f} | {t0:.2f} s | {t1:.2f} s | {t1 / t0:.2f} | "
             f"{'bit-identical' if same else 'DIFFER'} | {ms / 1e3:.1f} s |"
         )
+    if a.exports:
+        return
     print("\nonnxruntime, first-run peak (process high-water mark delta), 1 thread\n")
     print("| model | dims | onnx.checker (full) | ORT peak original | ORT peak rewritten | ratio | outputs within rtol 1e-5 |")
     print("|---|---|---|---:|---:|---:|---|")

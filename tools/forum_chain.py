@@ -9,11 +9,12 @@ computed from the shape of the big tensor, so the TorchScript exporter writes th
 arithmetic.
 
 Inputs: x [n, t, v, c], bulk [1, t, v-1, c, c], p0 [1, t, c]; n and t are symbolic, v and c fixed at
-export (defaults v=40, c=200, the forum's sizes).
+export. The defaults (v=10, c=16) keep test inputs small and still pad at three levels of the tree
+(9 -> 10, 5 -> 6, 3 -> 4 matrices); the forum's sizes are --v 40 --c 200.
 
-Usage: .venv/bin/python tools/forum_chain.py OUTDIR [--v 40] [--c 200] [--inputs n,t ...]
+Usage: .venv/bin/python tools/forum_chain.py OUTDIR [--v 10] [--c 16] [--inputs n,t ...]
 writes OUTDIR/models/logspace_forum.onnx (dynamo), OUTDIR/models/logspace_forum.legacy.onnx
-(TorchScript) and, per --inputs size, OUTDIR/inputs/logspace_forum_<n>x<t>.npz (seeded).
+(TorchScript) and, per --inputs size, OUTDIR/inputs/logspace_forum_<n>.npz (seeded; t as given).
 """
 
 import argparse
@@ -82,8 +83,8 @@ def export(out_dir, v, c):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
-    ap.add_argument("--v", type=int, default=40)
-    ap.add_argument("--c", type=int, default=200)
+    ap.add_argument("--v", type=int, default=10)
+    ap.add_argument("--c", type=int, default=16)
     ap.add_argument("--inputs", nargs="*", default=[], help="sizes n,t to write seeded inputs for")
     ap.add_argument("--no-export", action="store_true")
     a = ap.parse_args()
@@ -92,7 +93,7 @@ def main():
     for s in a.inputs:
         n, t = (int(x) for x in s.split(","))
         os.makedirs(os.path.join(a.out_dir, "inputs"), exist_ok=True)
-        path = os.path.join(a.out_dir, "inputs", f"logspace_forum_{n}x{t}.npz")
+        path = os.path.join(a.out_dir, "inputs", f"logspace_forum_{n}.npz")
         np.savez(path, **inputs(n, t, a.v, a.c, 1000 + n * 7 + t))
         print("wrote", path)
 

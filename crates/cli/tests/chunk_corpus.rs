@@ -42,7 +42,7 @@ fn json_and_status(args: &[&str]) -> (i32, serde_json::Value) {
 }
 
 /// The default chunk counts of `memplan_plan::chunk::ChunkOptions`.
-const COUNTS: [usize; 6] = [2, 4, 8, 16, 32, 64];
+const COUNTS: [usize; 8] = [2, 4, 8, 16, 32, 64, 128, 256];
 
 #[test]
 fn chunked_corpus_runs_bit_identical_at_every_chunk_count() {
@@ -174,4 +174,141 @@ fn budget_flags_and_an_unreachable_budget() {
     let live = rep["chunking"]["live_at_peak"].as_array().unwrap();
     assert!(!live.is_empty());
     assert!(rep["peak_bytes_after"].as_u64().unwrap() < rep["peak_bytes_before"].as_u64().unwrap());
+}
+
+/// Runs `model` unoptimized (writing its outputs to `reference`); returns its measured peak and
+/// the dims its inputs bind, as `--dim` flags.
+fn unoptimized(model: &str, inputs: &str, reference: &str) -> (u64, Vec<String>) {
+    let free = json_of(&[
+        "run",
+        model,
+        "--inputs-npz",
+        inputs,
+        "--out",
+        reference,
+        "--json",
+    ]);
+    let dims = free["dims"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| format!("--dim={k}={v}"))
+        .collect();
+    (free["peak_bytes"].as_u64().unwrap(), dims)
+}
+
+/// `optimize --budget` at `fraction` of the unoptimized peak, then the planned run: outputs
+/// bit-identical to the unoptimized run's, measured peak = planned peak. Returns the planned peak
+/// as a fraction of the unoptimized one and the report.
+fn chunk_and_run(tmp: &Path, model: &str, inputs: &str, fraction: f64) -> (f64, serde_json::Value) {
+    let stem = Path::new(model).file_stem().unwrap().to_str().unwrap();
+    let reference = tmp.join(format!("{stem}.ref.npz"));
+    let r = reference.to_str().unwrap();
+    let (peak, dims) = unoptimized(model, inputs, r);
+    let budget = ((peak as f64 * fraction) as u64).to_string();
+    let (opt, plan) = (
+        tmp.join(format!("{stem}.chunked.onnx")),
+        tmp.join(format!("{stem}.plan.json")),
+    );
+    let (o, p) = (opt.to_str().unwrap(), plan.to_str().unwrap());
+    let mut args = vec![
+        "optimize",
+        model,
+        "--budget",
+        &budget,
+        "-o",
+        o,
+        "--plan-out",
+        p,
+        "--json",
+    ];
+    args.extend(dims.iter().map(String::as_str));
+    let (code, rep) = json_and_status(&args);
+    assert!(code == 0 || code == 3, "{stem}: exit status {code}");
+    let run = json_of(&[
+        "run",
+        o,
+        "--plan",
+        p,
+        "--inputs-npz",
+        inputs,
+        "--compare",
+        r,
+        "--exact",
+        "--json",
+    ]);
+    assert_eq!(
+        run["mismatches"].as_array().unwrap().len(),
+        0,
+        "{stem}: {}",
+        run["mismatches"]
+    );
+    let planned = rep["peak_bytes_after"].as_u64().unwrap();
+    assert_eq!(
+        run["peak_bytes"].as_u64().unwrap(),
+        planned,
+        "{stem}: the measured peak is the plan's"
+    );
+    (planned as f64 / peak as f64, rep)
+}
+
+/// Both exports of a module chunk alike. The TorchScript export computes every reshape target,
+/// slice bound and pad amount from `Shape`; frozen to constants at the dims, they make shapes
+/// concrete after the first reshape while the inputs stay symbolic, and the axis flows are decided
+/// at the dims, so a region grows through those reshapes as it does in the dynamo export. Triangle
+/// attention: one region spans the projections, the attention and the output projection (its
+/// layer norm, also read whole by the triangle bias, recomputed per chunk), well under a third of
+/// the unoptimized peak. The forum program: one region spans the whole program, through its
+/// shape-computed padding and strided slices, to the graph output.
+#[test]
+fn legacy_exports_chunk_as_well_as_dynamo_exports() {
+    let tmp = std::env::temp_dir().join(format!("memplan-chunk-exports-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let corpus = repo().join("tests/corpus");
+    let cases = [
+        (
+            corpus.join("models/of3_tri_att_start"),
+            corpus.join("inputs/of3_tri_att_start_64.npz"),
+            0.15,
+        ),
+        (
+            corpus.join("forum/models/logspace_forum"),
+            corpus.join("forum/inputs/logspace_forum_5.npz"),
+            0.15,
+        ),
+    ];
+    for (stem, inputs, fraction) in cases {
+        let mut got = Vec::new();
+        for variant in ["", ".legacy"] {
+            let model = format!("{}{variant}.onnx", stem.display());
+            let (f, rep) = chunk_and_run(&tmp, &model, inputs.to_str().unwrap(), fraction);
+            let steps = rep["chunking"]["steps"].as_array().unwrap();
+            assert!(!steps.is_empty(), "{model}: not chunked");
+            if model.contains("forum") {
+                // One region reaches the program's output.
+                assert!(
+                    steps.iter().any(|s| s["outputs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|o| o == "logz")),
+                    "{model}: no region reaches the output: {steps:?}"
+                );
+            } else {
+                assert!(
+                    f < 0.3,
+                    "{model}: planned peak {f:.3} of the unoptimized one"
+                );
+            }
+            got.push(f);
+        }
+        assert!(
+            (got[0] - got[1]).abs() <= 0.01,
+            "{}: dynamo export {:.3}, legacy export {:.3} of the unoptimized peak",
+            stem.display(),
+            got[0],
+            got[1]
+        );
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -52,12 +52,15 @@ pub enum ChunkError {
 }
 
 /// A region to chunk: its nodes, the axis each value it touches is split along (`None`: read
-/// whole), and the number of chunks.
+/// whole), and the number of chunks. The nodes of `keep` (a subset of `nodes`, closed over their
+/// producers in the region) also stay in the graph as they are, computed whole for their readers
+/// outside the region, while the region recomputes its slices of them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Region {
     pub nodes: BTreeSet<NodeId>,
     pub axes: BTreeMap<ValueId, Option<usize>>,
     pub chunks: usize,
+    pub keep: BTreeSet<NodeId>,
 }
 
 /// A simple cost model of the rewrite: each node added costs a fixed overhead, each byte copied
@@ -115,6 +118,8 @@ pub struct ChunkStep {
     pub added_nodes: usize,
     /// Predicted extra run time, per the cost model.
     pub predicted_seconds: f64,
+    /// Region nodes also kept whole for their readers outside the region (recomputed per chunk).
+    pub recomputed_nodes: usize,
 }
 
 /// Options of [`chunk_to_budget`].
@@ -137,7 +142,7 @@ impl Default for ChunkOptions {
     fn default() -> Self {
         ChunkOptions {
             budget: None,
-            chunk_counts: vec![2, 4, 8, 16, 32, 64],
+            chunk_counts: vec![2, 4, 8, 16, 32, 64, 128, 256],
             max_region: 400,
             max_steps: 16,
             assemble: true,
@@ -225,12 +230,18 @@ fn seeds(base: &Base) -> Vec<NodeId> {
     out
 }
 
+/// A region's nodes, split axes and kept nodes, before a chunk count is chosen.
+type Shape = (
+    BTreeSet<NodeId>,
+    BTreeMap<ValueId, Option<usize>>,
+    BTreeSet<NodeId>,
+);
+
 /// Predicts chunking `nodes` into `chunks` chunks.
 fn evaluate(
     base: &Base,
     opts: &ChunkOptions,
-    nodes: &BTreeSet<NodeId>,
-    axes: &BTreeMap<ValueId, Option<usize>>,
+    (nodes, axes, keep): &Shape,
     extent: i64,
     chunks: usize,
     evaluated: &mut usize,
@@ -242,11 +253,17 @@ fn evaluate(
         nodes: nodes.clone(),
         axes: axes.clone(),
         chunks,
+        keep: keep.clone(),
     };
     let em = rewrite::emit(base.g, base.facts, base.dims, &base.consumers, &region).ok()?;
     *evaluated += 1;
     let pred = predict(base, &region, &em, opts.assemble).ok()?;
-    let seconds = opts.cost.seconds(pred.added, nodes.len(), pred.copied);
+    // A kept node runs whole besides its clones: its output bytes are written twice.
+    let seconds = opts.cost.seconds(
+        pred.added,
+        nodes.len() - keep.len(),
+        pred.copied + pred.recomputed,
+    );
     Some(Candidate {
         region,
         pred,
@@ -275,7 +292,11 @@ fn candidates(
 ) -> Vec<Candidate> {
     let g = base.g;
     let mut cands: Vec<Candidate> = Vec::new();
-    let mut tried: BTreeSet<(BTreeSet<NodeId>, Vec<(ValueId, Option<usize>)>)> = BTreeSet::new();
+    let mut tried: BTreeSet<(
+        BTreeSet<NodeId>,
+        Vec<(ValueId, Option<usize>)>,
+        BTreeSet<NodeId>,
+    )> = BTreeSet::new();
     for seed in seeds(base) {
         let Some(out0) = g.node(seed).outputs.first().copied().flatten() else {
             continue;
@@ -299,28 +320,44 @@ fn candidates(
             let growth = region::grow(
                 g,
                 base.facts,
+                base.dims,
                 &base.consumers,
                 seed,
                 axis,
                 opts.max_region,
                 frozen,
             );
-            let mut prefixes = Vec::new();
+            let mut prefixes: Vec<Shape> = Vec::new();
             for len in prefix_lengths(growth.len()) {
                 let all: BTreeSet<NodeId> = growth[..len].iter().map(|(n, _)| *n).collect();
-                let nodes = region::convex_part(g, &base.consumers, &all);
-                if nodes.is_empty() {
-                    continue;
+                // The largest convex part, and the whole prefix with the nodes that make it
+                // non-convex kept whole and recomputed per chunk.
+                let mut shapes = vec![(
+                    region::convex_part(g, &base.consumers, &all),
+                    BTreeSet::new(),
+                )];
+                let max_keep = (all.len() / 4).max(2);
+                if let Some(r) = region::recompute_part(g, &base.consumers, &all, max_keep) {
+                    shapes.push(r);
                 }
-                let axes: BTreeMap<ValueId, Option<usize>> = growth[..len]
-                    .iter()
-                    .filter(|(n, _)| nodes.contains(n))
-                    .flat_map(|(_, a)| a.iter().copied())
-                    .collect();
-                if !tried.insert((nodes.clone(), axes.iter().map(|(v, a)| (*v, *a)).collect())) {
-                    continue;
+                for (nodes, keep) in shapes {
+                    if nodes.is_empty() {
+                        continue;
+                    }
+                    let axes: BTreeMap<ValueId, Option<usize>> = growth[..len]
+                        .iter()
+                        .filter(|(n, _)| nodes.contains(n))
+                        .flat_map(|(_, a)| a.iter().copied())
+                        .collect();
+                    let key = (
+                        nodes.clone(),
+                        axes.iter().map(|(v, a)| (*v, *a)).collect(),
+                        keep.clone(),
+                    );
+                    if tried.insert(key) {
+                        prefixes.push((nodes, axes, keep));
+                    }
                 }
-                prefixes.push((nodes, axes));
             }
             // Phase one: every prefix at a middle chunk count; phase two: every count for the
             // two best prefixes.
@@ -328,21 +365,21 @@ fn candidates(
                 return cands;
             };
             let mut scored: Vec<(u64, usize)> = Vec::new();
-            for (i, (nodes, axes)) in prefixes.iter().enumerate() {
-                if let Some(c) = evaluate(base, opts, nodes, axes, extent, mid, evaluated) {
+            for (i, shape) in prefixes.iter().enumerate() {
+                if let Some(c) = evaluate(base, opts, shape, extent, mid, evaluated) {
                     scored.push((c.pred.local, i));
                     cands.push(c);
                 }
             }
             scored.sort();
             for &(_, i) in scored.iter().take(2) {
-                let (nodes, axes) = &prefixes[i];
+                let shape = &prefixes[i];
                 let mut seen_bounds = BTreeSet::from([rewrite::bounds(extent, mid)]);
                 for &chunks in &opts.chunk_counts {
                     if !seen_bounds.insert(rewrite::bounds(extent, chunks)) {
                         continue;
                     }
-                    if let Some(c) = evaluate(base, opts, nodes, axes, extent, chunks, evaluated) {
+                    if let Some(c) = evaluate(base, opts, shape, extent, chunks, evaluated) {
                         // More chunks only cost more once the region fits.
                         let fits = opts.budget.is_some_and(|b| c.pred.local <= b);
                         cands.push(c);
@@ -456,6 +493,7 @@ pub fn chunk_to_budget(
             copied_bytes: best.pred.copied,
             added_nodes: best.pred.added,
             predicted_seconds: best.seconds,
+            recomputed_nodes: region.keep.len(),
         };
         drop(base);
         let next = apply(&cur, &facts, dims, region)?;

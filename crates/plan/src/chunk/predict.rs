@@ -168,6 +168,8 @@ pub(crate) struct Prediction {
     pub copied: u64,
     /// Nodes added.
     pub added: usize,
+    /// Output bytes of the kept nodes, which run whole besides their clones.
+    pub recomputed: u64,
     /// Live bytes during each step of the rewritten graph's order (resident bytes included).
     pub per_step: Vec<u64>,
 }
@@ -477,7 +479,8 @@ pub(crate) fn predict(
     let mut origin: Vec<usize> = Vec::with_capacity(g.nodes.len() + added);
     let mut new_nodes = Some(new_nodes);
     for (i, node) in g.nodes.iter().enumerate() {
-        if !region.nodes.contains(&NodeId::from_index(i)) {
+        let id = NodeId::from_index(i);
+        if !region.nodes.contains(&id) || region.keep.contains(&id) {
             origin.push(i);
             // A `Concat` made of a region output that is now itself assembled is not any more.
             let assembled = base.assembled[i]
@@ -644,11 +647,18 @@ pub(crate) fn predict(
             local = local.max(here);
         }
     }
+    let recomputed = region
+        .keep
+        .iter()
+        .flat_map(|&n| g.node(n).output_ids())
+        .map(|v| base.bytes[v.index()])
+        .sum();
     Ok(Prediction {
         peak,
         local,
         copied,
         added,
+        recomputed,
         per_step,
     })
 }

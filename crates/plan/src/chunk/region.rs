@@ -1,33 +1,58 @@
 //! Regions: growing a set of nodes from a seed along one split axis, and the convexity a region
 //! needs to be rewritten (no path may leave it and come back, or the chunks would wait on
-//! themselves).
+//! themselves). Two ways to restore convexity: drop the region nodes where such a path starts
+//! ([`convex_part`]), or keep them, and the region nodes they depend on, whole for their outside
+//! readers while the region recomputes its own slices of them ([`recompute_part`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use memplan_ir::graph::{Graph, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::axes::{axis_flow, AxisFlow};
-use memplan_ir::Fact;
+use memplan_ir::{Expr, Fact};
 
 /// One node joining a growing region and the split axes of the values it touches (`None`: read
 /// whole).
 pub(crate) type Joined = (NodeId, Vec<(ValueId, Option<usize>)>);
 
-fn flows(g: &Graph, f: &Facts, n: NodeId) -> Option<Vec<Vec<AxisFlow>>> {
+/// The axis flow of node `n` over its facts at `dims`. A region is chunked at given dims, so its
+/// flows are decided on the shapes there: a `Reshape` whose target was frozen to a constant
+/// (`freeze`) has a concrete output and a symbolic input, equal only once the input is evaluated.
+fn flows(
+    g: &Graph,
+    f: &Facts,
+    dims: &BTreeMap<String, i64>,
+    n: NodeId,
+) -> Option<Vec<Vec<AxisFlow>>> {
     let node = g.node(n);
     if node.subgraphs().next().is_some() {
         return None;
     }
-    let ins: Vec<Option<&Fact>> = node.inputs.iter().map(|i| i.map(|v| f.get(v))).collect();
-    let outs: Vec<Option<&Fact>> = node.outputs.iter().map(|o| o.map(|v| f.get(v))).collect();
+    let at = |v: ValueId| -> Fact {
+        let mut x = f.get(v).clone();
+        if let Some(s) = x.shape.as_mut() {
+            for d in s.iter_mut() {
+                if let Ok(e) = d.eval_map(dims) {
+                    *d = Expr::from(e);
+                }
+            }
+        }
+        x
+    };
+    let ins: Vec<Option<Fact>> = node.inputs.iter().map(|i| i.map(at)).collect();
+    let outs: Vec<Option<Fact>> = node.outputs.iter().map(|o| o.map(at)).collect();
+    let ins: Vec<Option<&Fact>> = ins.iter().map(Option::as_ref).collect();
+    let outs: Vec<Option<&Fact>> = outs.iter().map(Option::as_ref).collect();
     axis_flow(node, &ins, &outs)
 }
 
 /// The axes node `n`'s values need when its output `slot` is split along `axis`, or `None` when it
 /// cannot join a region with the axes chosen so far.
+#[allow(clippy::too_many_arguments)]
 fn join(
     g: &Graph,
     f: &Facts,
+    dims: &BTreeMap<String, i64>,
     n: NodeId,
     slot: usize,
     axis: usize,
@@ -40,7 +65,7 @@ fn join(
     if frozen.get(n.index()).copied().unwrap_or(true) {
         return None;
     }
-    let fl = flows(g, f, n)?;
+    let fl = flows(g, f, dims, n)?;
     let AxisFlow::Split(ins) = fl.get(slot)?.get(axis)? else {
         return None;
     };
@@ -84,9 +109,11 @@ fn join(
 /// Grows a region from `seed` with its output 0 split along `axis`, breadth first over producers
 /// and consumers that pass the axis through, up to `max_nodes`, never into `frozen` nodes. Returns the nodes in the order they
 /// joined, each with the axes it added; any prefix is a region (convex or not, see [`convex`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn grow(
     g: &Graph,
     f: &Facts,
+    dims: &BTreeMap<String, i64>,
     consumers: &[Vec<NodeId>],
     seed: NodeId,
     axis: usize,
@@ -94,7 +121,7 @@ pub(crate) fn grow(
     frozen: &[bool],
 ) -> Vec<Joined> {
     let mut axes: BTreeMap<ValueId, Option<usize>> = BTreeMap::new();
-    let Some(first) = join(g, f, seed, 0, axis, &axes, frozen) else {
+    let Some(first) = join(g, f, dims, seed, 0, axis, &axes, frozen) else {
         return Vec::new();
     };
     axes.extend(first.iter().copied());
@@ -119,7 +146,9 @@ pub(crate) fn grow(
                 continue;
             };
             for &c in &consumers[v.index()] {
-                let Some(fl) = flows(g, f, c) else { continue };
+                let Some(fl) = flows(g, f, dims, c) else {
+                    continue;
+                };
                 let Some(slot_in) = g.node(c).inputs.iter().position(|i| *i == Some(v)) else {
                     continue;
                 };
@@ -137,7 +166,7 @@ pub(crate) fn grow(
             if nodes.contains(&c) || nodes.len() >= max_nodes {
                 continue;
             }
-            if let Some(want) = join(g, f, c, slot, a, &axes, frozen) {
+            if let Some(want) = join(g, f, dims, c, slot, a, &axes, frozen) {
                 axes.extend(want.iter().copied());
                 nodes.insert(c);
                 joined.push((c, want));
@@ -150,7 +179,14 @@ pub(crate) fn grow(
 
 /// The outside nodes on a path that leaves `nodes` and comes back (the node list must be in
 /// topological order): reachable from the region and reaching it. Empty when the region is convex.
-fn escapes(g: &Graph, consumers: &[Vec<NodeId>], nodes: &BTreeSet<NodeId>) -> BTreeSet<NodeId> {
+/// Paths that leave from a node of `keep` do not count: its outside readers read its original,
+/// computed whole before the region.
+fn escapes(
+    g: &Graph,
+    consumers: &[Vec<NodeId>],
+    nodes: &BTreeSet<NodeId>,
+    keep: &BTreeSet<NodeId>,
+) -> BTreeSet<NodeId> {
     let (Some(&first), Some(&last)) = (nodes.first(), nodes.last()) else {
         return BTreeSet::new();
     };
@@ -163,7 +199,7 @@ fn escapes(g: &Graph, consumers: &[Vec<NodeId>], nodes: &BTreeSet<NodeId>) -> BT
             .flat_map(|v| consumers[v.index()].iter().copied())
             .collect::<Vec<_>>()
     };
-    for &n in nodes {
+    for &n in nodes.difference(keep) {
         stack.extend(succ(n));
     }
     while let Some(c) = stack.pop() {
@@ -197,7 +233,7 @@ pub(crate) fn convex_part(
 ) -> BTreeSet<NodeId> {
     let mut r = nodes.clone();
     loop {
-        let x = escapes(g, consumers, &r);
+        let x = escapes(g, consumers, &r, &BTreeSet::new());
         if x.is_empty() {
             return r;
         }
@@ -217,4 +253,66 @@ pub(crate) fn convex_part(
             r.remove(&n);
         }
     }
+}
+
+/// The region `nodes` made convex by keeping some of its nodes whole, besides their per-chunk
+/// clones: the region nodes where a path leaving the region and coming back starts, and every
+/// region node they depend on (their originals must not read the region's chunks). Their outside
+/// readers read the originals, computed whole before the region; the region recomputes its own
+/// slices of them. A kept node that no other region node reads (directly or through kept nodes)
+/// leaves the region: nothing in it needs its slices. Returns the region's nodes and the kept ones;
+/// `None` when the region is convex as it is, or when more than `max_keep` nodes (or all of them)
+/// would be kept.
+pub(crate) fn recompute_part(
+    g: &Graph,
+    consumers: &[Vec<NodeId>],
+    nodes: &BTreeSet<NodeId>,
+    max_keep: usize,
+) -> Option<(BTreeSet<NodeId>, BTreeSet<NodeId>)> {
+    let mut keep: BTreeSet<NodeId> = BTreeSet::new();
+    loop {
+        let x = escapes(g, consumers, nodes, &keep);
+        if x.is_empty() {
+            break;
+        }
+        let mut stack: Vec<NodeId> = nodes
+            .difference(&keep)
+            .copied()
+            .filter(|&n| {
+                g.node(n)
+                    .output_ids()
+                    .any(|v| consumers[v.index()].iter().any(|c| x.contains(c)))
+            })
+            .collect();
+        if stack.is_empty() {
+            return None;
+        }
+        while let Some(n) = stack.pop() {
+            if !keep.insert(n) {
+                continue;
+            }
+            for v in g.node(n).input_ids() {
+                if let Some(p) = g.producer(v).filter(|p| nodes.contains(p)) {
+                    stack.push(p);
+                }
+            }
+        }
+        if keep.len() > max_keep || keep.len() == nodes.len() {
+            return None;
+        }
+    }
+    // Latest first (node ids are in topological order), so a kept node's readers are decided
+    // before it.
+    let mut region = nodes.clone();
+    for &n in keep.iter().rev() {
+        let read = g
+            .node(n)
+            .output_ids()
+            .any(|v| consumers[v.index()].iter().any(|c| region.contains(c)));
+        if !read {
+            region.remove(&n);
+        }
+    }
+    let keep: BTreeSet<NodeId> = keep.intersection(&region).copied().collect();
+    (!keep.is_empty()).then_some((region, keep))
 }

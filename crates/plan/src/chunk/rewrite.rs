@@ -125,9 +125,10 @@ pub(crate) fn emit(
         return Err(err(format!("an extent of {extent} gives one chunk")));
     }
     let is_output: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
+    // A kept node's original makes its values for readers outside the region.
     let outputs: Vec<ValueId> = region
         .nodes
-        .iter()
+        .difference(&region.keep)
         .flat_map(|&n| g.node(n).output_ids())
         .filter(|&v| {
             is_output.contains(&v)
@@ -380,7 +381,8 @@ pub fn apply(
     }
     let mut nodes: Vec<Node> = Vec::with_capacity(g.nodes.len() + new_nodes.len());
     for (i, node) in g.nodes.iter().enumerate() {
-        if !region.nodes.contains(&NodeId::from_index(i)) {
+        let n = NodeId::from_index(i);
+        if !region.nodes.contains(&n) || region.keep.contains(&n) {
             nodes.push(node.clone());
         }
         if i == em.last {
