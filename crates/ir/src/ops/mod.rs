@@ -23,6 +23,7 @@ pub mod image;
 pub mod index;
 pub mod linalg;
 pub mod ml;
+pub mod loss;
 pub mod movement;
 pub mod nn;
 pub mod quant;
@@ -34,6 +35,7 @@ pub mod signal;
 mod tests;
 pub mod text;
 pub mod training;
+pub mod vision;
 
 /// Opset assumed when a model imports none for the default domain.
 pub const DEFAULT_OPSET: i64 = 18;
@@ -177,6 +179,8 @@ pub const FAMILIES: &[(&str, &[OpDef])] = &[
     ("training", training::DEFS),
     ("ml", ml::DEFS),
     ("text", text::DEFS),
+    ("loss", loss::DEFS),
+    ("vision", vision::DEFS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {
