@@ -464,6 +464,11 @@ mod tests {
                             ],
                         ));
                     }
+                    "TensorScatter" => {
+                        let upd = Some(make(dt, &[3, 2, 5], 2.0));
+                        cases.push((vec![], vec![x(0.0), upd.clone()]));
+                        cases.push((vec![], vec![x(0.0), upd, Some(i64s(&[3], &[0, 1, 2]))]));
+                    }
                     "Where" => {
                         let c = |s: &[usize]| Some(make(Bool, s, 4.0));
                         cases.push((vec![], vec![c(&shape), x(0.0), x(1.0)]));

@@ -3,6 +3,7 @@
 
 pub mod cast;
 pub mod conv;
+pub mod conv_transpose;
 pub mod elementwise;
 pub mod fastmath;
 pub mod gemm_small;
@@ -13,5 +14,7 @@ pub mod movement;
 pub mod norm;
 pub mod pool;
 pub mod random;
+pub mod real;
 pub mod reduce;
+pub mod scalar_norm;
 pub mod topk;

@@ -76,12 +76,12 @@ fn axis_taps(win: &Window, i: usize, d: usize, o: usize) -> AxisTaps {
 }
 
 /// Runs `f(window_offsets, padded_count)` for every output of every plane.
-fn pool_planes<T: ReduceElem>(
+fn pool_planes<T: ReduceElem, U: Copy + Send>(
     x: &[T],
     x_shape: &[usize],
     attrs: &PoolAttrs,
-    out: &mut [T],
-    f: impl Fn(&[T], &[usize], usize) -> T + Sync,
+    out: &mut [U],
+    f: impl Fn(&[T], &[usize], usize) -> U + Sync,
 ) -> KResult<()> {
     let (win, out_shape) = geometry(x_shape, attrs)?;
     check_len("pool X", x.len(), x_shape)?;
@@ -97,7 +97,7 @@ fn pool_planes<T: ReduceElem>(
     if out_plane == 0 || out.is_empty() {
         return Ok(());
     }
-    let plane = |pi: usize, yo: &mut [T]| {
+    let plane = |pi: usize, yo: &mut [U]| {
         let xp = &x[pi * in_plane..(pi + 1) * in_plane];
         let (mut offs, mut next) = (Vec::new(), Vec::new());
         let mut oidx = vec![0usize; nd];
@@ -161,6 +161,96 @@ pub fn average_pool<T: Float>(
         let s = offs.iter().fold(T::ZERO, |s, &o| s + xp[o]);
         s.div_count(if include { padded } else { offs.len() })
     })
+}
+
+/// MaxPool's Indices output: the flat index into X of each window's first maximum (in kernel
+/// order), `plane * prod(spatial) + offset` with the offset row-major, or column-major with
+/// `column_major` (`storage_order = 1`). A window with no in-bounds tap gives -1.
+pub fn max_pool_indices<T: ReduceElem>(
+    x: &[T],
+    x_shape: &[usize],
+    attrs: &PoolAttrs,
+    column_major: bool,
+    out: &mut [i64],
+) -> KResult<()> {
+    let sp = &x_shape[2..];
+    let in_plane: usize = sp.iter().product();
+    pool_planes(x, x_shape, attrs, out, |xp, offs, _| {
+        let mut best: Option<usize> = None;
+        for &o in offs {
+            if best.is_none_or(|b| xp[o] > xp[b]) {
+                best = Some(o);
+            }
+        }
+        let Some(b) = best else { return -1 };
+        if !column_major {
+            return b as i64;
+        }
+        // Row-major offset to column-major.
+        let (mut t, mut cm, mut stride) = (b, 0usize, 1usize);
+        let mut idx = [0usize; 8];
+        for a in (0..sp.len()).rev() {
+            idx[a] = t % sp[a];
+            t /= sp[a];
+        }
+        for a in 0..sp.len() {
+            cm += idx[a] * stride;
+            stride *= sp[a];
+        }
+        cm as i64
+    })?;
+    let out_plane = out.len() / (x_shape[0] * x_shape[1]).max(1);
+    if out_plane > 0 {
+        for (pi, chunk) in out.chunks_mut(out_plane).enumerate() {
+            for v in chunk.iter_mut().filter(|v| **v >= 0) {
+                *v += (pi * in_plane) as i64;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// ONNX LpPool: `(sum |x|^p)^(1/p)` over the window's in-bounds taps, in kernel order, in f64.
+pub fn lp_pool<T: ReduceElem + super::real::Real>(
+    x: &[T],
+    x_shape: &[usize],
+    attrs: &PoolAttrs,
+    p: i32,
+    out: &mut [T],
+) -> KResult<()> {
+    pool_planes(x, x_shape, attrs, out, |xp, offs, _| {
+        T::put(lp_norm(offs.iter().map(|&o| xp[o].get()), p))
+    })
+}
+
+/// `(sum |v|^p)^(1/p)`, summed in order.
+pub fn lp_norm(v: impl Iterator<Item = f64>, p: i32) -> f64 {
+    let s: f64 = v.map(|a| a.abs().powi(p)).sum();
+    match p {
+        1 => s,
+        2 => s.sqrt(),
+        _ => s.powf(1.0 / f64::from(p)),
+    }
+}
+
+/// ONNX GlobalLpPool: [`lp_norm`] over each contiguous spatial plane.
+pub fn global_lp_pool<T: super::real::Real>(
+    x: &[T],
+    x_shape: &[usize],
+    p: i32,
+    out: &mut [T],
+) -> KResult<()> {
+    let os = global_pool_out_shape(x_shape)?;
+    check_len("global pool X", x.len(), x_shape)?;
+    check_len("global pool output", out.len(), &os)?;
+    let plane: usize = x_shape[2..].iter().product();
+    for (i, y) in out.iter_mut().enumerate() {
+        *y = T::put(lp_norm(
+            x[i * plane..(i + 1) * plane].iter().map(|v| v.get()),
+            p,
+        ));
+    }
+    Ok(())
 }
 
 /// Output shape of the global pools: `[N, C, 1, ..]`.

@@ -63,6 +63,7 @@ pub mod elementwise;
 pub mod image;
 pub mod index;
 pub mod linalg;
+pub mod loss;
 pub mod ml;
 pub mod movement;
 pub mod nn;
@@ -77,6 +78,7 @@ mod tests;
 pub(crate) mod testutil;
 pub mod text;
 pub mod training;
+pub mod vision;
 
 /// An op failed on its inputs (bad values, unsupported configuration).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -359,6 +361,8 @@ pub const FAMILIES: &[(&str, &[(&str, OpFn)])] = &[
     ("training", training::OPS),
     ("ml", ml::OPS),
     ("text", text::OPS),
+    ("loss", loss::OPS),
+    ("vision", vision::OPS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, OpFn> {

@@ -31,6 +31,8 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("Range", range),
     ("Pad", pad),
     ("ReverseSequence", reverse_sequence),
+    ("SpaceToDepth", space_depth),
+    ("DepthToSpace", space_depth),
 ];
 
 fn reverse_sequence(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
@@ -83,6 +85,63 @@ fn reverse_sequence_over(
         }
     });
     Ok(())
+}
+
+/// SpaceToDepth/DepthToSpace as one strided gather: the input viewed with 6 axes, permuted.
+/// Depth channel `(c, i, j)` (`c` < C of the spatial form, `i, j` < b) is `(i*b + j)*C + c` in DCR
+/// mode (the default) and `c*b*b + i*b + j` in CRD.
+fn space_depth(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    if x.rank() != 4 {
+        return fail(format!(
+            "{} needs [N, C, H, W], got {:?}",
+            ctx.node.op, x.shape
+        ));
+    }
+    let b = usize::try_from(ctx.int("blocksize", 0)?)
+        .ok()
+        .filter(|&b| b >= 1)
+        .ok_or_else(|| OpFail::Invalid("blocksize must be >= 1".into()))?;
+    let crd = match ctx.string("mode")?.as_deref() {
+        None | Some("DCR") => false,
+        Some("CRD") => true,
+        Some(m) => return fail(format!("mode '{m}' is not DCR or CRD")),
+    };
+    let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+    let (view, perm, out): (Vec<usize>, [usize; 6], Vec<usize>) = if ctx.node.op == "DepthToSpace" {
+        if c % (b * b) != 0 {
+            return fail(format!(
+                "C = {c} is not a multiple of blocksize^2 = {}",
+                b * b
+            ));
+        }
+        let cs = c / (b * b);
+        let out = vec![n, cs, h * b, w * b];
+        if crd {
+            (vec![n, cs, b, b, h, w], [0, 1, 4, 2, 5, 3], out)
+        } else {
+            (vec![n, b, b, cs, h, w], [0, 3, 4, 1, 5, 2], out)
+        }
+    } else {
+        if h % b != 0 || w % b != 0 {
+            return fail(format!(
+                "H = {h} and W = {w} must be multiples of blocksize {b}"
+            ));
+        }
+        let view = vec![n, c, h / b, b, w / b, b];
+        let out = vec![n, c * b * b, h / b, w / b];
+        if crd {
+            (view, [0, 1, 3, 5, 2, 4], out)
+        } else {
+            (view, [0, 3, 5, 1, 2, 4], out)
+        }
+    };
+    let st = istrides(&view);
+    let shape: Vec<usize> = perm.iter().map(|&p| view[p]).collect();
+    let strides: Vec<isize> = perm.iter().map(|&p| st[p]).collect();
+    Ok(vec![
+        gather_strided(ctx, x, 0, &shape, &strides)?.reshaped(&out)
+    ])
 }
 
 /// A new tensor of `shape` filled by `dst[i] = x[base + sum idx_k * strides_k]`.

@@ -17,8 +17,8 @@ use super::{fail, opt, req, unsupported, OpCtx, OpFail, OpFn};
 use crate::kernels::conv::{conv_col_len, conv_with_col, resolve_pads, AutoPad, ConvAttrs};
 use crate::kernels::norm::{batch_norm, check_batch_norm_training, instance_norm};
 use crate::kernels::pool::{
-    average_pool, global_average_pool, global_max_pool, global_pool_out_shape, max_pool,
-    pool_out_shape, PoolAttrs,
+    average_pool, global_average_pool, global_lp_pool, global_max_pool, global_pool_out_shape,
+    lp_pool, max_pool, max_pool_indices, pool_out_shape, PoolAttrs,
 };
 use crate::mem::ScratchBuf;
 use crate::tensor::Tensor;
@@ -29,10 +29,568 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("AveragePool", pool),
     ("GlobalAveragePool", global_pool),
     ("GlobalMaxPool", global_pool),
+    ("LpPool", pool),
+    ("GlobalLpPool", global_pool),
     ("BatchNormalization", batch_norm_op),
     ("InstanceNormalization", instance_norm_op),
     ("Dropout", dropout),
+    ("GroupNormalization", group_norm_op),
+    ("LpNormalization", scalar_norm_op),
+    ("LRN", scalar_norm_op),
+    ("MeanVarianceNormalization", scalar_norm_op),
+    ("Swish", scalar_norm_op),
+    ("ConvTranspose", conv_transpose_op),
+    ("Col2Im", col2im_op),
+    ("MaxUnpool", max_unpool),
+    ("DeformConv", deform_conv),
 ];
+
+/// DeformConv (2-D): `Y[n, m, i, j] = B[m] + sum over the input channels c of m's group and the
+/// taps (a, b) of W[m, c, a, b] * mask * X[n, c] sampled bilinearly (zeros outside) at
+/// `(i*s_h - pad_top + a*d_h + dy, j*s_w - pad_left + b*d_w + dx)`, with `(dy, dx)` and the mask
+/// (default 1) from the tap's offset group. Per output in f64, no scratch.
+fn deform_conv(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (x, w, off) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
+    let (b, mask) = (opt(inputs, 3), opt(inputs, 4));
+    if x.rank() != 4 || w.rank() != 4 {
+        return unsupported(format!(
+            "DeformConv other than 2-D: X {:?}, W {:?}",
+            x.shape, w.shape
+        ));
+    }
+    let (n, c, ih, iw) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (m, cg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+    let group = usize::try_from(ctx.int("group", 1)?).unwrap_or(0);
+    let og = usize::try_from(ctx.int("offset_group", 1)?).unwrap_or(0);
+    if group == 0 || og == 0 || c != cg * group || m % group != 0 || c % og != 0 {
+        return fail(format!(
+            "group {group} / offset_group {og} do not fit C = {c}, W {:?}",
+            w.shape
+        ));
+    }
+    let strides = per_axis(ctx, "strides", 2, 1)?;
+    let dil = per_axis(ctx, "dilations", 2, 1)?;
+    let pads = {
+        let p = usizes(ctx, "pads")?;
+        if p.is_empty() {
+            vec![0; 4]
+        } else if p.len() == 4 {
+            p
+        } else {
+            return fail(format!("pads has {} entries, expected 4", p.len()));
+        }
+    };
+    if strides.iter().chain(&dil).any(|&v| v == 0) {
+        return fail("strides and dilations must be >= 1");
+    }
+    let out_dim = |i: usize, k: usize, a: usize| -> Result<usize, OpFail> {
+        let span = i + pads[a] + pads[a + 2];
+        let ek = (k - 1) * dil[a] + 1;
+        span.checked_sub(ek)
+            .map(|r| r / strides[a] + 1)
+            .ok_or_else(|| OpFail::Invalid("the kernel does not fit the padded input".into()))
+    };
+    let (oh, ow) = (out_dim(ih, kh, 0)?, out_dim(iw, kw, 1)?);
+    let k = kh * kw;
+    if off.shape != [n, og * 2 * k, oh, ow] {
+        return fail(format!(
+            "offset {:?} must be [{n}, {}, {oh}, {ow}]",
+            off.shape,
+            og * 2 * k
+        ));
+    }
+    if let Some(mk) = mask {
+        if mk.shape != [n, og * k, oh, ow] {
+            return fail(format!(
+                "mask {:?} must be [{n}, {}, {oh}, {ow}]",
+                mk.shape,
+                og * k
+            ));
+        }
+    }
+    if b.is_some_and(|b| b.shape != [m]) {
+        return fail(format!("B must be [{m}]"));
+    }
+    if [Some(w), Some(off), b, mask]
+        .iter()
+        .flatten()
+        .any(|t| t.dtype != x.dtype)
+    {
+        return fail("all DeformConv inputs must share X's type");
+    }
+    let mg = m / group;
+    let opl = oh * ow;
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &[n, m, oh, ow])?;
+    crate::real_dispatch!(
+        x.dtype,
+        T => {
+            use crate::kernels::real::Real;
+            let (xs, ws, os) = (x.data::<T>()?, w.data::<T>()?, off.data::<T>()?);
+            let bs = match b {
+                Some(b) => Some(b.data::<T>()?),
+                None => None,
+            };
+            let ms = match mask {
+                Some(t) => Some(t.data::<T>()?),
+                None => None,
+            };
+            let y = out.data_mut::<T>()?;
+            let sample = |plane: &[T], py: f64, px: f64| -> f64 {
+                if !(py > -1.0 && py < ih as f64 && px > -1.0 && px < iw as f64) {
+                    return 0.0;
+                }
+                let (y0, x0) = (py.floor(), px.floor());
+                let (ly, lx) = (py - y0, px - x0);
+                let mut s = 0.0;
+                for (dy, wy) in [(0.0, 1.0 - ly), (1.0, ly)] {
+                    for (dx, wx) in [(0.0, 1.0 - lx), (1.0, lx)] {
+                        let (yy, xx) = (y0 + dy, x0 + dx);
+                        if yy >= 0.0 && yy < ih as f64 && xx >= 0.0 && xx < iw as f64 {
+                            s += wy * wx * plane[yy as usize * iw + xx as usize].get();
+                        }
+                    }
+                }
+                s
+            };
+            for bn in 0..n {
+                for mo in 0..m {
+                    let g = mo / mg;
+                    for i in 0..oh {
+                        for j in 0..ow {
+                            let mut acc = bs.map_or(0.0, |b| b[mo].get());
+                            for cl in 0..cg {
+                                let ci = g * cg + cl;
+                                let gi = ci / (c / og);
+                                let plane = &xs[(bn * c + ci) * ih * iw..(bn * c + ci + 1) * ih * iw];
+                                for a in 0..kh {
+                                    for bb in 0..kw {
+                                        let t = a * kw + bb;
+                                        let at = |ch: usize| (bn * (os.len() / n / opl) + ch) * opl + i * ow + j;
+                                        let dy = os[at((gi * k + t) * 2)].get();
+                                        let dx = os[at((gi * k + t) * 2 + 1)].get();
+                                        let mv = ms.map_or(1.0, |ms| {
+                                            ms[(bn * og * k + gi * k + t) * opl + i * ow + j].get()
+                                        });
+                                        let py = (i * strides[0] + a * dil[0]) as f64 - pads[0] as f64 + dy;
+                                        let px = (j * strides[1] + bb * dil[1]) as f64 - pads[1] as f64 + dx;
+                                        let wv = ws[((mo * cg + cl) * kh + a) * kw + bb].get();
+                                        acc += wv * mv * sample(plane, py, px);
+                                    }
+                                }
+                            }
+                            y[(bn * m + mo) * opl + i * ow + j] = T::put(acc);
+                        }
+                    }
+                }
+            }
+        },
+        return unsupported(format!("DeformConv on {}", x.dtype))
+    );
+    Ok(vec![out])
+}
+
+/// MaxUnpool: zeros of `output_shape` (input 2) or `[N, C, (in - 1) * stride + kernel - pads]`,
+/// with `Y[I[j]] = X[j]` (flat indices into Y); moves element bits, no scratch.
+fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (x, ind) = (req(inputs, 0)?, req(inputs, 1)?);
+    if x.rank() < 3 || ind.shape != x.shape {
+        return fail(format!(
+            "MaxUnpool needs X [N,C,D..] and I of its shape, got {:?} / {:?}",
+            x.shape, ind.shape
+        ));
+    }
+    let nd = x.rank() - 2;
+    let kernel = per_axis(ctx, "kernel_shape", nd, 0)?;
+    let strides = per_axis(ctx, "strides", nd, 1)?;
+    let pads = {
+        let p = usizes(ctx, "pads")?;
+        if p.is_empty() {
+            vec![0; 2 * nd]
+        } else if p.len() == 2 * nd {
+            p
+        } else {
+            return fail(format!("pads has {} entries, expected {}", p.len(), 2 * nd));
+        }
+    };
+    let yshape = match opt(inputs, 2) {
+        Some(s) => super::dims_of(s, "output_shape")?,
+        None => {
+            let mut v = x.shape[..2].to_vec();
+            for a in 0..nd {
+                let full = (x.shape[a + 2].max(1) - 1) * strides[a] + kernel[a];
+                v.push(
+                    full.checked_sub(pads[a] + pads[a + nd])
+                        .ok_or_else(|| OpFail::Invalid("pads exceed the unpooled extent".into()))?,
+                );
+            }
+            v
+        }
+    };
+    if yshape.len() != x.rank() {
+        return fail(format!(
+            "output_shape {yshape:?} must have rank {}",
+            x.rank()
+        ));
+    }
+    let total: usize = yshape.iter().product();
+    if ind.dtype != DataType::I64 {
+        return fail(format!("I must be int64, got {}", ind.dtype));
+    }
+    let idx = ind.data::<i64>()?;
+    let mut out = ctx.alloc(x.dtype, &yshape)?;
+    by_size!(crate::tensor::elem_size(x.dtype)?, T => {
+        let (src, dst) = (super::raw::<T>(x)?, super::raw_mut::<T>(&mut out)?);
+        for (j, &i) in idx.iter().enumerate() {
+            let Some(i) = usize::try_from(i).ok().filter(|&i| i < total) else {
+                return fail(format!("index {i} is outside the output of {total} elements"));
+            };
+            dst[i] = src[j];
+        }
+    });
+    Ok(vec![out])
+}
+
+/// `name` as one non-negative entry per spatial axis, or `default` everywhere when absent.
+fn per_axis(ctx: &OpCtx, name: &str, nd: usize, default: usize) -> Result<Vec<usize>, OpFail> {
+    let v = usizes(ctx, name)?;
+    if v.is_empty() {
+        return Ok(vec![default; nd]);
+    }
+    if v.len() != nd {
+        return fail(format!("'{name}' has {} entries, expected {nd}", v.len()));
+    }
+    Ok(v)
+}
+
+/// ConvTranspose (any float type, f64 accumulation, no scratch): the output extent per axis is
+/// `output_shape` when given, `in * stride` with SAME_* auto_pad, else
+/// `stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pads`; with `output_shape` or
+/// SAME_*, the begin pad is `total - total / 2` (`total / 2` for SAME_UPPER) of the total padding.
+fn conv_transpose_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    use crate::kernels::conv_transpose::{conv_transpose, Geometry};
+    let (x, w, b) = (req(inputs, 0)?, req(inputs, 1)?, opt(inputs, 2));
+    if x.rank() < 3 || w.rank() != x.rank() {
+        return fail(format!(
+            "ConvTranspose needs X [N,C,D..] and W of the same rank, got {:?} / {:?}",
+            x.shape, w.shape
+        ));
+    }
+    let nd = x.rank() - 2;
+    let (n, c) = (x.shape[0], x.shape[1]);
+    let kernel = w.shape[2..].to_vec();
+    if let Some(k) = ctx.ints("kernel_shape")? {
+        if k.iter().map(|&v| v as usize).ne(kernel.iter().copied()) {
+            return fail(format!("kernel_shape {k:?} differs from W {:?}", w.shape));
+        }
+    }
+    let group =
+        usize::try_from(ctx.int("group", 1)?).map_err(|_| OpFail::Invalid("group < 0".into()))?;
+    if w.shape[0] != c || group == 0 || c % group != 0 {
+        return fail(format!(
+            "W {:?} must be [C = {c}, M/group, ..] with group {group} dividing C",
+            w.shape
+        ));
+    }
+    let mg = w.shape[1];
+    if let Some(b) = b {
+        if b.shape != [mg * group] {
+            return fail(format!("B {:?} must be [{}]", b.shape, mg * group));
+        }
+    }
+    if w.dtype != x.dtype || b.is_some_and(|b| b.dtype != x.dtype) {
+        return fail("X, W and B must share one type");
+    }
+    let strides = per_axis(ctx, "strides", nd, 1)?;
+    let dilations = per_axis(ctx, "dilations", nd, 1)?;
+    let out_pad = per_axis(ctx, "output_padding", nd, 0)?;
+    if strides.iter().chain(&dilations).any(|&v| v == 0) {
+        return fail("strides and dilations must be >= 1");
+    }
+    let ap = auto_pad(ctx)?;
+    let out_shape = match ctx.ints("output_shape")? {
+        Some(v) if v.len() >= nd => Some(
+            v[v.len() - nd..]
+                .iter()
+                .map(|&d| d as usize)
+                .collect::<Vec<_>>(),
+        ),
+        Some(v) => return fail(format!("output_shape {v:?} has fewer than {nd} entries")),
+        None => None,
+    };
+    let pads = usizes(ctx, "pads")?;
+    if !pads.is_empty() && pads.len() != 2 * nd {
+        return fail(format!(
+            "pads has {} entries, expected {}",
+            pads.len(),
+            2 * nd
+        ));
+    }
+    let mut out_sp = Vec::with_capacity(nd);
+    let mut pad_begin = Vec::with_capacity(nd);
+    for a in 0..nd {
+        let full = strides[a] * (x.shape[a + 2].max(1) - 1)
+            + out_pad[a]
+            + (kernel[a].max(1) - 1) * dilations[a]
+            + 1;
+        let same = matches!(ap, AutoPad::SameUpper | AutoPad::SameLower);
+        let target = match (&out_shape, same) {
+            (Some(o), _) => Some(o[a]),
+            (None, true) => Some(x.shape[a + 2] * strides[a]),
+            (None, false) => None,
+        };
+        match target {
+            Some(o) => {
+                let total = full.checked_sub(o).ok_or_else(|| {
+                    OpFail::Unsupported(format!(
+                        "ConvTranspose output extent {o} above {full} (negative pads)"
+                    ))
+                })?;
+                out_sp.push(o);
+                pad_begin.push(if ap == AutoPad::SameUpper {
+                    total / 2
+                } else {
+                    total - total / 2
+                });
+            }
+            None => {
+                let (pb, pe) = if pads.is_empty() || ap == AutoPad::Valid {
+                    (0, 0)
+                } else {
+                    (pads[a], pads[a + nd])
+                };
+                out_sp.push(full.checked_sub(pb + pe).ok_or_else(|| {
+                    OpFail::Invalid(format!("pads {pb} + {pe} exceed the output extent {full}"))
+                })?);
+                pad_begin.push(pb);
+            }
+        }
+    }
+    let mut yshape = vec![n, mg * group];
+    yshape.extend(&out_sp);
+    let geo = Geometry {
+        in_sp: x.shape[2..].to_vec(),
+        kernel,
+        out_sp,
+        strides,
+        dilations,
+        pad_begin,
+    };
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &yshape)?;
+    crate::real_dispatch!(
+        x.dtype,
+        T => {
+            let bias = match b {
+                Some(b) => Some(b.data::<T>()?),
+                None => None,
+            };
+            conv_transpose::<T>(
+                x.data::<T>()?,
+                (n, c),
+                w.data::<T>()?,
+                mg,
+                bias,
+                group,
+                &geo,
+                out.data_mut::<T>()?,
+            )?
+        },
+        return unsupported(format!("ConvTranspose on {}", x.dtype))
+    );
+    Ok(vec![out])
+}
+
+/// Col2Im: `input [N, C * prod(block), L]`, `image_shape`, `block_shape` into `[N, C, image..]`.
+fn col2im_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    use crate::kernels::conv_transpose::{col2im, Geometry};
+    let x = req(inputs, 0)?;
+    let image = super::dims_of(req(inputs, 1)?, "image_shape")?;
+    let block = super::dims_of(req(inputs, 2)?, "block_shape")?;
+    let nd = image.len();
+    if x.rank() != 3 || block.len() != nd || nd == 0 {
+        return fail(format!(
+            "Col2Im needs input [N, C*prod(block), L] and image/block shapes of one length, got {:?}, {image:?}, {block:?}",
+            x.shape
+        ));
+    }
+    let strides = per_axis(ctx, "strides", nd, 1)?;
+    let dilations = per_axis(ctx, "dilations", nd, 1)?;
+    let pads = {
+        let p = usizes(ctx, "pads")?;
+        if p.is_empty() {
+            vec![0; 2 * nd]
+        } else if p.len() == 2 * nd {
+            p
+        } else {
+            return fail(format!("pads has {} entries, expected {}", p.len(), 2 * nd));
+        }
+    };
+    let kp: usize = block.iter().product();
+    if kp == 0 || x.shape[1] % kp != 0 || strides.iter().chain(&dilations).any(|&v| v == 0) {
+        return fail(format!(
+            "input channels {} must be a multiple of prod(block) = {kp}; strides, dilations >= 1",
+            x.shape[1]
+        ));
+    }
+    let c = x.shape[1] / kp;
+    let mut in_sp = Vec::with_capacity(nd);
+    for a in 0..nd {
+        let span = image[a] + pads[a] + pads[a + nd];
+        let ek = (block[a] - 1) * dilations[a] + 1;
+        let Some(r) = span.checked_sub(ek) else {
+            return fail(format!(
+                "block {} does not fit the padded image {span}",
+                block[a]
+            ));
+        };
+        in_sp.push(r / strides[a] + 1);
+    }
+    if in_sp.iter().product::<usize>() != x.shape[2] {
+        return fail(format!(
+            "L = {} differs from the {} block positions {in_sp:?}",
+            x.shape[2],
+            in_sp.iter().product::<usize>()
+        ));
+    }
+    let mut yshape = vec![x.shape[0], c];
+    yshape.extend(&image);
+    let geo = Geometry {
+        in_sp,
+        kernel: block,
+        out_sp: image,
+        strides,
+        dilations,
+        pad_begin: pads[..nd].to_vec(),
+    };
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &yshape)?;
+    crate::real_dispatch!(
+        x.dtype,
+        T => col2im::<T>(x.data::<T>()?, (x.shape[0], c), &geo, out.data_mut::<T>()?),
+        return unsupported(format!("Col2Im on {}", x.dtype))
+    );
+    Ok(vec![out])
+}
+
+/// The ops of [`crate::kernels::scalar_norm`] that read one input: computed in f64, any float type,
+/// no scratch.
+fn scalar_norm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    use crate::kernels::scalar_norm as sn;
+    let x = req(inputs, 0)?;
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &x.shape)?;
+    let shape = &x.shape;
+    enum Job {
+        Lp((usize, usize, usize), i64),
+        Lrn((usize, usize, usize), usize, (f64, f64, f64)),
+        Mvn(Vec<bool>),
+        Swish(f64),
+    }
+    let job = match ctx.node.op.as_str() {
+        "LpNormalization" => {
+            if x.rank() == 0 {
+                return fail("LpNormalization needs rank >= 1");
+            }
+            let a = super::axis(ctx.int("axis", -1)?, x.rank())?;
+            let p = ctx.int("p", 2)?;
+            if p != 1 && p != 2 {
+                return fail(format!("p = {p} must be 1 or 2"));
+            }
+            Job::Lp(crate::kernels::scalar_norm::split_at_axis(shape, a), p)
+        }
+        "LRN" => {
+            if x.rank() < 2 {
+                return fail(format!("LRN needs [N, C, ...], got {shape:?}"));
+            }
+            let size = usize::try_from(ctx.int("size", 0)?)
+                .ok()
+                .filter(|&s| s >= 1)
+                .ok_or_else(|| OpFail::Invalid("attribute 'size' must be >= 1".into()))?;
+            let coef = (
+                f64::from(ctx.float("alpha", 1e-4)?),
+                f64::from(ctx.float("beta", 0.75)?),
+                f64::from(ctx.float("bias", 1.0)?),
+            );
+            Job::Lrn(
+                crate::kernels::scalar_norm::split_at_axis(shape, 1),
+                size,
+                coef,
+            )
+        }
+        "MeanVarianceNormalization" => {
+            let axes = ctx.ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
+            let mut red = vec![false; x.rank()];
+            for a in axes {
+                red[super::axis(a, x.rank())?] = true;
+            }
+            Job::Mvn(red)
+        }
+        _ => Job::Swish(f64::from(ctx.float("alpha", 1.0)?)),
+    };
+    crate::real_dispatch!(
+        x.dtype,
+        T => {
+            let (xs, o) = (x.data::<T>()?, out.data_mut::<T>()?);
+            match &job {
+                Job::Lp(dims, p) => sn::lp_normalize::<T>(xs, *dims, *p, o),
+                Job::Lrn(dims, size, coef) => sn::lrn::<T>(xs, *dims, *size, *coef, o),
+                Job::Mvn(red) => sn::mvn::<T>(xs, shape, red, o),
+                Job::Swish(alpha) => sn::swish::<T>(xs, *alpha, o),
+            }
+        },
+        return unsupported(format!("{} on {}", ctx.node.op, x.dtype))
+    );
+    Ok(vec![out])
+}
+
+/// GroupNormalization: scale/bias per channel (opset 21), or per group (opset 18, `[num_groups]`).
+fn group_norm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let (x, scale, bias) = (req(inputs, 0)?, req(inputs, 1)?, req(inputs, 2)?);
+    if x.rank() < 2 {
+        return fail(format!(
+            "GroupNormalization needs [N, C, ...], got {:?}",
+            x.shape
+        ));
+    }
+    let g = usize::try_from(ctx.int("num_groups", 0)?)
+        .ok()
+        .filter(|&g| g >= 1 && x.shape[1] % g == 0)
+        .ok_or_else(|| {
+            OpFail::Invalid(format!(
+                "num_groups must be >= 1 and divide C = {}",
+                x.shape[1]
+            ))
+        })?;
+    let c = x.shape[1];
+    let per_group = if scale.shape == [c] && bias.shape == [c] {
+        false
+    } else if scale.shape == [g] && bias.shape == [g] {
+        true
+    } else {
+        return fail(format!(
+            "scale {:?} and bias {:?} must be [C] = [{c}] (or [num_groups])",
+            scale.shape, bias.shape
+        ));
+    };
+    if scale.dtype != x.dtype || bias.dtype != x.dtype {
+        return fail("scale and bias must have X's type");
+    }
+    let eps = f64::from(ctx.float("epsilon", 1e-5)?);
+    let dims = (x.shape[0], c, x.shape[2..].iter().product::<usize>());
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &x.shape)?;
+    crate::real_dispatch!(
+        x.dtype,
+        T => crate::kernels::scalar_norm::group_norm::<T>(
+            x.data::<T>()?,
+            dims,
+            g,
+            scale.data::<T>()?,
+            bias.data::<T>()?,
+            per_group,
+            eps,
+            out.data_mut::<T>()?,
+        ),
+        return unsupported(format!("GroupNormalization on {}", x.dtype))
+    );
+    Ok(vec![out])
+}
 
 fn usizes(ctx: &OpCtx, name: &str) -> Result<Vec<usize>, OpFail> {
     ctx.ints(name)?
@@ -204,10 +762,10 @@ fn pool(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
             ctx.node.op, x.shape
         ));
     }
-    if ctx.node.outputs.len() > 1 && ctx.node.outputs[1].is_some() {
-        return unsupported("MaxPool Indices output");
-    }
     let nd = x.rank() - 2;
+    if nd > 8 {
+        return unsupported(format!("{} over {nd} spatial axes", ctx.node.op));
+    }
     let kernel = usizes(ctx, "kernel_shape")?;
     if kernel.len() != nd {
         return fail(format!(
@@ -240,11 +798,53 @@ fn pool(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
     let oshape = pool_out_shape(&x.shape, &attrs)?;
     let mut out = ctx.alloc(x.dtype, &oshape)?;
     let max = ctx.node.op == "MaxPool";
-    float_run!(ctx, &[x], &mut out, |T, v, o| {
-        if max {
-            max_pool::<T>(v[0], &x.shape, &attrs, o)?
+    let indices = max && ctx.node.outputs.get(1).is_some_and(|o| o.is_some());
+    let int = matches!(x.dtype, DataType::U8 | DataType::I32 | DataType::I64);
+    if max && (int || indices) {
+        // Integer MaxPool and the Indices output run on the values directly, no scratch.
+        let column_major = match ctx.int("storage_order", 0)? {
+            0 => false,
+            1 => true,
+            v => return fail(format!("storage_order {v} must be 0 or 1")),
+        };
+        let mut idx = if indices {
+            Some(ctx.alloc(DataType::I64, &oshape)?)
         } else {
-            average_pool::<T>(v[0], &x.shape, &attrs, o)?
+            None
+        };
+        macro_rules! direct {
+            ($t:ty) => {{
+                let xs = x.data::<$t>()?;
+                max_pool::<$t>(xs, &x.shape, &attrs, out.data_mut::<$t>()?)?;
+                if let Some(i) = idx.as_mut() {
+                    max_pool_indices::<$t>(
+                        xs,
+                        &x.shape,
+                        &attrs,
+                        column_major,
+                        i.data_mut::<i64>()?,
+                    )?;
+                }
+            }};
+        }
+        match x.dtype {
+            DataType::U8 => direct!(u8),
+            DataType::I32 => direct!(i32),
+            DataType::I64 => direct!(i64),
+            DataType::F32 => direct!(f32),
+            DataType::F64 => direct!(f64),
+            d => return unsupported(format!("MaxPool with Indices on {d}")),
+        }
+        let mut outs = vec![out];
+        outs.extend(idx);
+        return Ok(outs);
+    }
+    let p = lp_p(ctx)?;
+    float_run!(ctx, &[x], &mut out, |T, v, o| {
+        match ctx.node.op.as_str() {
+            "MaxPool" => max_pool::<T>(v[0], &x.shape, &attrs, o)?,
+            "LpPool" => lp_pool::<T>(v[0], &x.shape, &attrs, p, o)?,
+            _ => average_pool::<T>(v[0], &x.shape, &attrs, o)?,
         }
     });
     Ok(vec![out])
@@ -253,20 +853,34 @@ fn pool(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
 fn global_pool(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
     let mut out = ctx.alloc(x.dtype, &global_pool_out_shape(&x.shape)?)?;
-    let max = ctx.node.op == "GlobalMaxPool";
+    let p = lp_p(ctx)?;
     float_run!(ctx, &[x], &mut out, |T, v, o| {
-        if max {
-            global_max_pool::<T>(v[0], &x.shape, o)?
-        } else {
-            global_average_pool::<T>(v[0], &x.shape, o)?
+        match ctx.node.op.as_str() {
+            "GlobalMaxPool" => global_max_pool::<T>(v[0], &x.shape, o)?,
+            "GlobalLpPool" => global_lp_pool::<T>(v[0], &x.shape, p, o)?,
+            _ => global_average_pool::<T>(v[0], &x.shape, o)?,
         }
     });
     Ok(vec![out])
 }
 
+/// LpPool/GlobalLpPool's `p` (default 2, at least 1).
+fn lp_p(ctx: &OpCtx) -> Result<i32, OpFail> {
+    match i32::try_from(ctx.int("p", 2)?) {
+        Ok(p) if p >= 1 => Ok(p),
+        _ => fail(format!(
+            "p = {} must be a positive integer",
+            ctx.int("p", 2)?
+        )),
+    }
+}
+
 fn batch_norm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let ins: Vec<&Tensor> = (0..5).map(|i| req(inputs, i)).collect::<Result<_, _>>()?;
-    check_batch_norm_training(ctx.int("training_mode", 0)? != 0)?;
+    if ctx.int("training_mode", 0)? != 0 {
+        return batch_norm_training(ctx, &ins);
+    }
+    check_batch_norm_training(false)?;
     let eps = ctx.float("epsilon", 1e-5)?;
     let x = ins[0];
     let mut out = ctx.alloc(x.dtype, &x.shape)?;
@@ -274,6 +888,86 @@ fn batch_norm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>,
         v[0], &x.shape, v[1], v[2], v[3], v[4], eps as T, o
     )?);
     Ok(vec![out])
+}
+
+/// BatchNormalization in training mode: Y normalized with the batch's mean and (population)
+/// variance per channel, plus `running_mean = mean * momentum + batch_mean * (1 - momentum)` and the
+/// same for the variance, when those outputs are asked for. Two passes per channel in f64, no scratch.
+fn batch_norm_training(ctx: &OpCtx, ins: &[&Tensor]) -> Result<Vec<Tensor>, OpFail> {
+    let x = ins[0];
+    if x.rank() < 2 {
+        return fail(format!(
+            "BatchNormalization needs [N, C, ...], got {:?}",
+            x.shape
+        ));
+    }
+    let (n, c) = (x.shape[0], x.shape[1]);
+    let plane: usize = x.shape[2..].iter().product();
+    if ins[1..]
+        .iter()
+        .any(|t| t.shape != [c] || t.dtype != x.dtype)
+    {
+        return fail(format!("scale, B, mean and var must be [{c}] of X's type"));
+    }
+    let eps = f64::from(ctx.float("epsilon", 1e-5)?);
+    let momentum = f64::from(ctx.float("momentum", 0.9)?);
+    let mut y = ctx.alloc_for_overwrite(x.dtype, &x.shape)?;
+    let wants = |i: usize| ctx.node.outputs.get(i).is_some_and(|o| o.is_some());
+    if wants(2) && !wants(1) {
+        return unsupported("BatchNormalization running_var without running_mean");
+    }
+    let mut rm = if wants(1) {
+        Some(ctx.alloc_for_overwrite(x.dtype, &[c])?)
+    } else {
+        None
+    };
+    let mut rv = if wants(2) {
+        Some(ctx.alloc_for_overwrite(x.dtype, &[c])?)
+    } else {
+        None
+    };
+    crate::real_dispatch!(
+        x.dtype,
+        T => {
+            use crate::kernels::real::Real;
+            let xs = x.data::<T>()?;
+            let [sc, bi, mu, va] = [1, 2, 3, 4].map(|i| ins[i].data::<T>());
+            let (sc, bi, mu, va) = (sc?, bi?, mu?, va?);
+            let ys = y.data_mut::<T>()?;
+            let mut rm = match rm.as_mut() {
+                Some(t) => Some(t.data_mut::<T>()?),
+                None => None,
+            };
+            let mut rv = match rv.as_mut() {
+                Some(t) => Some(t.data_mut::<T>()?),
+                None => None,
+            };
+            let cnt = (n * plane) as f64;
+            for ch in 0..c {
+                let idx = (0..n).flat_map(|b| {
+                    let base = (b * c + ch) * plane;
+                    base..base + plane
+                });
+                let mean = idx.clone().map(|i| xs[i].get()).sum::<f64>() / cnt;
+                let var = idx.clone().map(|i| (xs[i].get() - mean).powi(2)).sum::<f64>() / cnt;
+                let inv = 1.0 / (var + eps).sqrt();
+                for i in idx {
+                    ys[i] = T::put(sc[ch].get() * (xs[i].get() - mean) * inv + bi[ch].get());
+                }
+                if let Some(o) = rm.as_deref_mut() {
+                    o[ch] = T::put(mu[ch].get() * momentum + mean * (1.0 - momentum));
+                }
+                if let Some(o) = rv.as_deref_mut() {
+                    o[ch] = T::put(va[ch].get() * momentum + var * (1.0 - momentum));
+                }
+            }
+        },
+        return unsupported(format!("BatchNormalization on {}", x.dtype))
+    );
+    let mut outs = vec![y];
+    outs.extend(rm);
+    outs.extend(rv);
+    Ok(outs)
 }
 
 fn instance_norm_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
@@ -463,6 +1157,43 @@ mod tests {
         }
         let bad = t_f32(&[], &[1.0]);
         assert!(run_op("Dropout", &[], &[Some(&x), Some(&bad), Some(&on)], 2).is_err());
+    }
+
+    #[test]
+    fn new_nn_ops_by_hand() {
+        // ConvTranspose of a 1x1x2 input with a [1, 1, 2] kernel: [1, 1+2, 2].
+        let x = t_f32(&[1, 1, 2], &[1., 2.]);
+        let w = t_f32(&[1, 1, 2], &[1., 1.]);
+        let o = run_op("ConvTranspose", &[], &[Some(&x), Some(&w)], 1).unwrap();
+        assert_eq!(o[0].shape, [1, 1, 3]);
+        assert_eq!(o[0].data::<f32>().unwrap(), &[1., 3., 2.]);
+        // LpPool p = 1 over windows of 2: sums of |x|.
+        let x = t_f32(&[1, 1, 3], &[1., -2., 3.]);
+        let k = [
+            ("kernel_shape", AttrValue::Ints(vec![2])),
+            ("p", AttrValue::Int(1)),
+        ];
+        let o = run_op("LpPool", &k, &[Some(&x)], 1).unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[3., 5.]);
+        let o = run_op("GlobalLpPool", &[("p", AttrValue::Int(1))], &[Some(&x)], 1).unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[6.]);
+        // MaxPool with Indices, and MaxUnpool putting the maxima back.
+        let x = t_f32(&[1, 1, 2, 2], &[1., 4., 3., 2.]);
+        let k = [("kernel_shape", AttrValue::Ints(vec![2, 2]))];
+        let o = run_op("MaxPool", &k, &[Some(&x)], 2).unwrap();
+        assert_eq!(o[1].data::<i64>().unwrap(), &[1]);
+        let o = run_op("MaxUnpool", &k, &[Some(&o[0]), Some(&o[1])], 1).unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[0., 4., 0., 0.]);
+        // LpNormalization (L1) along the last axis; zero rows stay zero.
+        let x = t_f32(&[2, 2], &[1., 3., 0., 0.]);
+        let o = run_op(
+            "LpNormalization",
+            &[("p", AttrValue::Int(1))],
+            &[Some(&x)],
+            1,
+        )
+        .unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[0.25, 0.75, 0., 0.]);
     }
 
     proptest! {

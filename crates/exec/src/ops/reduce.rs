@@ -46,6 +46,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("ArgMin", arg_op),
     ("Softmax", softmax_op),
     ("LogSoftmax", softmax_op),
+    ("Hardmax", hardmax_op),
     ("LayerNormalization", layer_norm_op),
     ("RMSNormalization", rms_norm_op),
     ("CumSum", cumsum_op),
@@ -252,6 +253,61 @@ fn arg_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
         oshape.remove(a);
         out = out.reshaped(&oshape);
     }
+    Ok(vec![out])
+}
+
+/// Hardmax: 1 at the first maximum along the axis (the 2-D coercion at `axis`, default 1, before
+/// opset 13; one axis, default -1, from 13), 0 elsewhere. Strided in place, no scratch.
+fn hardmax_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let mut out = ctx.alloc(x.dtype, &x.shape)?;
+    let (outer, len, inner) = if ctx.opset < 13 {
+        let r = x.rank() as i64;
+        let a = ctx.int("axis", 1)?;
+        let a = if a < 0 { a + r } else { a };
+        if a < 0 || a > r {
+            return fail(format!("axis {a} out of range for rank {r}"));
+        }
+        let a = a as usize;
+        (
+            x.shape[..a].iter().product::<usize>(),
+            x.shape[a..].iter().product::<usize>(),
+            1,
+        )
+    } else if x.rank() == 0 {
+        (1, 1, 1)
+    } else {
+        let a = axis(ctx.int("axis", -1)?, x.rank())?;
+        (
+            x.shape[..a].iter().product::<usize>(),
+            x.shape[a],
+            x.shape[a + 1..].iter().product::<usize>(),
+        )
+    };
+    if x.numel() == 0 {
+        return Ok(vec![out]);
+    }
+    crate::real_dispatch!(
+        x.dtype,
+        T => {
+            use crate::kernels::real::Real;
+            let xs = x.data::<T>()?;
+            let o = out.data_mut::<T>()?;
+            for p in 0..outer {
+                for q in 0..inner {
+                    let at = |k: usize| (p * len + k) * inner + q;
+                    let mut best = 0;
+                    for k in 1..len {
+                        if xs[at(k)].get() > xs[at(best)].get() {
+                            best = k;
+                        }
+                    }
+                    o[at(best)] = T::put(1.0);
+                }
+            }
+        },
+        return unsupported(format!("Hardmax on {}", x.dtype))
+    );
     Ok(vec![out])
 }
 

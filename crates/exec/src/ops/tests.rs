@@ -19,10 +19,6 @@ const RULE_ONLY: &[(&str, &str)] = &[
         "Scan",
         "run by the interpreter with its body (ops::control::run)",
     ),
-    ("GlobalLpPool", "no kernel yet (issue 12, node suite)"),
-    ("GroupNormalization", "no kernel yet (issue 12, node suite)"),
-    ("Hardmax", "no kernel yet (issue 12, node suite)"),
-    ("LpPool", "no kernel yet (issue 12, node suite)"),
 ];
 
 /// Ops with a kernel but no `OpDef`: inference stops at them ("no rule").

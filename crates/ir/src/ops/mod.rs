@@ -22,6 +22,7 @@ mod fold_tests;
 pub mod image;
 pub mod index;
 pub mod linalg;
+pub mod loss;
 pub mod ml;
 pub mod movement;
 pub mod nn;
@@ -34,6 +35,7 @@ pub mod signal;
 mod tests;
 pub mod text;
 pub mod training;
+pub mod vision;
 
 /// Opset assumed when a model imports none for the default domain.
 pub const DEFAULT_OPSET: i64 = 18;
@@ -177,6 +179,8 @@ pub const FAMILIES: &[(&str, &[OpDef])] = &[
     ("training", training::DEFS),
     ("ml", ml::DEFS),
     ("text", text::DEFS),
+    ("loss", loss::DEFS),
+    ("vision", vision::DEFS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {

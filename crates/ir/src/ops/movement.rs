@@ -22,7 +22,51 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Range", THREE, range, Mem::NEW),
     // Output 0 is the input with each batch entry's first `sequence_lens` steps reversed.
     OpDef::new("ReverseSequence", TWO, same_as_input, Mem::OVERWRITE),
+    OpDef::new("SpaceToDepth", ONE, space_depth, Mem::NEW),
+    OpDef::new("DepthToSpace", ONE, space_depth, Mem::NEW),
 ];
+
+/// `SpaceToDepth` `[N, C, H, W] -> [N, C*b*b, H/b, W/b]` and `DepthToSpace` back (`b` = `blocksize`).
+fn space_depth(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    if x.len() != 4 {
+        return invalid(format!("input has rank {}, needs 4 (N, C, H, W)", x.len()));
+    }
+    let b = ctx.attr_int("blocksize", 0)?;
+    if b < 1 {
+        return Err(OpError::BadAttr(
+            "attribute 'blocksize' is required and must be >= 1".into(),
+        ));
+    }
+    if let Some(m) = ctx.attr_string("mode")? {
+        if m != "DCR" && m != "CRD" {
+            return Err(OpError::BadAttr(format!("mode '{m}' is not DCR or CRD")));
+        }
+    }
+    let (bb, be) = (Expr::int(b * b), Expr::int(b));
+    let divisible = |d: &Expr, by: &Expr| {
+        d.as_const()
+            .is_none_or(|v| v % by.as_const().unwrap_or(1) == 0)
+    };
+    let out = if ctx.node.op == "SpaceToDepth" {
+        if !divisible(&x[2], &be) || !divisible(&x[3], &be) {
+            return invalid(format!("H and W must be multiples of blocksize {b}"));
+        }
+        vec![
+            x[0].clone(),
+            &x[1] * &bb,
+            x[2].floor_div(&be),
+            x[3].floor_div(&be),
+        ]
+    } else {
+        if !divisible(&x[1], &bb) {
+            return invalid(format!("C must be a multiple of blocksize^2 = {}", b * b));
+        }
+        vec![x[0].clone(), x[1].floor_div(&bb), &x[2] * &be, &x[3] * &be]
+    };
+    Ok(vec![Fact::new(t, out)])
+}
 
 /// A contiguous slice is a view of its input (see [`super::is_view`]).
 const SLICE_MEM: Mem = Mem {

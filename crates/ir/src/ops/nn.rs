@@ -14,8 +14,8 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new(
         "BatchNormalization",
         (5, 5),
-        same_as_input,
-        with_scratch(widened_scratch),
+        batch_norm,
+        with_scratch(batch_norm_scratch),
     ),
     OpDef::new(
         "InstanceNormalization",
@@ -27,7 +27,7 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Conv", (2, 3), conv, with_scratch(conv_scratch)),
     OpDef::new("MaxPool", ONE, pool, with_scratch(widened_scratch)),
     OpDef::new("AveragePool", ONE, pool, with_scratch(widened_scratch)),
-    OpDef::new("LpPool", ONE, pool, Mem::NEW),
+    OpDef::new("LpPool", ONE, pool, with_scratch(widened_scratch)),
     OpDef::new(
         "GlobalAveragePool",
         ONE,
@@ -40,10 +40,206 @@ pub const DEFS: &[OpDef] = &[
         global_pool,
         with_scratch(widened_scratch),
     ),
-    OpDef::new("GlobalLpPool", ONE, global_pool, Mem::NEW),
+    OpDef::new(
+        "GlobalLpPool",
+        ONE,
+        global_pool,
+        with_scratch(widened_scratch),
+    ),
     // Inputs: data, ratio, training_mode (opset 12+).
     OpDef::new("Dropout", (1, 3), dropout, Mem::NEW),
+    // Computed per element in f64 (exec `kernels::scalar_norm`): no scratch.
+    OpDef::new("LpNormalization", ONE, same_float, Mem::NEW),
+    OpDef::new("LRN", ONE, same_as_input, Mem::NEW),
+    OpDef::new("MeanVarianceNormalization", ONE, same_float, Mem::NEW),
+    OpDef::new("Swish", ONE, same_float, Mem::NEW),
+    // Gathers in f64 (exec `kernels::conv_transpose`): no scratch.
+    OpDef::new("ConvTranspose", (2, 3), conv_transpose, Mem::NEW),
+    OpDef::new("Col2Im", THREE, col2im, Mem::NEW),
+    OpDef::new("MaxUnpool", (2, 3), max_unpool, Mem::NEW),
+    // Output like Conv's; computed per output in f64, no scratch.
+    OpDef::new("DeformConv", (3, 5), conv, Mem::NEW),
 ];
+
+/// MaxUnpool: `output_shape` (input 2, its values needed) or `[N, C, (in - 1) * stride + kernel -
+/// pad_begin - pad_end]`.
+fn max_unpool(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    if x.len() < 3 {
+        return invalid(format!("X has rank {}, needs at least 3", x.len()));
+    }
+    if ctx.opt_input(2).is_some() {
+        return match ctx.known_ints(2) {
+            Some(s) if s.len() == x.len() => Ok(vec![Fact::new(t, s)]),
+            Some(s) => invalid(format!(
+                "output_shape has {} entries, needs {}",
+                s.len(),
+                x.len()
+            )),
+            None => Err(OpError::Unknown("MaxUnpool's output_shape values".into())),
+        };
+    }
+    let nd = x.len() - 2;
+    let kernel = ctx
+        .attr_ints("kernel_shape")?
+        .filter(|k| k.len() == nd)
+        .ok_or_else(|| OpError::BadAttr(format!("kernel_shape with {nd} entries is required")))?;
+    let strides = per_axis(ctx, "strides", nd, 1)?;
+    let pads = match ctx.attr_ints("pads")? {
+        Some(p) if p.len() == 2 * nd => p,
+        Some(p) => return invalid(format!("pads has {} entries, expected {}", p.len(), 2 * nd)),
+        None => vec![0; 2 * nd],
+    };
+    let mut out = x[..2].to_vec();
+    for a in 0..nd {
+        out.push(
+            &(&(&x[a + 2] - &Expr::one()) * &Expr::int(strides[a]))
+                + &Expr::int(kernel[a] - pads[a] - pads[a + nd]),
+        );
+    }
+    Ok(vec![Fact::new(t, out)])
+}
+
+/// `name` with one entry per spatial axis, or `default` everywhere.
+fn per_axis(ctx: &InferCtx, name: &str, nd: usize, default: i64) -> Result<Vec<i64>, OpError> {
+    match ctx.attr_ints(name)? {
+        None => Ok(vec![default; nd]),
+        Some(v) if v.len() == nd => Ok(v),
+        Some(v) => invalid(format!("'{name}' has {} entries, expected {nd}", v.len())),
+    }
+}
+
+/// ConvTranspose: `[N, M, out..]`, `M = W[1] * group`; each `out` is `output_shape` when given,
+/// `in * stride` with SAME_* auto_pad, else `stride * (in - 1) + output_padding + (k - 1) *
+/// dilation + 1 - pad_begin - pad_end`.
+fn conv_transpose(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let w = ctx.shape(1)?.to_vec();
+    let t = ctx.dtype(0)?;
+    if x.len() < 3 || w.len() != x.len() {
+        return invalid(format!(
+            "X has rank {} and W rank {}; both must be the same and >= 3",
+            x.len(),
+            w.len()
+        ));
+    }
+    let nd = x.len() - 2;
+    let kernel: Vec<i64> = match ctx.attr_ints("kernel_shape")? {
+        Some(k) if k.len() == nd => k,
+        Some(k) => return invalid(format!("kernel_shape {k:?} needs {nd} entries")),
+        None => w[2..]
+            .iter()
+            .map(|d| {
+                d.as_const()
+                    .ok_or_else(|| OpError::Unsupported("symbolic kernel shape".into()))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let group = ctx.attr_int("group", 1)?;
+    if group < 1 {
+        return Err(OpError::BadAttr(format!("group {group} must be >= 1")));
+    }
+    let strides = per_axis(ctx, "strides", nd, 1)?;
+    let dil = per_axis(ctx, "dilations", nd, 1)?;
+    let op = per_axis(ctx, "output_padding", nd, 0)?;
+    if strides.iter().chain(&dil).chain(&kernel).any(|&v| v < 1) {
+        return invalid("kernel, strides and dilations must be >= 1");
+    }
+    let auto_pad = ctx
+        .attr_string("auto_pad")?
+        .unwrap_or_else(|| "NOTSET".into());
+    let out_shape = ctx.attr_ints("output_shape")?;
+    let pads = match ctx.attr_ints("pads")? {
+        Some(p) if p.len() == 2 * nd => p,
+        Some(p) => return invalid(format!("pads has {} entries, expected {}", p.len(), 2 * nd)),
+        None => vec![0; 2 * nd],
+    };
+    let mut out = vec![x[0].clone(), &w[1] * &Expr::int(group)];
+    for a in 0..nd {
+        let d = &x[a + 2];
+        let e = match (&out_shape, auto_pad.as_str()) {
+            (Some(o), _) if o.len() >= nd => Expr::int(o[o.len() - nd + a]),
+            (Some(o), _) => {
+                return invalid(format!("output_shape {o:?} has fewer than {nd} entries"))
+            }
+            (None, "SAME_UPPER" | "SAME_LOWER") => d * &Expr::int(strides[a]),
+            (None, "VALID") => {
+                &(&(d - &Expr::one()) * &Expr::int(strides[a]))
+                    + &Expr::int(op[a] + (kernel[a] - 1) * dil[a] + 1)
+            }
+            (None, "NOTSET" | "") => {
+                &(&(d - &Expr::one()) * &Expr::int(strides[a]))
+                    + &Expr::int(op[a] + (kernel[a] - 1) * dil[a] + 1 - pads[a] - pads[a + nd])
+            }
+            (None, other) => {
+                return Err(OpError::BadAttr(format!(
+                    "auto_pad '{other}' is not a known mode"
+                )))
+            }
+        };
+        out.push(e);
+    }
+    Ok(vec![Fact::new(t, out)])
+}
+
+/// Col2Im: `[N, C, image..]` with `C = input[1] / prod(block_shape)`; needs the values of
+/// `image_shape` and `block_shape`.
+fn col2im(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    if x.len() != 3 {
+        return invalid(format!(
+            "input has rank {}, needs 3 (N, C*prod(block), L)",
+            x.len()
+        ));
+    }
+    let (Some(image), Some(block)) = (ctx.known_ints(1), ctx.known_ints(2)) else {
+        return Err(OpError::Unknown(
+            "Col2Im's image_shape and block_shape values".into(),
+        ));
+    };
+    if image.len() != block.len() {
+        return invalid("image_shape and block_shape must have the same length");
+    }
+    let kp = Expr::product(block.iter());
+    let mut out = vec![x[0].clone(), x[1].floor_div(&kp)];
+    out.extend(image);
+    Ok(vec![Fact::new(t, out)])
+}
+
+/// Y like X, any rank.
+fn same_float(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let x = ctx.shape(0)?.to_vec();
+    let t = ctx.dtype(0)?;
+    if !t.is_float() {
+        return invalid(format!("input must be a float type, got {t}"));
+    }
+    Ok(vec![Fact::new(t, x)])
+}
+
+/// BatchNormalization: Y like X; in training mode also `running_mean` and `running_var` `[C]`.
+fn batch_norm(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let mut out = same_as_input(ctx)?;
+    let c = ctx.shape(0)?[1].clone();
+    let t = ctx.dtype(0)?;
+    out.push(Fact::new(t, vec![c.clone()]));
+    out.push(Fact::new(t, vec![c]));
+    Ok(out)
+}
+
+/// BatchNormalization: inference mode as [`widened_scratch`]; training mode runs in f64, no scratch.
+fn batch_norm_scratch(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Expr {
+    if matches!(node.attr("training_mode"), Some(AttrValue::Int(t)) if *t != 0) {
+        return Expr::zero();
+    }
+    widened_scratch(node, opset, inputs, outputs)
+}
 
 const fn with_scratch(f: super::ScratchFn) -> Mem {
     Mem {
