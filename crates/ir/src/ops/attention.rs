@@ -431,10 +431,10 @@ mod tests {
             vec![a_int("q_num_heads", 9), a_int("kv_num_heads", 3)],
         );
         let f = g.run(23).unwrap();
-        assert_eq!(fact_of(&f, outs[0]), "f32 [B, S, 90]");
-        assert_eq!(fact_of(&f, outs[1]), "f32 [B, 3, L + P, 8]");
-        assert_eq!(fact_of(&f, outs[2]), "f32 [B, 3, L + P, 10]");
-        assert_eq!(fact_of(&f, outs[3]), "f32 [B, 9, S, L + P]");
+        assert_eq!(fact_of(&f, outs[0]), "float [B, S, 90]");
+        assert_eq!(fact_of(&f, outs[1]), "float [B, 3, L + P, 8]");
+        assert_eq!(fact_of(&f, outs[2]), "float [B, 3, L + P, 10]");
+        assert_eq!(fact_of(&f, outs[3]), "float [B, 9, S, L + P]");
     }
 
     #[test]
@@ -464,9 +464,9 @@ mod tests {
         let w = g.input("w", DataType::F32, "4, 1, 3");
         let conv = g.op("CausalConvWithState", &[x, w], &["o", "s"], vec![]);
         let f = g.run(27).unwrap();
-        assert_eq!(fact_of(&f, outs[0]), "f16 [B, T, 64]");
-        assert_eq!(fact_of(&f, outs[1]), "f16 [B, 4, 8, 8]");
-        assert_eq!(fact_of(&f, conv[0]), "f32 [B, 4, L]");
-        assert_eq!(fact_of(&f, conv[1]), "f32 [B, 4, 2]");
+        assert_eq!(fact_of(&f, outs[0]), "float16 [B, T, 64]");
+        assert_eq!(fact_of(&f, outs[1]), "float16 [B, 4, 8, 8]");
+        assert_eq!(fact_of(&f, conv[0]), "float [B, 4, L]");
+        assert_eq!(fact_of(&f, conv[1]), "float [B, 4, 2]");
     }
 }
