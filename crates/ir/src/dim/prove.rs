@@ -134,48 +134,6 @@ fn shifted_signs(d: &Expr) -> Option<Signs> {
     })
 }
 
-/// How many nested `min`/`max` substitutions [`bound_by_argument`] may make in one proof.
-const MAX_SUBSTITUTIONS: u32 = 4;
-
-/// Decides the sign of `d` by replacing one linear `min`/`max` atom by each of its arguments in turn.
-///
-/// For `d = rest + c*m` with `m` an atom of its own term: when `c*m >= c*x` for an argument `x`
-/// (`m = min(..)` with `c < 0`, or `m = max(..)` with `c > 0`), `rest + c*x >= 0` proves `d >= 0`;
-/// when `c*m <= c*x` (the other two cases), `rest + c*x < 0` proves `d < 0`. So
-/// `h - min(h, 2) >= 0` follows from `h - h >= 0`.
-fn bound_by_argument(d: &Expr, depth: u32) -> Option<bool> {
-    if depth == 0 {
-        return None;
-    }
-    for (m, c) in d.terms_cow().iter() {
-        let [(atom, 1)] = m.factors.as_slice() else {
-            continue;
-        };
-        let (args, is_max) = match atom {
-            AtomRepr::Min(xs) => (xs, false),
-            AtomRepr::Max(xs) => (xs, true),
-            _ => continue,
-        };
-        let term = Expr::from_sorted(vec![(m.clone(), *c)]);
-        let rest = d - &term;
-        // `lower`: `c*m >= c*x` for every argument, so each substitution bounds `d` from below.
-        let lower = is_max == (*c > 0);
-        for x in args.iter() {
-            let bound = &rest + &(x * *c);
-            if bound.is_overflow() {
-                continue;
-            }
-            let v = sign_test(&bound).or_else(|| bound_by_argument(&bound, depth - 1));
-            match v {
-                Some(true) if lower => return Some(true),
-                Some(false) if !lower => return Some(false),
-                _ => {}
-            }
-        }
-    }
-    None
-}
-
 /// `Some(true)` when `d >= 0` is proven, `Some(false)` when `d < 0` is proven.
 fn sign_test(d: &Expr) -> Option<bool> {
     if let Some(c) = d.as_const() {
@@ -212,8 +170,7 @@ impl Expr {
         if self == other {
             return Some(true);
         }
-        let d = self - other;
-        if let Some(v) = sign_test(&d) {
+        if let Some(v) = sign_test(&(self - other)) {
             return Some(v);
         }
         // Structural rules: max(xs) >= b iff some x >= b; min(xs) >= b iff every x >= b, and duals.
@@ -255,7 +212,7 @@ impl Expr {
             }
             _ => {}
         }
-        bound_by_argument(&d, MAX_SUBSTITUTIONS)
+        None
     }
 
     /// `Some(true)`: `self > other` for all symbol values >= 1; `Some(false)`: `self <= other` for all.

@@ -257,16 +257,7 @@ fn dim_prove_ge() {
 }
 
 #[test]
-fn dim_prove_through_min_max_arguments() {
-    let two = Expr::int(2);
-    // `n - min(n, 2) >= 0`: replace the min by its argument `n`.
-    assert_eq!((n() - mn(&n(), &two)).prove_nonneg(), Some(true));
-    assert_eq!((mx(&n(), &m()) - m()).prove_nonneg(), Some(true));
-    assert_eq!((mn(&n(), &two) - n() - 1).prove_nonneg(), Some(false));
-    assert_eq!((n() - mx(&n(), &m())).prove_nonneg(), None);
-    // So the max in `max(n - min(n, 2), 0) + min(n, 2)` (torch.roll's shift) collapses to `n`.
-    let d = n() - mn(&n(), &two);
-    assert_eq!(mx(&d, &Expr::zero()) + mn(&n(), &two), n());
+fn dim_nonnegative_divisors_are_positive() {
     // A divisor proven `>= 0` is nonzero, hence positive: the quotient and remainder of
     // nonnegative operands are nonnegative.
     let q = n().floor_div(&Expr::int(4));
