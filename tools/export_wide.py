@@ -1216,6 +1216,353 @@ def m_logmel_stft():
     )
 
 
+def m_densenet():
+    import torchvision
+
+    m = torchvision.models.DenseNet(
+        growth_rate=8, block_config=(2, 2, 2), num_init_features=16, bn_size=2, num_classes=10
+    ).eval()
+    return image_model(
+        m,
+        "torchvision",
+        "DenseNet (dense concatenations; growth 8, blocks 2-2-2)",
+        {"growth_rate": 8, "block_config": [2, 2, 2], "num_init_features": 16, "bn_size": 2},
+    )
+
+
+def m_efficientnet():
+    import torchvision
+    from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
+
+    setting, last = _efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)
+    m = EfficientNet(setting, dropout=0.0, num_classes=10, last_channel=last).eval()
+    del torchvision
+    return image_model(
+        m,
+        "torchvision",
+        "EfficientNet-B0 settings at width 0.25, depth 0.25 (MBConv, squeeze-excitation, SiLU)",
+        {"arch": "efficientnet_b0", "width_mult": 0.25, "depth_mult": 0.25, "num_classes": 10},
+    )
+
+
+def m_regnet():
+    from torchvision.models.regnet import BlockParams, RegNet
+
+    params = BlockParams.from_init_params(
+        depth=6, w_0=16, w_a=8.0, w_m=2.0, group_width=8, se_ratio=0.25
+    )
+    m = RegNet(params, num_classes=10, stem_width=16).eval()
+    return image_model(
+        m,
+        "torchvision",
+        "RegNet (grouped convs, squeeze-excitation; depth 6, w_0 16, group width 8)",
+        {"depth": 6, "w_0": 16, "w_a": 8.0, "w_m": 2.0, "group_width": 8, "se_ratio": 0.25},
+    )
+
+
+def m_deeplabv3():
+    import torch
+    import torchvision
+    from torchvision.models._utils import IntermediateLayerGetter
+    from torchvision.models.segmentation.deeplabv3 import ASPP, DeepLabV3
+
+    backbone = torchvision.models.mobilenet_v3_small(dilated=True, width_mult=0.5).features
+    body = IntermediateLayerGetter(backbone, {str(len(backbone) - 1): "out"})
+    ch = backbone[-1].out_channels
+    head = torch.nn.Sequential(
+        ASPP(ch, [12, 24, 36], 32),
+        torch.nn.Conv2d(32, 32, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 4, 1),
+    )
+    m = DeepLabV3(body, head).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, pixel_values):
+            return self.m(pixel_values)["out"]
+
+    return image_model(
+        W(),
+        "torchvision",
+        "DeepLabV3 (ASPP with image pooling, bilinear upsampling) over mobilenet_v3_small dilated",
+        {"aspp_channels": 32, "atrous_rates": [12, 24, 36], "num_classes": 4, "width_mult": 0.5},
+        outputs=("out",),
+    )
+
+
+def m_r3d_small():
+    import torch
+    from torchvision.models.video.resnet import BasicBlock, BasicStem, Conv3DSimple, VideoResNet
+
+    m = VideoResNet(BasicBlock, [Conv3DSimple] * 4, [1, 1, 1, 1], BasicStem, num_classes=10).eval()
+
+    class R(torch.nn.Module):
+        """r3d's stem and stages 1-2 (Conv3d, BatchNorm3d), global pool, fc."""
+
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(m.stem, m.layer1, m.layer2)
+            self.pool = torch.nn.AdaptiveAvgPool3d(1)
+            self.fc = torch.nn.Linear(128, 10)
+
+        def forward(self, video):
+            return self.fc(torch.flatten(self.pool(self.body(video)), 1))
+
+    return dict(
+        module=R().eval(),
+        inputs=[("video", normal("B", 3, "T", "H", "W"))],
+        outputs=["logits"],
+        dyn={"video": {0: "B", 2: "T", 3: "H", 4: "W"}},
+        export={"B": 2, "T": 4, "H": 32, "W": 48},
+        sizes=[("4x32", {"B": 1, "T": 4, "H": 32, "W": 32}), ("6x48", {"B": 2, "T": 6, "H": 48, "W": 32})],
+        package="torchvision",
+        cls="VideoResNet (r3d: Conv3DSimple, BasicBlock) stem + stages 1-2 + avgpool + fc",
+        config={"layers": [1, 1], "num_classes": 10},
+    )
+
+
+def m_fasterrcnn_tiny():
+    import torch
+    import torchvision
+    from torchvision.models.detection import FasterRCNN
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+    from torchvision.ops import MultiScaleRoIAlign
+
+    features = torchvision.models.mobilenet_v3_small(width_mult=0.5).features
+    features.out_channels = features[-1].out_channels
+    ch = features.out_channels
+    m = FasterRCNN(
+        features,
+        num_classes=None,
+        min_size=64,
+        max_size=128,
+        rpn_anchor_generator=AnchorGenerator(((16, 32, 64),), ((0.5, 1.0, 2.0),)),
+        box_roi_pool=MultiScaleRoIAlign(["0"], 7, 2),
+        box_head=TwoMLPHead(ch * 49, 32),
+        box_predictor=FastRCNNPredictor(32, 3),
+        rpn_pre_nms_top_n_test=50,
+        rpn_post_nms_top_n_test=20,
+        box_detections_per_img=10,
+        box_score_thresh=0.0,
+    ).eval()
+
+    class W(torch.nn.Module):
+        """Full Faster R-CNN inference (resize, RPN, NMS, RoIAlign, box head, postprocess) on a
+        batch of one image: boxes, scores, labels."""
+
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, pixel_values):
+            d = self.m(list(pixel_values))[0]
+            return d["boxes"], d["scores"], d["labels"]
+
+    return image_model(
+        W(),
+        "torchvision",
+        "FasterRCNN (mobilenet_v3_small width 0.5 features, one feature map, TwoMLPHead 32)",
+        {"min_size": 64, "max_size": 128, "rpn_post_nms_top_n_test": 20, "num_classes": 3},
+        outputs=("boxes", "scores", "labels"),
+        sizes=[("64", {"B": 1, "H": 64, "W": 64}), ("96", {"B": 1, "H": 96, "W": 64})],
+        export={"B": 1, "H": 64, "W": 96},
+    )
+
+
+def m_bart():
+    """BartModel encoder + decoder (learned positions with offset, causal mask), no cache."""
+    import torch
+    from transformers import BartConfig, BartModel
+
+    cfg = _hf_small(
+        BartConfig,
+        vocab_size=1000,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    model = BartModel(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids, attention_mask, decoder_input_ids):
+            return self.m(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids,
+                use_cache=False,
+            ).last_hidden_state
+
+    return dict(
+        module=W(),
+        inputs=[
+            ("input_ids", ids(1000, 3)),
+            ("attention_mask", padmask()),
+            ("decoder_input_ids", lambda rng, d: rng.integers(3, 1000, (d["B"], d["T"]), dtype="int64")),
+        ],
+        outputs=["last_hidden_state"],
+        dyn={
+            "input_ids": {0: "B", 1: "S"},
+            "attention_mask": {0: "B", 1: "S"},
+            "decoder_input_ids": {0: "B", 1: "T"},
+        },
+        export={"B": 2, "S": 20, "T": 7},
+        sizes=[("16", {"B": 1, "S": 16, "T": 5}), ("24", {"B": 2, "S": 24, "T": 9})],
+        package="transformers",
+        cls="BartModel (encoder-decoder, no cache)",
+        config=_summary(cfg, TEXT_KEYS) | {"encoder_layers": 2, "decoder_layers": 2},
+    )
+
+
+def m_gptj():
+    from transformers import GPTJConfig, GPTJModel
+
+    cfg = _hf_small(
+        GPTJConfig, vocab_size=1000, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=256,
+        use_cache=False,
+    )
+    r = text_model(GPTJModel(cfg).eval(), cfg, "GPTJModel (interleaved partial rotary, parallel block)", 1000)
+    r["config"].update(n_embd=64, n_layer=2, n_head=4, rotary_dim=8)
+    return r
+
+
+def m_falcon():
+    from transformers import FalconConfig, FalconModel
+
+    cfg = _hf_small(
+        FalconConfig, vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        multi_query=True, new_decoder_architecture=False, parallel_attn=True, alibi=False,
+        use_cache=False,
+    )
+    r = text_model(FalconModel(cfg).eval(), cfg, "FalconModel (multi-query, rotary, parallel attention)", 1000)
+    r["config"].update(multi_query=True, parallel_attn=True)
+    return r
+
+
+def m_funnel():
+    from transformers import FunnelConfig, FunnelBaseModel
+
+    cfg = _hf_small(
+        FunnelConfig, vocab_size=1000, block_sizes=[1, 1], block_repeats=None, d_model=64, n_head=4,
+        d_head=16, d_inner=128, num_decoder_layers=1,
+    )
+    r = text_model(FunnelBaseModel(cfg).eval(), cfg, "FunnelBaseModel (sequence pooling, relative attention)", 1000)
+    r["config"].update(block_sizes=[1, 1], d_model=64, n_head=4)
+    return r
+
+
+def m_convbert():
+    from transformers import ConvBertConfig, ConvBertModel
+
+    cfg = _hf_small(
+        ConvBertConfig, vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, embedding_size=64, head_ratio=2, conv_kernel_size=5,
+    )
+    r = text_model(ConvBertModel(cfg).eval(), cfg, "ConvBertModel (span-based dynamic convolution)", 1000)
+    r["config"].update(head_ratio=2, conv_kernel_size=5)
+    return r
+
+
+def m_dinov2():
+    import torch
+    from transformers import Dinov2Config, Dinov2Model
+
+    cfg = _hf_small(
+        Dinov2Config, image_size=64, patch_size=8, hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, mlp_ratio=2, layerscale_value=1.0,
+    )
+    model = Dinov2Model(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, pixel_values):
+            o = self.m(pixel_values)
+            return o.last_hidden_state, o.pooler_output
+
+    return image_model(
+        W(),
+        "transformers",
+        "Dinov2Model (bicubic position-encoding interpolation, layer scale)",
+        _summary(cfg, TEXT_KEYS) | {"image_size": 64, "patch_size": 8},
+        outputs=("last_hidden_state", "pooler_output"),
+    )
+
+
+def m_beit():
+    import torch
+    from transformers import BeitConfig, BeitModel
+
+    cfg = _hf_small(
+        BeitConfig, image_size=64, patch_size=16, hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128, use_relative_position_bias=True,
+        use_mean_pooling=True,
+    )
+    model = BeitModel(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, pixel_values):
+            o = self.m(pixel_values, interpolate_pos_encoding=True)
+            return o.last_hidden_state, o.pooler_output
+
+    return image_model(
+        W(),
+        "transformers",
+        "BeitModel (relative position bias, interpolated)",
+        _summary(cfg, TEXT_KEYS) | {"image_size": 64, "patch_size": 16},
+        outputs=("last_hidden_state", "pooler_output"),
+    )
+
+
+def m_mobilevit():
+    import torch
+    from transformers import MobileViTConfig, MobileViTModel
+
+    cfg = _hf_small(
+        MobileViTConfig, image_size=64, hidden_sizes=[32, 40, 48], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+        num_attention_heads=2, patch_size=2,
+    )
+    model = MobileViTModel(cfg).eval()
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, pixel_values):
+            o = self.m(pixel_values)
+            return o.last_hidden_state, o.pooler_output
+
+    return image_model(
+        W(),
+        "transformers",
+        "MobileViTModel (unfold to patches, transformer, fold back)",
+        {"hidden_sizes": [32, 40, 48], "neck_hidden_sizes": [8, 8, 16, 16, 24, 32, 64], "patch_size": 2},
+        outputs=("last_hidden_state", "pooler_output"),
+    )
+
+
 MODELS = {
     name[2:]: fn
     for name, fn in sorted(globals().items())
@@ -1368,11 +1715,16 @@ def export_one(stem: str) -> dict:
 
 def assemble():
     frags = sorted(FRAG.glob("*.json"))
+    # Models exported in an earlier checkout (no cached fragment here) keep their manifest entry.
     models = {}
+    if (WIDE / "manifest.json").exists():
+        old = json.loads((WIDE / "manifest.json").read_text())["models"]
+        models = {k: v for k, v in old.items() if k in MODELS}
     for f in frags:
         e = json.loads(f.read_text())
         if e["stem"] in MODELS:
             models[e["stem"]] = e
+    models = dict(sorted(models.items()))
     import onnx
     import onnxruntime as ort
 

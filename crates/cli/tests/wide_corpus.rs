@@ -1,6 +1,7 @@
 //! The wide corpus (`tests/wide`, made by `tools/export_wide.py`): real models from public packages
-//! (transformers text, audio, protein and vision models; torchvision classifiers, segmentation and
-//! detection heads; einops and eval-time-dropout modules), both exporters. Per model file, at the
+//! (transformers text, encoder-decoder, audio, protein and vision models; torchvision classifiers,
+//! segmentation, video and detection models; einops and eval-time-dropout modules), both
+//! exporters. Per model file, at the
 //! manifest's sizes:
 //!
 //! - `inspect`: no unsupported ops;

@@ -1,7 +1,7 @@
 //! Floor division, ceiling division and remainder with canonicalizing rewrites.
 //!
 //! Every rewrite rests on `floor((d*q + r) / d) == q + floor(r / d)` for integer-valued `q` and nonzero
-//! integer `d`, on `floor(g*r / (g*d)) == floor(r / d)` for `g > 0` (a positive constant times symbols),
+//! integer `d`, on `floor(g*r / (g*d)) == floor(r / d)` for nonzero `g` (a constant times atoms),
 //! and on `floor(floor(x/b)/c) == floor(x/(b*c))` for `b, c > 0`.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::eval::{py_floor_div, py_mod};
 use super::{AtomRepr, Expr, Mono, Repr};
 
-/// `a = d*quot + scale*rem` and `d = scale*div`, with `scale > 0` for all symbol values >= 1.
+/// `a = d*quot + scale*rem` and `d = scale*div`, with `scale` nonzero wherever `d` is.
 struct Split {
     quot: Expr,
     rem: Expr,
@@ -84,7 +84,9 @@ fn exact_div(a: &Expr, d: &Expr) -> Option<Expr> {
     None
 }
 
-/// Cancels the common positive factor (gcd of coefficients times shared symbols) of `r` and `d`.
+/// Cancels the common factor (gcd of coefficients times shared atoms) of `r` and `d`. Any common
+/// factor `g` cancels: `g*r / (g*d)` and `r / d` are the same rational wherever the divisor is
+/// nonzero, so their floors agree, and `(g*r) % (g*d) == g * (r % d)`.
 fn cancel_common(r: &Expr, d: &Expr) -> (Expr, Expr, Expr) {
     let rt = r.terms_cow();
     let dt = d.terms_cow();
@@ -94,7 +96,7 @@ fn cancel_common(r: &Expr, d: &Expr) -> (Expr, Expr, Expr) {
         Some((m, _)) => m
             .factors
             .iter()
-            .filter(|(a, _)| matches!(a, AtomRepr::Sym(_)))
+            .filter(|(a, _)| !matches!(a, AtomRepr::Overflow))
             .cloned()
             .collect(),
         None => Vec::new(),

@@ -34,8 +34,9 @@ fn expr_bound(e: &Expr) -> Bound {
 fn atom_bound(a: &AtomRepr) -> Bound {
     match a {
         AtomRepr::Sym(_) => Bound::Pos,
+        // A divisor proven `>= 0` is `>= 1`: divisors are nonzero wherever a proof applies.
         AtomRepr::FloorDiv(p) => {
-            if p.1.prove_positive() != Some(true) {
+            if p.1.prove_nonneg() != Some(true) {
                 Bound::Unknown
             } else if p.0.prove_ge(&p.1) == Some(true) {
                 Bound::Pos
@@ -46,7 +47,7 @@ fn atom_bound(a: &AtomRepr) -> Bound {
             }
         }
         AtomRepr::Mod(p) => {
-            if p.1.prove_positive() == Some(true) {
+            if p.1.prove_nonneg() == Some(true) {
                 Bound::NonNeg
             } else {
                 Bound::Unknown

@@ -257,6 +257,37 @@ fn dim_prove_ge() {
 }
 
 #[test]
+fn dim_nonnegative_divisors_are_positive() {
+    // A divisor proven `>= 0` is nonzero, hence positive: the quotient and remainder of
+    // nonnegative operands are nonnegative.
+    let q = n().floor_div(&Expr::int(4));
+    assert_eq!(m().floor_div(&q).prove_nonneg(), Some(true));
+    assert_eq!(m().rem(&q).prove_nonneg(), Some(true));
+    assert_eq!((-m()).floor_div(&q).prove_nonneg(), None);
+}
+
+#[test]
+fn dim_floor_div_cancels_common_atoms() {
+    // `(m * (n//4)) // (n//4) == m` wherever the divisor is nonzero; likewise the remainder.
+    let q = n().floor_div(&Expr::int(4));
+    let r = m().rem(&Expr::int(3));
+    assert_eq!((&m() * &q).floor_div(&q), m());
+    assert_eq!((&(&m() * &q) * &r).floor_div(&(&q * &r)), m());
+    assert_eq!(
+        (&(&m() * &q) + &q).rem(&(&q * &Expr::int(2))),
+        q.clone() * (m() + 1).rem(&Expr::int(2))
+    );
+    for (nv, mv) in [(4, 1), (9, 5), (17, 8)] {
+        let e = (&(&m() * &q) + 1).floor_div(&q);
+        assert_eq!(
+            at(&e, nv, mv),
+            Ok(mv + 1 / (nv / 4)),
+            "at N={nv} M={mv}: {e}"
+        );
+    }
+}
+
+#[test]
 fn dim_display() {
     assert_eq!(
         (n().pow(2) * 2176 + n() * 64 + 12).to_string(),

@@ -221,6 +221,20 @@ fn sign_of(x: &Expr) -> Option<i64> {
     }
 }
 
+/// The sign of a divisor: as [`sign_of`], and positive when proven `>= 0` (a divisor is nonzero
+/// wherever the division is defined), negative when proven `<= 0`.
+fn divisor_sign(y: &Expr) -> Option<i64> {
+    sign_of(y).or_else(|| {
+        if y.prove_nonneg() == Some(true) {
+            Some(1)
+        } else if (-y).prove_nonneg() == Some(true) {
+            Some(-1)
+        } else {
+            None
+        }
+    })
+}
+
 /// ONNX integer `Div`: the quotient truncated toward zero. With symbols it is the floor division
 /// when the operands' signs agree, its negation of `|x| // |y|` when they differ; operands of
 /// unprovable sign are taken as nonnegative (shape arithmetic: sizes, counts).
@@ -230,7 +244,7 @@ fn trunc_div(x: &Expr, y: &Expr) -> Option<Expr> {
         (Some(a), Some(b)) => a.checked_div(b).map(Expr::int),
         _ => {
             let sx = sign_of(x).unwrap_or(1);
-            let sy = sign_of(y)?;
+            let sy = divisor_sign(y)?;
             Some(match (sx >= 0, sy > 0) {
                 (true, true) => x.floor_div(y),
                 (false, false) => (-x).floor_div(&-y),
@@ -250,7 +264,7 @@ fn int_mod(x: &Expr, y: &Expr, fmod: bool) -> Option<Expr> {
         _ if !fmod => Some(x.rem(y)),
         _ => {
             let sx = sign_of(x).unwrap_or(1);
-            let sy = sign_of(y)?;
+            let sy = divisor_sign(y)?;
             // C remainder: sign of x, magnitude |x| mod |y|.
             let (ax, ay) = (
                 if sx >= 0 { x.clone() } else { -x },

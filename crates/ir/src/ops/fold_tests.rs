@@ -200,3 +200,27 @@ fn tile_scatter_split_and_expand_of_shape_vectors() {
     assert_eq!(ints(&f, ex), vec![n(), n(), eight.clone(), eight.clone()]);
     assert_eq!(ints(&f, pr), vec![&n() * &eight]);
 }
+
+/// Swin's attention mask, as the TorchScript exporter writes it: the batch of windows
+/// `B * nw` (nw = windows of a padded grid, a product of floor divisions that may be 0 for
+/// some sizes) divided by `nw`, then compared with -1 before an `Expand`. A divisor proven
+/// `>= 0` is positive, so the division folds and the comparison is decided.
+#[test]
+fn division_by_a_window_count_folds_and_its_guard_is_decided() {
+    let mut t = TestGraph::new();
+    let x = t.input("x", DataType::F32, "B, H");
+    let s = t.op("Shape", &[x], &["s"], vec![])[0];
+    let (i0, i1) = (t.ints("i0", &[], &[0]), t.ints("i1", &[], &[1]));
+    let b = t.op("Gather", &[s, i0], &["b"], vec![a_int("axis", 0)])[0];
+    let h = t.op("Gather", &[s, i1], &["h"], vec![a_int("axis", 0)])[0];
+    let four = t.ints("four", &[], &[4]);
+    let nw = t.op("Div", &[h, four], &["nw"], vec![])[0];
+    let bnw = t.op("Mul", &[b, nw], &["bnw"], vec![])[0];
+    let q = t.op("Div", &[bnw, nw], &["q"], vec![])[0];
+    let minus = t.ints("minus", &[], &[-1]);
+    let guard = t.op("Equal", &[q, minus], &["guard"], vec![])[0];
+    let f = t.run(18).unwrap();
+    assert!(f.skipped.is_empty(), "{:?}", f.skipped);
+    assert_eq!(ints(&f, q), vec![Expr::sym("B")]);
+    assert_eq!(ints(&f, guard), vec![Expr::int(0)]);
+}
