@@ -16,6 +16,10 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("RoiAlign", roi_align),
 ];
 
+/// The most bilinear samples one roi may take (its bins times the samples per bin), so that an
+/// absurd `sampling_ratio`, `spatial_scale` or roi is an error rather than a run that never ends.
+const MAX_ROI_SAMPLES: u128 = 1 << 32;
+
 /// RoiAlign over X `[N, C, H, W]`, rois `[R, 4]` (`x1, y1, x2, y2`), batch_indices `[R]`: each
 /// output bin averages (or takes the max of) `sampling_ratio^2` bilinear samples (adaptive,
 /// `ceil(roi / bins)`, when 0); onnxruntime's sampling rules, computed per output in f64.
@@ -74,6 +78,14 @@ fn roi_align(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
                 let (bh, bw) = (rh / oh as f64, rw / ow as f64);
                 let gh = if ratio > 0 { ratio } else { (rh / oh as f64).ceil() as usize };
                 let gw = if ratio > 0 { ratio } else { (rw / ow as f64).ceil() as usize };
+                let samples = (gh as u128) * (gw as u128) * (oh * ow * c) as u128;
+                if samples > MAX_ROI_SAMPLES {
+                    return fail(format!(
+                        "roi {n} takes {gh} x {gw} samples per bin ({samples} in all; \
+                         sampling_ratio, spatial_scale or the roi's size): at most \
+                         {MAX_ROI_SAMPLES} per roi are computed"
+                    ));
+                }
                 let count = (gh * gw).max(1) as f64;
                 for ch in 0..c {
                     let plane = &xs[(b * c + ch) * h * w..(b * c + ch + 1) * h * w];

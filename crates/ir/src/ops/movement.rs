@@ -44,7 +44,10 @@ fn space_depth(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             return Err(OpError::BadAttr(format!("mode '{m}' is not DCR or CRD")));
         }
     }
-    let (bb, be) = (Expr::int(b * b), Expr::int(b));
+    let Some(b2) = b.checked_mul(b) else {
+        return Err(OpError::BadAttr(format!("blocksize {b} is too large")));
+    };
+    let (bb, be) = (Expr::int(b2), Expr::int(b));
     let divisible = |d: &Expr, by: &Expr| {
         d.as_const()
             .is_none_or(|v| v % by.as_const().unwrap_or(1) == 0)
@@ -61,7 +64,7 @@ fn space_depth(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         ]
     } else {
         if !divisible(&x[1], &bb) {
-            return invalid(format!("C must be a multiple of blocksize^2 = {}", b * b));
+            return invalid(format!("C must be a multiple of blocksize^2 = {b2}"));
         }
         vec![x[0].clone(), x[1].floor_div(&bb), &x[2] * &be, &x[3] * &be]
     };
