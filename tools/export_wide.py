@@ -996,6 +996,49 @@ def m_mnasnet():
     return image_model(m, "torchvision", "mnasnet0_5", {"num_classes": 10})
 
 
+def _seq2seq(model, cfg, low_id, cls, extra):
+    """An encoder-decoder transformers model (no cache) as a spec: inputs input_ids [B, S] (ids from
+    `low_id`, below the special tokens' ids when 3), attention_mask [B, S] and decoder_input_ids
+    [B, T]; output the decoder's last hidden state."""
+    import torch
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids, attention_mask, decoder_input_ids):
+            return self.m(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids,
+                use_cache=False,
+            ).last_hidden_state
+
+    return dict(
+        module=W(),
+        inputs=[
+            ("input_ids", ids(1000, low_id)),
+            ("attention_mask", padmask()),
+            (
+                "decoder_input_ids",
+                lambda rng, d: rng.integers(low_id, 1000, (d["B"], d["T"]), dtype="int64"),
+            ),
+        ],
+        outputs=["last_hidden_state"],
+        dyn={
+            "input_ids": {0: "B", 1: "S"},
+            "attention_mask": {0: "B", 1: "S"},
+            "decoder_input_ids": {0: "B", 1: "T"},
+        },
+        export={"B": 2, "S": 20, "T": 7},
+        sizes=[("16", {"B": 1, "S": 16, "T": 5}), ("24", {"B": 2, "S": 24, "T": 9})],
+        package="transformers",
+        cls=cls,
+        config=_summary(cfg, TEXT_KEYS) | extra,
+    )
+
+
 def m_t5_seq2seq():
     """T5Model encoder + decoder (causal self-attention, cross-attention), no cache."""
     import torch
@@ -1015,363 +1058,12 @@ def m_t5_seq2seq():
         use_cache=False,
         feed_forward_proj="gated-gelu",
     )
-    model = T5Model(cfg).eval()
-
-    class W(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids, attention_mask, decoder_input_ids):
-            return self.m(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                decoder_input_ids=decoder_input_ids,
-                use_cache=False,
-            ).last_hidden_state
-
-    return dict(
-        module=W(),
-        inputs=[
-            ("input_ids", ids(1000)),
-            ("attention_mask", padmask()),
-            ("decoder_input_ids", lambda rng, d: rng.integers(0, 1000, (d["B"], d["T"]), dtype="int64")),
-        ],
-        outputs=["last_hidden_state"],
-        dyn={
-            "input_ids": {0: "B", 1: "S"},
-            "attention_mask": {0: "B", 1: "S"},
-            "decoder_input_ids": {0: "B", 1: "T"},
-        },
-        export={"B": 2, "S": 20, "T": 7},
-        sizes=[("16", {"B": 1, "S": 16, "T": 5}), ("24", {"B": 2, "S": 24, "T": 9})],
-        package="transformers",
+    return _seq2seq(
+        T5Model(cfg).eval(),
+        cfg,
+        low_id=0,
         cls="T5Model (gated-gelu, encoder-decoder, no cache)",
-        config=_summary(cfg, TEXT_KEYS) | {"feed_forward_proj": "gated-gelu"},
-    )
-
-
-def m_clip():
-    """CLIPModel: text tower (causal mask, argmax-eos pooling) + vision tower, logits per image."""
-    import torch
-    from transformers import CLIPConfig, CLIPModel
-
-    cfg = CLIPConfig(
-        text_config=dict(
-            vocab_size=1000,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=64,
-            eos_token_id=2,
-        ),
-        vision_config=dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            image_size=32,
-            patch_size=8,
-        ),
-        projection_dim=32,
-    )
-    model = CLIPModel(cfg).eval()
-
-    class W(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids, attention_mask, pixel_values):
-            o = self.m(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values)
-            return o.logits_per_image
-
-    def text_ids(rng, d):
-        x = rng.integers(3, 1000, size=(d["B"], d["S"]), dtype="int64")
-        x[:, -1] = 2  # eos (pooled by the position of the eos id)
-        return x
-
-    return dict(
-        module=W(),
-        inputs=[
-            ("input_ids", text_ids),
-            ("attention_mask", lambda rng, d: __import__("numpy").ones((d["B"], d["S"]), "int64")),
-            ("pixel_values", normal("I", 3, 32, 32)),
-        ],
-        outputs=["logits_per_image"],
-        dyn={
-            "input_ids": {0: "B", 1: "S"},
-            "attention_mask": {0: "B", 1: "S"},
-            "pixel_values": {0: "I"},
-        },
-        export={"B": 3, "S": 12, "I": 2},
-        sizes=[("8", {"B": 2, "S": 8, "I": 1}), ("12", {"B": 3, "S": 12, "I": 2})],
-        package="transformers",
-        cls="CLIPModel (text + vision towers, eos_token_id pooling)",
-        config={"hidden_size": 64, "layers": 2, "image_size": 32, "patch_size": 8, "projection_dim": 32},
-    )
-
-
-
-def m_mixtral_moe():
-    """MixtralModel: sparse mixture of experts (router top-2 over 4 experts), sliding window."""
-    from transformers import MixtralConfig, MixtralModel
-
-    cfg = _hf_small(
-        MixtralConfig,
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=256,
-        use_cache=False,
-        # the default (grouped_mm) is a custom op no exporter knows; batched_mm computes every
-        # token's top-k experts with gathers and batched matmuls, and exports
-        experts_implementation="batched_mm",
-    )
-    r = text_model(
-        MixtralModel(cfg).eval(), cfg, "MixtralModel (top-2 of 4 experts, batched_mm experts)", 1000
-    )
-    r["config"].update(num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm")
-    return r
-
-
-def m_unet_small():
-    """A small UNet (torch.nn): GroupNorm + SiLU conv blocks, strided-conv down, ConvTranspose2d up,
-    skip concatenations."""
-    import torch
-
-    def block(i, o):
-        return torch.nn.Sequential(
-            torch.nn.Conv2d(i, o, 3, padding=1),
-            torch.nn.GroupNorm(4, o),
-            torch.nn.SiLU(),
-            torch.nn.Conv2d(o, o, 3, padding=1),
-            torch.nn.GroupNorm(4, o),
-            torch.nn.SiLU(),
-        )
-
-    class UNet(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.e1, self.e2, self.mid = block(3, 16), block(16, 32), block(32, 64)
-            self.d1, self.d2 = torch.nn.Conv2d(16, 16, 3, 2, 1), torch.nn.Conv2d(32, 32, 3, 2, 1)
-            self.u2 = torch.nn.ConvTranspose2d(64, 32, 2, 2)
-            self.u1 = torch.nn.ConvTranspose2d(32, 16, 2, 2)
-            self.c2, self.c1 = block(64, 32), block(32, 16)
-            self.out = torch.nn.Conv2d(16, 2, 1)
-
-        def forward(self, pixel_values):
-            a = self.e1(pixel_values)
-            b = self.e2(self.d1(a))
-            m = self.mid(self.d2(b))
-            b = self.c2(torch.cat([self.u2(m), b], 1))
-            a = self.c1(torch.cat([self.u1(b), a], 1))
-            return self.out(a)
-
-    return image_model(
-        UNet().eval(),
-        "torch",
-        "UNet (GroupNorm, SiLU, ConvTranspose2d, skip concat), written here",
-        {"widths": [16, 32, 64]},
-        outputs=("logits",),
-    )
-
-
-def m_logmel_stft():
-    """Whisper-style log-mel front end: torch.stft (Hann window), power, mel matmul, log10, clamp."""
-    import torch
-
-    class LogMel(torch.nn.Module):
-        def __init__(self, n_fft=64, hop=16, n_mels=16):
-            super().__init__()
-            self.n_fft, self.hop = n_fft, hop
-            self.register_buffer("window", torch.hann_window(n_fft))
-            self.register_buffer("mel", torch.rand(n_mels, n_fft // 2 + 1))
-
-        def forward(self, audio):
-            spec = torch.stft(
-                audio, self.n_fft, self.hop, window=self.window, center=True, return_complex=True
-            )
-            power = spec[..., :-1].abs() ** 2
-            logmel = torch.clamp(self.mel @ power, min=1e-10).log10()
-            logmel = torch.maximum(logmel, logmel.amax(dim=(-2, -1), keepdim=True) - 8.0)
-            return (logmel + 4.0) / 4.0
-
-    return dict(
-        module=LogMel().eval(),
-        inputs=[("audio", normal("B", "L"))],
-        outputs=["log_mel"],
-        dyn={"audio": {0: "B", 1: "L"}},
-        export={"B": 2, "L": 640},
-        sizes=[("400", {"B": 1, "L": 400}), ("560", {"B": 2, "L": 560})],
-        package="torch",
-        cls="log-mel spectrogram via torch.stft (Whisper's feature extractor in torch)",
-        config={"n_fft": 64, "hop": 16, "n_mels": 16},
-    )
-
-
-def m_densenet():
-    import torchvision
-
-    m = torchvision.models.DenseNet(
-        growth_rate=8, block_config=(2, 2, 2), num_init_features=16, bn_size=2, num_classes=10
-    ).eval()
-    return image_model(
-        m,
-        "torchvision",
-        "DenseNet (dense concatenations; growth 8, blocks 2-2-2)",
-        {"growth_rate": 8, "block_config": [2, 2, 2], "num_init_features": 16, "bn_size": 2},
-    )
-
-
-def m_efficientnet():
-    import torchvision
-    from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
-
-    setting, last = _efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)
-    m = EfficientNet(setting, dropout=0.0, num_classes=10, last_channel=last).eval()
-    del torchvision
-    return image_model(
-        m,
-        "torchvision",
-        "EfficientNet-B0 settings at width 0.25, depth 0.25 (MBConv, squeeze-excitation, SiLU)",
-        {"arch": "efficientnet_b0", "width_mult": 0.25, "depth_mult": 0.25, "num_classes": 10},
-    )
-
-
-def m_regnet():
-    from torchvision.models.regnet import BlockParams, RegNet
-
-    params = BlockParams.from_init_params(
-        depth=6, w_0=16, w_a=8.0, w_m=2.0, group_width=8, se_ratio=0.25
-    )
-    m = RegNet(params, num_classes=10, stem_width=16).eval()
-    return image_model(
-        m,
-        "torchvision",
-        "RegNet (grouped convs, squeeze-excitation; depth 6, w_0 16, group width 8)",
-        {"depth": 6, "w_0": 16, "w_a": 8.0, "w_m": 2.0, "group_width": 8, "se_ratio": 0.25},
-    )
-
-
-def m_deeplabv3():
-    import torch
-    import torchvision
-    from torchvision.models._utils import IntermediateLayerGetter
-    from torchvision.models.segmentation.deeplabv3 import ASPP, DeepLabV3
-
-    backbone = torchvision.models.mobilenet_v3_small(dilated=True, width_mult=0.5).features
-    body = IntermediateLayerGetter(backbone, {str(len(backbone) - 1): "out"})
-    ch = backbone[-1].out_channels
-    head = torch.nn.Sequential(
-        ASPP(ch, [12, 24, 36], 32),
-        torch.nn.Conv2d(32, 32, 3, padding=1, bias=False),
-        torch.nn.BatchNorm2d(32),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(32, 4, 1),
-    )
-    m = DeepLabV3(body, head).eval()
-
-    class W(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, pixel_values):
-            return self.m(pixel_values)["out"]
-
-    return image_model(
-        W(),
-        "torchvision",
-        "DeepLabV3 (ASPP with image pooling, bilinear upsampling) over mobilenet_v3_small dilated",
-        {"aspp_channels": 32, "atrous_rates": [12, 24, 36], "num_classes": 4, "width_mult": 0.5},
-        outputs=("out",),
-    )
-
-
-def m_r3d_small():
-    import torch
-    from torchvision.models.video.resnet import BasicBlock, BasicStem, Conv3DSimple, VideoResNet
-
-    m = VideoResNet(BasicBlock, [Conv3DSimple] * 4, [1, 1, 1, 1], BasicStem, num_classes=10).eval()
-
-    class R(torch.nn.Module):
-        """r3d's stem and stages 1-2 (Conv3d, BatchNorm3d), global pool, fc."""
-
-        def __init__(self):
-            super().__init__()
-            self.body = torch.nn.Sequential(m.stem, m.layer1, m.layer2)
-            self.pool = torch.nn.AdaptiveAvgPool3d(1)
-            self.fc = torch.nn.Linear(128, 10)
-
-        def forward(self, video):
-            return self.fc(torch.flatten(self.pool(self.body(video)), 1))
-
-    return dict(
-        module=R().eval(),
-        inputs=[("video", normal("B", 3, "T", "H", "W"))],
-        outputs=["logits"],
-        dyn={"video": {0: "B", 2: "T", 3: "H", 4: "W"}},
-        export={"B": 2, "T": 4, "H": 32, "W": 48},
-        sizes=[("4x32", {"B": 1, "T": 4, "H": 32, "W": 32}), ("6x48", {"B": 2, "T": 6, "H": 48, "W": 32})],
-        package="torchvision",
-        cls="VideoResNet (r3d: Conv3DSimple, BasicBlock) stem + stages 1-2 + avgpool + fc",
-        config={"layers": [1, 1], "num_classes": 10},
-    )
-
-
-def m_fasterrcnn_tiny():
-    import torch
-    import torchvision
-    from torchvision.models.detection import FasterRCNN
-    from torchvision.models.detection.anchor_utils import AnchorGenerator
-    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
-    from torchvision.ops import MultiScaleRoIAlign
-
-    features = torchvision.models.mobilenet_v3_small(width_mult=0.5).features
-    features.out_channels = features[-1].out_channels
-    ch = features.out_channels
-    m = FasterRCNN(
-        features,
-        num_classes=None,
-        min_size=64,
-        max_size=128,
-        rpn_anchor_generator=AnchorGenerator(((16, 32, 64),), ((0.5, 1.0, 2.0),)),
-        box_roi_pool=MultiScaleRoIAlign(["0"], 7, 2),
-        box_head=TwoMLPHead(ch * 49, 32),
-        box_predictor=FastRCNNPredictor(32, 3),
-        rpn_pre_nms_top_n_test=50,
-        rpn_post_nms_top_n_test=20,
-        box_detections_per_img=10,
-        box_score_thresh=0.0,
-    ).eval()
-
-    class W(torch.nn.Module):
-        """Full Faster R-CNN inference (resize, RPN, NMS, RoIAlign, box head, postprocess) on a
-        batch of one image: boxes, scores, labels."""
-
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, pixel_values):
-            d = self.m(list(pixel_values))[0]
-            return d["boxes"], d["scores"], d["labels"]
-
-    return image_model(
-        W(),
-        "torchvision",
-        "FasterRCNN (mobilenet_v3_small width 0.5 features, one feature map, TwoMLPHead 32)",
-        {"min_size": 64, "max_size": 128, "rpn_post_nms_top_n_test": 20, "num_classes": 3},
-        outputs=("boxes", "scores", "labels"),
-        sizes=[("64", {"B": 1, "H": 64, "W": 64}), ("96", {"B": 1, "H": 96, "W": 64})],
-        export={"B": 1, "H": 64, "W": 96},
+        extra={"feed_forward_proj": "gated-gelu"},
     )
 
 
@@ -1393,39 +1085,12 @@ def m_bart():
         max_position_embeddings=128,
         use_cache=False,
     )
-    model = BartModel(cfg).eval()
-
-    class W(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, input_ids, attention_mask, decoder_input_ids):
-            return self.m(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                decoder_input_ids=decoder_input_ids,
-                use_cache=False,
-            ).last_hidden_state
-
-    return dict(
-        module=W(),
-        inputs=[
-            ("input_ids", ids(1000, 3)),
-            ("attention_mask", padmask()),
-            ("decoder_input_ids", lambda rng, d: rng.integers(3, 1000, (d["B"], d["T"]), dtype="int64")),
-        ],
-        outputs=["last_hidden_state"],
-        dyn={
-            "input_ids": {0: "B", 1: "S"},
-            "attention_mask": {0: "B", 1: "S"},
-            "decoder_input_ids": {0: "B", 1: "T"},
-        },
-        export={"B": 2, "S": 20, "T": 7},
-        sizes=[("16", {"B": 1, "S": 16, "T": 5}), ("24", {"B": 2, "S": 24, "T": 9})],
-        package="transformers",
+    return _seq2seq(
+        BartModel(cfg).eval(),
+        cfg,
+        low_id=3,
         cls="BartModel (encoder-decoder, no cache)",
-        config=_summary(cfg, TEXT_KEYS) | {"encoder_layers": 2, "decoder_layers": 2},
+        extra={"encoder_layers": 2, "decoder_layers": 2},
     )
 
 
