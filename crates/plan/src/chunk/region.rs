@@ -240,11 +240,7 @@ pub(crate) fn convex_part(
         let drop: Vec<NodeId> = r
             .iter()
             .copied()
-            .filter(|&n| {
-                g.node(n)
-                    .output_ids()
-                    .any(|v| consumers[v.index()].iter().any(|c| x.contains(c)))
-            })
+            .filter(|&n| feeds(g, consumers, n, &x))
             .collect();
         if drop.is_empty() {
             return BTreeSet::new();
@@ -253,6 +249,13 @@ pub(crate) fn convex_part(
             r.remove(&n);
         }
     }
+}
+
+/// Whether an output of node `n` is read by a node of `readers`.
+fn feeds(g: &Graph, consumers: &[Vec<NodeId>], n: NodeId, readers: &BTreeSet<NodeId>) -> bool {
+    g.node(n)
+        .output_ids()
+        .any(|v| consumers[v.index()].iter().any(|c| readers.contains(c)))
 }
 
 /// The region `nodes` made convex by keeping some of its nodes whole, besides their per-chunk
@@ -278,11 +281,7 @@ pub(crate) fn recompute_part(
         let mut stack: Vec<NodeId> = nodes
             .difference(&keep)
             .copied()
-            .filter(|&n| {
-                g.node(n)
-                    .output_ids()
-                    .any(|v| consumers[v.index()].iter().any(|c| x.contains(c)))
-            })
+            .filter(|&n| feeds(g, consumers, n, &x))
             .collect();
         if stack.is_empty() {
             return None;
