@@ -70,16 +70,7 @@ fn deform_conv(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, O
     }
     let strides = per_axis(ctx, "strides", 2, 1)?;
     let dil = per_axis(ctx, "dilations", 2, 1)?;
-    let pads = {
-        let p = usizes(ctx, "pads")?;
-        if p.is_empty() {
-            vec![0; 4]
-        } else if p.len() == 4 {
-            p
-        } else {
-            return fail(format!("pads has {} entries, expected 4", p.len()));
-        }
-    };
+    let pads = per_axis(ctx, "pads", 4, 0)?;
     if strides.iter().chain(&dil).any(|&v| v == 0) {
         return fail("strides and dilations must be >= 1");
     }
@@ -202,16 +193,7 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, Op
     let nd = x.rank() - 2;
     let kernel = per_axis(ctx, "kernel_shape", nd, 0)?;
     let strides = per_axis(ctx, "strides", nd, 1)?;
-    let pads = {
-        let p = usizes(ctx, "pads")?;
-        if p.is_empty() {
-            vec![0; 2 * nd]
-        } else if p.len() == 2 * nd {
-            p
-        } else {
-            return fail(format!("pads has {} entries, expected {}", p.len(), 2 * nd));
-        }
-    };
+    let pads = per_axis(ctx, "pads", 2 * nd, 0)?;
     let yshape = match opt(inputs, 2) {
         Some(s) => super::dims_of(s, "output_shape")?,
         None => {
@@ -414,16 +396,7 @@ fn col2im_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
     }
     let strides = per_axis(ctx, "strides", nd, 1)?;
     let dilations = per_axis(ctx, "dilations", nd, 1)?;
-    let pads = {
-        let p = usizes(ctx, "pads")?;
-        if p.is_empty() {
-            vec![0; 2 * nd]
-        } else if p.len() == 2 * nd {
-            p
-        } else {
-            return fail(format!("pads has {} entries, expected {}", p.len(), 2 * nd));
-        }
-    };
+    let pads = per_axis(ctx, "pads", 2 * nd, 0)?;
     let kp: usize = block.iter().product();
     if kp == 0 || x.shape[1] % kp != 0 || strides.iter().chain(&dilations).any(|&v| v == 0) {
         return fail(format!(
