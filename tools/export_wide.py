@@ -455,6 +455,23 @@ def m_whisper_encoder():
 # --- vision -------------------------------------------------------------------------------------
 
 
+def _hidden_and_pooled(model, **kwargs):
+    """A module over `pixel_values` returning a transformers image model's last hidden state and
+    pooled output (`kwargs` passed to the model's call)."""
+    import torch
+
+    class W(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, pixel_values):
+            o = self.m(pixel_values, **kwargs)
+            return o.last_hidden_state, o.pooler_output
+
+    return W()
+
+
 def image_model(module, pkg, cls, config, outputs=("logits",), sizes=IMG_SIZES, export=IMG_EXPORT):
     return dict(
         module=module,
@@ -608,7 +625,6 @@ def m_vit():
 
 
 def m_swin():
-    import torch
     from transformers import SwinConfig, SwinModel
 
     cfg = _hf_small(
@@ -623,17 +639,8 @@ def m_swin():
     )
     model = SwinModel(cfg).eval()
 
-    class W(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, pixel_values):
-            o = self.m(pixel_values)
-            return o.last_hidden_state, o.pooler_output
-
     return image_model(
-        W(),
+        _hidden_and_pooled(model),
         "transformers",
         "SwinModel (shifted windows, padding)",
         {"embed_dim": 16, "depths": [2, 2], "num_heads": [2, 4], "window_size": 4, "patch_size": 4},
@@ -642,7 +649,6 @@ def m_swin():
 
 
 def m_convnext():
-    import torch
     from transformers import ConvNextConfig, ConvNextModel
 
     cfg = _hf_small(
@@ -650,17 +656,8 @@ def m_convnext():
     )
     model = ConvNextModel(cfg).eval()
 
-    class W(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, pixel_values):
-            o = self.m(pixel_values)
-            return o.last_hidden_state, o.pooler_output
-
     return image_model(
-        W(),
+        _hidden_and_pooled(model),
         "transformers",
         "ConvNextModel",
         {"hidden_sizes": [16, 32, 64], "depths": [1, 1, 1]},
@@ -1144,7 +1141,6 @@ def m_convbert():
 
 
 def m_dinov2():
-    import torch
     from transformers import Dinov2Config, Dinov2Model
 
     cfg = _hf_small(
@@ -1153,17 +1149,8 @@ def m_dinov2():
     )
     model = Dinov2Model(cfg).eval()
 
-    class W(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, pixel_values):
-            o = self.m(pixel_values)
-            return o.last_hidden_state, o.pooler_output
-
     return image_model(
-        W(),
+        _hidden_and_pooled(model),
         "transformers",
         "Dinov2Model (bicubic position-encoding interpolation, layer scale)",
         _summary(cfg, TEXT_KEYS) | {"image_size": 64, "patch_size": 8},
@@ -1172,7 +1159,6 @@ def m_dinov2():
 
 
 def m_beit():
-    import torch
     from transformers import BeitConfig, BeitModel
 
     cfg = _hf_small(
@@ -1182,17 +1168,8 @@ def m_beit():
     )
     model = BeitModel(cfg).eval()
 
-    class W(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, pixel_values):
-            o = self.m(pixel_values, interpolate_pos_encoding=True)
-            return o.last_hidden_state, o.pooler_output
-
     return image_model(
-        W(),
+        _hidden_and_pooled(model, interpolate_pos_encoding=True),
         "transformers",
         "BeitModel (relative position bias, interpolated)",
         _summary(cfg, TEXT_KEYS) | {"image_size": 64, "patch_size": 16},
@@ -1201,7 +1178,6 @@ def m_beit():
 
 
 def m_mobilevit():
-    import torch
     from transformers import MobileViTConfig, MobileViTModel
 
     cfg = _hf_small(
@@ -1210,17 +1186,8 @@ def m_mobilevit():
     )
     model = MobileViTModel(cfg).eval()
 
-    class W(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, pixel_values):
-            o = self.m(pixel_values)
-            return o.last_hidden_state, o.pooler_output
-
     return image_model(
-        W(),
+        _hidden_and_pooled(model),
         "transformers",
         "MobileViTModel (unfold to patches, transformer, fold back)",
         {"hidden_sizes": [32, 40, 48], "neck_hidden_sizes": [8, 8, 16, 16, 24, 32, 64], "patch_size": 2},
