@@ -15,9 +15,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use memplan_exec::{RunOptions, Tensor};
-use memplan_ir::graph::{AttrValue, ValueKind};
+use memplan_ir::graph::{AttrValue, TypeDecl, ValueKind};
 use memplan_ir::TensorData;
 use memplan_onnx::proto::TensorProto;
+use memplan_onnx::values::DataValue;
 use memplan_onnx::ExternalDataReader;
 use prost::Message;
 
@@ -44,9 +45,8 @@ fn load_data(path: &Path) -> Result<TensorData, String> {
         .map_err(|e| e.to_string())
 }
 
-fn load_tensor(path: &Path) -> Result<Tensor, String> {
-    let data = load_data(path)?;
-    let t = memplan_exec::interp::weight_tensor(&data).map_err(|e| e.to_string())?;
+fn own(data: &TensorData) -> Result<Tensor, String> {
+    let t = memplan_exec::interp::weight_tensor(data).map_err(|e| e.to_string())?;
     // Own the bytes: the decoded message goes away.
     let mut owned = Tensor::zeros(t.dtype, &t.shape, None).map_err(|e| e.to_string())?;
     owned
@@ -54,6 +54,51 @@ fn load_tensor(path: &Path) -> Result<Tensor, String> {
         .map_err(|e| e.to_string())?
         .copy_from_slice(t.bytes());
     Ok(owned)
+}
+
+/// The value file `path` holds for the graph input or output `v` (a sequence or optional where
+/// the graph declares one), as the executor holds it, with its fact.
+fn load_value(
+    path: &Path,
+    g: &memplan_ir::graph::Graph,
+    v: memplan_ir::graph::ValueId,
+) -> Result<(Tensor, memplan_ir::Fact), String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let val = g.value(v);
+    let data =
+        DataValue::decode(&bytes, val.decl.as_ref(), &val.name).map_err(|e| e.to_string())?;
+    Ok((to_tensor(&data)?, data.fact()))
+}
+
+/// A file value as an owned executor tensor (sequences and optionals packed).
+fn to_tensor(v: &DataValue) -> Result<Tensor, String> {
+    match v {
+        DataValue::Tensor(d) => own(d),
+        DataValue::Packed { kind, elems, .. } => {
+            let dtype = v.dtype().ok_or("a sequence of unknown element type")?;
+            let elems = elems.iter().map(to_tensor).collect::<Result<Vec<_>, _>>()?;
+            let refs: Vec<&Tensor> = elems.iter().collect();
+            Tensor::packed(*kind, dtype, &refs, None).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// [`close`] element by element for sequences and optionals.
+fn close_value(got: &Tensor, want: &Tensor) -> Result<(), String> {
+    match (got.elements(), want.elements()) {
+        (None, None) => close(got, want),
+        (Some(a), Some(b)) => {
+            let (a, b) = (a.map_err(|e| e.to_string())?, b.map_err(|e| e.to_string())?);
+            if a.len() != b.len() {
+                return Err(format!("{} elements vs expected {}", a.len(), b.len()));
+            }
+            for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+                close_value(x, y).map_err(|e| format!("element {k}: {e}"))?;
+            }
+            Ok(())
+        }
+        _ => Err("a tensor where a sequence is expected, or the reverse".into()),
+    }
 }
 
 fn close(got: &Tensor, want: &Tensor) -> Result<(), String> {
@@ -105,11 +150,40 @@ fn run_case(dir: &Path) -> Result<(), String> {
         .filter(|&&v| !matches!(model.graph.value(v).kind, ValueKind::Initializer(_)))
         .map(|&v| model.graph.value(v).name.clone())
         .collect();
-    let mut facts = memplan_ir::infer_model(&model).map_err(|e| e.to_string())?;
+    // Sequence and optional inputs: inference needs their elements, which only the values say.
+    let mut given = BTreeMap::new();
+    let fed = model
+        .graph
+        .inputs
+        .iter()
+        .filter(|&&v| !matches!(model.graph.value(v).kind, ValueKind::Initializer(_)));
+    for (i, &v) in fed.enumerate() {
+        let val = model.graph.value(v);
+        let packed = matches!(
+            val.decl.as_ref().map(|d| &d.ty),
+            Some(TypeDecl::Sequence(_) | TypeDecl::Optional(_))
+        );
+        let p = data.join(format!("input_{i}.pb"));
+        if packed && p.exists() {
+            given.insert(val.name.clone(), load_value(&p, &model.graph, v)?.1);
+        }
+    }
+    let mut facts = memplan_ir::infer_model_with(&model, &given).map_err(|e| e.to_string())?;
+    // A value whose size inference cannot give (a sequence whose length depends on an If
+    // condition fed as an input) also asks for the inputs' contents.
+    let sizeless = |f: &memplan_ir::Facts| {
+        model
+            .graph
+            .nodes
+            .iter()
+            .flat_map(|n| n.output_ids())
+            .any(|v| f.get(v).bytes().is_none())
+    };
     if facts
         .skipped
         .iter()
         .any(|s| s.reason.contains("needs unknown input facts"))
+        || sizeless(&facts)
     {
         let ids: Vec<_> = model
             .graph
@@ -120,7 +194,7 @@ fn run_case(dir: &Path) -> Result<(), String> {
             .collect();
         for (i, v) in ids.into_iter().enumerate() {
             let p = data.join(format!("input_{i}.pb"));
-            if !p.exists() {
+            if !p.exists() || given.contains_key(&model.graph.value(v).name) {
                 continue;
             }
             let t = load_data(&p)?;
@@ -132,7 +206,7 @@ fn run_case(dir: &Path) -> Result<(), String> {
                 model.graph.initializers.push(v);
             }
         }
-        facts = memplan_ir::infer_model(&model).map_err(|e| e.to_string())?;
+        facts = memplan_ir::infer_model_with(&model, &given).map_err(|e| e.to_string())?;
     }
     if let Some(s) = facts.skipped.first() {
         return Err(format!("no facts for {}: {}", s.label, s.reason));
@@ -141,12 +215,10 @@ fn run_case(dir: &Path) -> Result<(), String> {
     let mut inputs = BTreeMap::new();
     for (i, name) in free.iter().enumerate() {
         let p = data.join(format!("input_{i}.pb"));
-        let bound = g
-            .values
-            .iter()
-            .any(|v| &v.name == name && matches!(v.kind, ValueKind::Initializer(_)));
+        let v = g.find_value(name).ok_or("an input vanished")?;
+        let bound = matches!(g.value(v).kind, ValueKind::Initializer(_));
         if p.exists() && !bound {
-            inputs.insert(name.clone(), load_tensor(&p)?);
+            inputs.insert(name.clone(), load_value(&p, g, v)?.0);
         }
     }
     let opset = model.onnx_opset().unwrap_or(memplan_ir::ops::DEFAULT_OPSET);
@@ -154,8 +226,8 @@ fn run_case(dir: &Path) -> Result<(), String> {
         memplan_exec::interp::run_with_opset(g, &facts, inputs, &RunOptions::default(), opset)
             .map_err(|e| e.to_string())?;
     for (i, (name, got)) in res.outputs.iter().enumerate() {
-        let want = load_tensor(&data.join(format!("output_{i}.pb")))?;
-        close(got, &want).map_err(|e| format!("output '{name}': {e}"))?;
+        let want = load_value(&data.join(format!("output_{i}.pb")), g, g.outputs[i])?.0;
+        close_value(got, &want).map_err(|e| format!("output '{name}': {e}"))?;
     }
     // The kernels' scratch is what the op table declares, so the estimate counts it exactly.
     if let Some(m) = res.scratch_mismatches.first() {

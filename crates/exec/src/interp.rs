@@ -102,6 +102,23 @@ pub fn bind_inputs(
                 msg: "is required but not given".into(),
             });
         };
+        let packed_decl = val.decl.as_ref().is_some_and(|d| {
+            matches!(
+                d.ty,
+                memplan_ir::graph::TypeDecl::Sequence(_) | memplan_ir::graph::TypeDecl::Optional(_)
+            )
+        });
+        if packed_decl != t.seq.is_some() {
+            let (want, have) = if packed_decl {
+                ("a sequence or optional", "a tensor")
+            } else {
+                ("a tensor", "a sequence or optional")
+            };
+            return Err(ExecError::Input {
+                name: val.name.clone(),
+                msg: format!("is {have} but the model expects {want}"),
+            });
+        }
         let Some((elem, decl_dims)) = val.decl.as_ref().and_then(|d| d.as_tensor()) else {
             continue;
         };
@@ -702,7 +719,9 @@ fn place_outputs(
         // reaches it now (arena invariant: the node's inputs, dead or not, are not borrowed, and
         // the only other tensors over it are dead inputs written over in place, never read again).
         unsafe { arena.range_mut(off, len) }.copy_from_slice(t.bytes());
+        let seq = t.seq.clone();
         outs[k] = Tensor::arena_range(t.dtype, &t.shape.clone(), arena.clone(), off, len, false);
+        outs[k].seq = seq;
     }
     Ok(())
 }

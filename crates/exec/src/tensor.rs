@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use memplan_ir::DataType;
+use memplan_ir::{DataType, SeqKind};
 
 use crate::arena::{self, Arena};
 use crate::mem::{AllocError, Buf, MemStats};
@@ -36,11 +36,31 @@ enum Data {
 struct WriteToken;
 
 /// A dense row-major tensor. Cloning shares the bytes.
+///
+/// A sequence or optional value is packed: its elements' bytes one after another (`shape` is then
+/// the total element count, `dtype` the elements' type) and `seq` says where each element is. Its
+/// bytes are the sum of its elements', as the simulator counts them.
 #[derive(Clone, Debug)]
 pub struct Tensor {
     pub dtype: DataType,
     pub shape: Vec<usize>,
     data: Data,
+    pub seq: Option<Arc<SeqLayout>>,
+}
+
+/// The elements of a packed sequence or optional, in order, without gaps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeqLayout {
+    pub kind: SeqKind,
+    pub elems: Vec<SeqElem>,
+}
+
+/// One element of a packed sequence: its shape, and its own layout when it is itself a sequence
+/// (its `shape` then is its total element count).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeqElem {
+    pub shape: Vec<usize>,
+    pub seq: Option<Arc<SeqLayout>>,
 }
 
 /// Element types that kernels read and write directly.
@@ -129,6 +149,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: shape.to_vec(),
+            seq: None,
             data: Data::Buf {
                 buf: Arc::new(buf),
                 offset: 0,
@@ -157,6 +178,7 @@ impl Tensor {
             return Ok(Tensor {
                 dtype,
                 shape: shape.to_vec(),
+                seq: None,
                 data: Data::Bytes(bytes),
             });
         }
@@ -231,6 +253,7 @@ impl Tensor {
             None => Ok(Tensor {
                 dtype,
                 shape: shape.to_vec(),
+                seq: None,
                 data: Data::Buf {
                     buf: Arc::new(Buf::for_overwrite(len, Some(stats))?),
                     offset: 0,
@@ -255,6 +278,7 @@ impl Tensor {
         Tensor {
             dtype,
             shape: shape.to_vec(),
+            seq: None,
             data: Data::Arena {
                 arena,
                 offset,
@@ -285,7 +309,87 @@ impl Tensor {
     pub fn to_owned_buffer(&self, stats: Option<&Arc<MemStats>>) -> Result<Tensor, TensorError> {
         let mut t = Tensor::zeros(self.dtype, &self.shape, stats)?;
         t.bytes_mut()?.copy_from_slice(self.bytes());
+        t.seq = self.seq.clone();
         Ok(t)
+    }
+
+    /// The elements of a packed sequence or optional, as zero-copy views; `None` for a tensor.
+    pub fn elements(&self) -> Option<Result<Vec<Tensor>, TensorError>> {
+        let layout = self.seq.as_ref()?;
+        let mut at = 0usize;
+        let mut out = Vec::with_capacity(layout.elems.len());
+        for e in &layout.elems {
+            let v = match self.view(at, &e.shape) {
+                Ok(v) => v,
+                Err(err) => return Some(Err(err)),
+            };
+            at += v.numel();
+            out.push(Tensor {
+                seq: e.seq.clone(),
+                ..v
+            });
+        }
+        Some(Ok(out))
+    }
+
+    /// A packed sequence or optional of copies of `elems` (all of type `dtype`), in a fresh heap
+    /// buffer charged to `stats` (if any).
+    pub fn packed(
+        kind: SeqKind,
+        dtype: DataType,
+        elems: &[&Tensor],
+        stats: Option<&Arc<MemStats>>,
+    ) -> Result<Tensor, TensorError> {
+        if let Some(e) = elems.iter().find(|e| e.dtype != dtype) {
+            return Err(TensorError::Type {
+                have: e.dtype,
+                want: dtype,
+            });
+        }
+        let (layout, total) = Tensor::seq_layout(kind, elems);
+        let mut t = Tensor::zeros(dtype, &[total], stats)?;
+        t.fill_packed(elems, layout)?;
+        Ok(t)
+    }
+
+    /// Writes `elems`' bytes one after another from the start and makes this tensor the packed
+    /// value they lay out.
+    pub(crate) fn fill_packed(
+        &mut self,
+        elems: &[&Tensor],
+        layout: SeqLayout,
+    ) -> Result<(), TensorError> {
+        let dst = self.bytes_mut()?;
+        let mut at = 0;
+        for e in elems {
+            let b = e.bytes();
+            let end = at + b.len();
+            if end > dst.len() {
+                return Err(TensorError::View {
+                    offset: at,
+                    want: b.len(),
+                    have: dst.len(),
+                });
+            }
+            dst[at..end].copy_from_slice(b);
+            at = end;
+        }
+        self.seq = Some(Arc::new(layout));
+        Ok(())
+    }
+
+    /// The layout of a packed value holding `elems`, in order (see [`Tensor::elements`]), and its
+    /// total element count.
+    pub fn seq_layout(kind: SeqKind, elems: &[&Tensor]) -> (SeqLayout, usize) {
+        let total = elems.iter().map(|e| e.numel()).sum();
+        let elems = elems
+            .iter()
+            .map(|e| SeqElem {
+                shape: e.shape.clone(),
+                seq: e.seq.clone(),
+            })
+            .collect();
+        (SeqLayout { kind, elems }, total)
     }
 
     pub fn numel(&self) -> usize {
@@ -366,6 +470,7 @@ impl Tensor {
         Tensor {
             dtype: self.dtype,
             shape: shape.to_vec(),
+            seq: None,
             data: self.data.clone(),
         }
     }
@@ -414,6 +519,7 @@ impl Tensor {
         Ok(Tensor {
             dtype: self.dtype,
             shape: shape.to_vec(),
+            seq: None,
             data,
         })
     }

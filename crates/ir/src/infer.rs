@@ -68,6 +68,25 @@ pub struct Fact {
     /// `None` when even the rank is unknown.
     pub shape: Option<Vec<Expr>>,
     pub value: Option<Known>,
+    /// Set for a sequence or optional value (ONNX `seq(...)`, `optional(...)`): its elements.
+    /// `dtype` is then the elements' type and `shape` is `None`.
+    pub seq: Option<Box<SeqFact>>,
+}
+
+/// Whether a packed value is an ONNX sequence or an optional (a sequence of at most one element).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeqKind {
+    Sequence,
+    Optional,
+}
+
+/// What inference knows of a sequence or optional value. Its bytes are the sum of its elements'
+/// (the executor holds one packed buffer per sequence), so they are known when every element's are.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqFact {
+    pub kind: SeqKind,
+    /// Each element's fact, in order; `None` when the number of elements is not known.
+    pub elems: Option<Vec<Fact>>,
 }
 
 impl Fact {
@@ -76,7 +95,23 @@ impl Fact {
             dtype: Some(dtype),
             shape: Some(shape),
             value: None,
+            seq: None,
         }
+    }
+
+    /// The fact of a sequence (or optional) of elements of type `dtype`.
+    pub fn sequence(kind: SeqKind, dtype: Option<DataType>, elems: Option<Vec<Fact>>) -> Fact {
+        Fact {
+            dtype,
+            shape: None,
+            value: None,
+            seq: Some(Box::new(SeqFact { kind, elems })),
+        }
+    }
+
+    /// The elements of a sequence or optional fact, when their number is known.
+    pub fn elems(&self) -> Option<&[Fact]> {
+        self.seq.as_ref()?.elems.as_deref()
     }
 
     /// A fact with known contents; drops the contents when the tensor is too large to track.
@@ -86,6 +121,7 @@ impl Fact {
             dtype: Some(dtype),
             shape: Some(shape),
             value: keep.then_some(value),
+            seq: None,
         }
     }
 
@@ -107,8 +143,16 @@ impl Fact {
         self.shape.as_ref().map(|s| Expr::product(s.iter()))
     }
 
-    /// Size in bytes as an expression.
+    /// Size in bytes as an expression (for a sequence, the sum of its elements').
     pub fn bytes(&self) -> Option<Expr> {
+        if let Some(s) = &self.seq {
+            let elems = s.elems.as_ref()?;
+            let mut total = Expr::zero();
+            for e in elems {
+                total = total + e.bytes()?;
+            }
+            return Some(total);
+        }
         let dt = self.dtype?;
         let n = self.numel()?;
         Some(match dt.bits() {
@@ -133,6 +177,7 @@ impl Fact {
             dtype: Some(t.dtype),
             shape: Some(shape),
             value,
+            seq: None,
         }
     }
 }
@@ -247,8 +292,14 @@ impl<'a> InferCtx<'a> {
     /// node; a body node without facts makes the whole node `Unknown`.
     pub fn infer_body(&mut self, body: &Graph, inputs: &[Fact]) -> Result<Facts, OpError> {
         let scope = self.scope;
-        let f = infer_scoped(body, self.opset, Some(inputs), Some(&scope), self.symbols)
-            .map_err(|e| OpError::Invalid(format!("body '{}': {e}", printable(&body.name))))?;
+        let f = infer_scoped(
+            body,
+            self.opset,
+            Feed::Body(inputs),
+            Some(&scope),
+            self.symbols,
+        )
+        .map_err(|e| OpError::Invalid(format!("body '{}': {e}", printable(&body.name))))?;
         if let Some(s) = f.skipped.first() {
             return Err(OpError::Unknown(format!(
                 "body '{}' node {}: {}",
@@ -345,6 +396,30 @@ impl<'a> InferCtx<'a> {
             None => Ok(None),
             Some(AttrValue::Tensor(t)) => Ok(Some(t)),
             Some(o) => self.bad_kind(name, "TENSOR", o),
+        }
+    }
+
+    /// The data type named by INT attribute `name` (an ONNX `TensorProto.DataType` code); `None`
+    /// when absent or 0 (undefined).
+    pub fn attr_dtype(&self, name: &str) -> Result<Option<DataType>, OpError> {
+        match self.attr_opt_int(name)? {
+            None | Some(0) => Ok(None),
+            Some(c) => i32::try_from(c)
+                .ok()
+                .and_then(DataType::from_onnx)
+                .map(Some)
+                .ok_or_else(|| {
+                    OpError::BadAttr(format!("attribute '{name}' is {c}, not a data type"))
+                }),
+        }
+    }
+
+    /// TYPE_PROTO attribute `name`.
+    pub fn attr_type(&self, name: &str) -> Result<Option<&'a crate::graph::DeclType>, OpError> {
+        match self.attr_value(name) {
+            None => Ok(None),
+            Some(AttrValue::Type(t)) => Ok(Some(t)),
+            Some(o) => self.bad_kind(name, "TYPE_PROTO", o),
         }
     }
 
@@ -517,10 +592,40 @@ pub fn infer_model(model: &Model) -> Result<Facts, InferError> {
 
 /// Infers facts for one graph at the given default-domain opset.
 pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
+    infer_graph_with(graph, opset, &BTreeMap::new())
+}
+
+/// [`infer_model`] with the facts of some graph inputs given by name instead of declared: a
+/// sequence input's elements (the file declares only their type), or an input's exact shape.
+pub fn infer_model_with(
+    model: &Model,
+    given: &BTreeMap<String, Fact>,
+) -> Result<Facts, InferError> {
+    infer_graph_with(
+        &model.graph,
+        model.onnx_opset().unwrap_or(crate::ops::DEFAULT_OPSET),
+        given,
+    )
+}
+
+/// [`infer_graph`] with the facts of some graph inputs given by name (see [`infer_model_with`]).
+pub fn infer_graph_with(
+    graph: &Graph,
+    opset: i64,
+    given: &BTreeMap<String, Fact>,
+) -> Result<Facts, InferError> {
     let mut symbols = SymbolTable::default();
-    let mut f = infer_scoped(graph, opset, None, None, &mut symbols)?;
+    let mut f = infer_scoped(graph, opset, Feed::Main(given), None, &mut symbols)?;
     f.symbols = symbols;
     Ok(f)
+}
+
+/// What feeds a graph's inputs: a main graph's declared types, some given by name, or a body's
+/// facts by position (from its node).
+#[derive(Clone, Copy)]
+enum Feed<'a> {
+    Main(&'a BTreeMap<String, Fact>),
+    Body(&'a [Fact]),
 }
 
 /// Inference of `graph` inside `parent` (a body), or of a main graph when `parent` is `None`.
@@ -530,10 +635,14 @@ pub fn infer_graph(graph: &Graph, opset: i64) -> Result<Facts, InferError> {
 fn infer_scoped(
     graph: &Graph,
     opset: i64,
-    inputs: Option<&[Fact]>,
+    feed: Feed,
     parent: Option<&Scope>,
     symbols: &mut SymbolTable,
 ) -> Result<Facts, InferError> {
+    let (inputs, given) = match feed {
+        Feed::Main(g) => (None, Some(g)),
+        Feed::Body(f) => (Some(f), None),
+    };
     let order = graph.validate()?;
     let mut values: Vec<Fact> = vec![Fact::default(); graph.values.len()];
 
@@ -554,9 +663,14 @@ fn infer_scoped(
             ValueKind::Initializer(t) => values[idx] = Fact::of_tensor(t),
             ValueKind::Input => {
                 let pos = graph.inputs.iter().position(|&x| x.index() == idx);
-                let given = inputs.and_then(|f| pos.and_then(|p| f.get(p)));
-                values[idx] = match given {
-                    Some(f) if f.dtype.is_some() || f.shape.is_some() => f.clone(),
+                let fed = match given {
+                    Some(named) => named.get(&v.name),
+                    None => inputs.and_then(|f| pos.and_then(|p| f.get(p))),
+                };
+                values[idx] = match fed {
+                    Some(f) if f.dtype.is_some() || f.shape.is_some() || f.seq.is_some() => {
+                        f.clone()
+                    }
                     _ if inputs.is_some() && v.decl.is_none() => Fact::default(),
                     _ => input_fact(v, symbols)?,
                 };
@@ -698,7 +812,7 @@ fn input_fact(v: &crate::graph::Value, symbols: &mut SymbolTable) -> Result<Fact
         });
     };
     let Some((elem, dims)) = decl.as_tensor() else {
-        return Ok(Fact::default());
+        return Ok(declared_seq_fact(decl).unwrap_or_default());
     };
     let shape = dims.map(|dims| {
         dims.iter()
@@ -717,12 +831,32 @@ fn input_fact(v: &crate::graph::Value, symbols: &mut SymbolTable) -> Result<Fact
         dtype: elem,
         shape,
         value: None,
+        seq: None,
     })
 }
 
+/// The fact of a value declared as a sequence or optional: its element type, an unknown number of
+/// elements (a graph input's elements are known only from the value fed, see [`infer_model_with`]).
+pub(crate) fn declared_seq_fact(decl: &crate::graph::DeclType) -> Option<Fact> {
+    use crate::graph::TypeDecl;
+    let (kind, elem) = match &decl.ty {
+        TypeDecl::Sequence(e) => (SeqKind::Sequence, e),
+        TypeDecl::Optional(e) => (SeqKind::Optional, e),
+        _ => return None,
+    };
+    let dtype = elem.as_deref().and_then(|e| match e.as_tensor() {
+        Some((t, _)) => t,
+        None => declared_seq_fact(e).and_then(|f| f.dtype),
+    });
+    Some(Fact::sequence(kind, dtype, None))
+}
+
 fn declared_fact(graph: &Graph, v: ValueId, symbols: &SymbolTable) -> Fact {
-    let Some((elem, dims)) = graph.value(v).decl.as_ref().and_then(|d| d.as_tensor()) else {
+    let Some(decl) = graph.value(v).decl.as_ref() else {
         return Fact::default();
+    };
+    let Some((elem, dims)) = decl.as_tensor() else {
+        return declared_seq_fact(decl).unwrap_or_default();
     };
     let shape = dims.and_then(|dims| {
         dims.iter()
@@ -737,6 +871,7 @@ fn declared_fact(graph: &Graph, v: ValueId, symbols: &SymbolTable) -> Fact {
         dtype: elem,
         shape,
         value: None,
+        seq: None,
     }
 }
 

@@ -23,5 +23,8 @@ pub use graph::{
     AttrValue, Attribute, DeclDim, DeclDimEntry, DeclType, Graph, GraphError, Model, Node, NodeId,
     OpsetImport, SparseTensorData, TypeDecl, Value, ValueId, ValueKind,
 };
-pub use infer::{infer_graph, infer_model, Fact, Facts, Known};
+pub use infer::{
+    infer_graph, infer_graph_with, infer_model, infer_model_with, Fact, Facts, Known, SeqFact,
+    SeqKind,
+};
 pub use tensor::{DataOrigin, TensorData, TensorStorage};

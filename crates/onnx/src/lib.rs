@@ -21,6 +21,7 @@ pub mod proto;
 pub mod save;
 #[cfg(test)]
 mod testutil;
+pub mod values;
 
 pub use data::{load_external_data, tensor_bytes, ExternalDataReader, TensorStorage};
 pub use error::OnnxError;

@@ -81,7 +81,10 @@ pub fn view_or_copy(ctx: &OpCtx, t: &Tensor, shape: &[usize]) -> Result<Tensor, 
 
 fn identity(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let x = req(inputs, 0)?;
-    Ok(vec![view_or_copy(ctx, x, &x.shape)?])
+    let mut y = view_or_copy(ctx, x, &x.shape)?;
+    // A sequence or optional stays one: the same packed bytes with the same layout.
+    y.seq = x.seq.clone();
+    Ok(vec![y])
 }
 
 /// Reshape's target dims from its `shape` operand (0 copies, -1 infers).

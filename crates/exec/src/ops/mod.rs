@@ -71,6 +71,7 @@ pub mod quant;
 pub mod random;
 pub mod recurrent;
 pub mod reduce;
+pub mod sequence;
 pub mod signal;
 #[cfg(test)]
 mod tests;
@@ -363,6 +364,7 @@ pub const FAMILIES: &[(&str, &[(&str, OpFn)])] = &[
     ("text", text::OPS),
     ("loss", loss::OPS),
     ("vision", vision::OPS),
+    ("sequence", sequence::OPS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, OpFn> {

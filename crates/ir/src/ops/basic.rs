@@ -28,9 +28,8 @@ fn eye_like(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     if s.len() != 2 {
         return invalid(format!("EyeLike needs a 2-D input, got rank {}", s.len()));
     }
-    let t = match ctx.attr_opt_int("dtype")? {
-        Some(code) => DataType::from_onnx(code as i32)
-            .ok_or_else(|| OpError::BadAttr(format!("dtype {code} is not a data type")))?,
+    let t = match ctx.attr_dtype("dtype")? {
+        Some(t) => t,
         None => ctx.dtype(0)?,
     };
     Ok(vec![Fact::new(t, s)])

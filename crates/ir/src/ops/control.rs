@@ -11,7 +11,7 @@
 use crate::dim::Expr;
 use crate::dtype::DataType;
 use crate::graph::{AttrValue, Graph, ValueKind};
-use crate::infer::{invalid, ControlFacts, Fact, Facts, InferCtx, OpError};
+use crate::infer::{invalid, ControlFacts, Fact, Facts, InferCtx, OpError, SeqKind};
 
 use super::{Mem, OpDef};
 
@@ -60,9 +60,8 @@ fn body<'a>(ctx: &InferCtx<'a>, name: &str) -> Result<&'a Graph, OpError> {
 /// A fact without its contents (a value that changes from one iteration to the next).
 fn shape_only(f: &Fact) -> Fact {
     Fact {
-        dtype: f.dtype,
-        shape: f.shape.clone(),
         value: None,
+        ..f.clone()
     }
 }
 
@@ -79,6 +78,15 @@ fn join(ctx: &mut InferCtx, a: &Fact, b: &Fact, what: &str) -> Result<Fact, OpEr
             return invalid(format!(
                 "{what} has type {x} in one place and {y} in another"
             ));
+        }
+    }
+    match (&a.seq, &b.seq) {
+        (None, None) => {}
+        (Some(x), Some(y)) if x.kind == y.kind => return join_seq(ctx, a, b, what),
+        _ => {
+            return invalid(format!(
+                "{what} is a tensor in one place and not in another"
+            ))
         }
     }
     let shape = match (&a.shape, &b.shape) {
@@ -104,7 +112,26 @@ fn join(ctx: &mut InferCtx, a: &Fact, b: &Fact, what: &str) -> Result<Fact, OpEr
         dtype: a.dtype.or(b.dtype),
         shape,
         value,
+        seq: None,
     })
+}
+
+/// [`join`] of two sequences (or optionals): element by element when both have the same number of
+/// elements, else a sequence of unknown length.
+fn join_seq(ctx: &mut InferCtx, a: &Fact, b: &Fact, what: &str) -> Result<Fact, OpError> {
+    let kind = a.seq.as_ref().map_or(SeqKind::Sequence, |s| s.kind);
+    let dtype = a.dtype.or(b.dtype);
+    let elems = match (a.elems(), b.elems()) {
+        (Some(x), Some(y)) if x.len() == y.len() => {
+            let mut out = Vec::with_capacity(x.len());
+            for (k, (p, q)) in x.iter().zip(y).enumerate() {
+                out.push(join(ctx, p, q, &format!("element {k} of {what}"))?);
+            }
+            Some(out)
+        }
+        _ => None,
+    };
+    Ok(Fact::sequence(kind, dtype, elems))
 }
 
 /// `If`: both branches are inferred; a known condition takes its branch's facts, otherwise the
@@ -223,7 +250,10 @@ fn infer_carried(
     let snap = ctx.symbols_snapshot();
     let f = ctx.infer_body(g, &ins)?;
     let outs = outputs_of(g, &f);
-    let same = (0..n).all(|j| outs[out_first + j].shape == ins[first + j].shape);
+    let same = (0..n).all(|j| {
+        let (a, b) = (&outs[out_first + j], &ins[first + j]);
+        a.shape == b.shape && a.seq == b.seq
+    });
     for j in 0..n {
         let (a, b) = (&ins[first + j], &outs[out_first + j]);
         if let (Some(x), Some(y)) = (a.dtype, b.dtype) {
@@ -339,11 +369,9 @@ fn infer_loop(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         // The outputs are the carried values after the last iteration (the initial ones when the
         // loop runs no iteration): the body's facts, which cover both.
         let carried = f.get(g.inputs[2 + j]);
-        res.push(shape_only(&Fact {
-            dtype: outs[1 + j].dtype.or(carried.dtype),
-            shape: carried.shape.clone(),
-            value: None,
-        }));
+        let mut out = shape_only(carried);
+        out.dtype = outs[1 + j].dtype.or(carried.dtype);
+        res.push(out);
     }
     for k in 0..k_out {
         let o = &outs[1 + n + k];
@@ -356,6 +384,7 @@ fn infer_loop(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             dtype: o.dtype,
             shape,
             value: None,
+            seq: None,
         });
     }
     ctx.set_control(ControlFacts {
@@ -448,6 +477,7 @@ fn infer_scan(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             dtype: f.dtype,
             shape: Some(rest),
             value: None,
+            seq: None,
         });
     }
     let trips = trips.unwrap_or_else(Expr::zero);
@@ -472,6 +502,7 @@ fn infer_scan(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             dtype: o.dtype,
             shape,
             value: None,
+            seq: None,
         });
     }
     ctx.set_control(ControlFacts {

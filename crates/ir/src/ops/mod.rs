@@ -30,6 +30,7 @@ pub mod quant;
 pub mod random;
 pub mod recurrent;
 pub mod reduce;
+pub mod sequence;
 pub mod signal;
 #[cfg(test)]
 mod tests;
@@ -181,6 +182,7 @@ pub const FAMILIES: &[(&str, &[OpDef])] = &[
     ("text", text::DEFS),
     ("loss", loss::DEFS),
     ("vision", vision::DEFS),
+    ("sequence", sequence::DEFS),
 ];
 
 fn table() -> &'static BTreeMap<&'static str, &'static OpDef> {

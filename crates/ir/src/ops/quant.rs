@@ -49,19 +49,9 @@ pub fn is_quantized_type(t: DataType) -> bool {
     )
 }
 
-/// The type named by attribute `name` (0 or absent: `None`).
-fn attr_type(ctx: &InferCtx, name: &str) -> Result<Option<DataType>, OpError> {
-    match ctx.attr_int(name, 0)? {
-        0 => Ok(None),
-        code => DataType::from_onnx(code as i32)
-            .map(Some)
-            .ok_or_else(|| OpError::BadAttr(format!("{name} {code} is not a data type"))),
-    }
-}
-
 /// The output type: the zero point's when given, else `output_dtype`, else uint8.
 fn quantize(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let want = attr_type(ctx, "output_dtype")?;
+    let want = ctx.attr_dtype("output_dtype")?;
     let t = match ctx.opt_input(2) {
         Some(_) => {
             let z = ctx.dtype(2)?;
@@ -82,7 +72,7 @@ fn quantize(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 
 /// The output type: `output_dtype` when given, else the scale's.
 fn dequantize(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let t = match attr_type(ctx, "output_dtype")? {
+    let t = match ctx.attr_dtype("output_dtype")? {
         Some(t) => t,
         None => ctx.dtype(1)?,
     };

@@ -25,13 +25,7 @@ pub const DEFS: &[OpDef] = &[
 
 /// The `dtype` attribute as a type, `default` when absent.
 fn dtype_attr(ctx: &InferCtx, default: DataType) -> Result<DataType, OpError> {
-    match ctx.attr_opt_int("dtype")? {
-        None => Ok(default),
-        Some(c) => i32::try_from(c)
-            .ok()
-            .and_then(DataType::from_onnx)
-            .ok_or_else(|| OpError::BadAttr(format!("attribute 'dtype' is {c}, not a type"))),
-    }
+    Ok(ctx.attr_dtype("dtype")?.unwrap_or(default))
 }
 
 /// The float types the random kernels write.
