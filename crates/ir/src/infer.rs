@@ -87,6 +87,10 @@ pub struct SeqFact {
     pub kind: SeqKind,
     /// Each element's fact, in order; `None` when the number of elements is not known.
     pub elems: Option<Vec<Fact>>,
+    /// When the number of elements is symbolic (`elems` is `None`) but every element has the same
+    /// fact: that number and that fact (`unbind` of a symbolic axis, a loop that appends the same
+    /// shape each iteration).
+    pub uniform: Option<(Expr, Fact)>,
 }
 
 impl Fact {
@@ -105,8 +109,38 @@ impl Fact {
             dtype,
             shape: None,
             value: None,
-            seq: Some(Box::new(SeqFact { kind, elems })),
+            seq: Some(Box::new(SeqFact {
+                kind,
+                elems,
+                uniform: None,
+            })),
         }
+    }
+
+    /// The fact of a sequence of `len` elements that all have the fact `elem` (listed one by one
+    /// when `len` is a small constant).
+    pub fn uniform_sequence(len: Expr, elem: Fact) -> Fact {
+        let dtype = elem.dtype;
+        match len.as_const() {
+            Some(n) if (0..=MAX_KNOWN_ELEMS as i64).contains(&n) => {
+                Fact::sequence(SeqKind::Sequence, dtype, Some(vec![elem; n as usize]))
+            }
+            _ => Fact {
+                dtype,
+                shape: None,
+                value: None,
+                seq: Some(Box::new(SeqFact {
+                    kind: SeqKind::Sequence,
+                    elems: None,
+                    uniform: Some((len, elem)),
+                })),
+            },
+        }
+    }
+
+    /// A sequence's symbolic element count and common element fact (see [`SeqFact::uniform`]).
+    pub fn uniform(&self) -> Option<(&Expr, &Fact)> {
+        self.seq.as_ref()?.uniform.as_ref().map(|(len, e)| (len, e))
     }
 
     /// The elements of a sequence or optional fact, when their number is known.
@@ -146,6 +180,9 @@ impl Fact {
     /// Size in bytes as an expression (for a sequence, the sum of its elements').
     pub fn bytes(&self) -> Option<Expr> {
         if let Some(s) = &self.seq {
+            if let Some((len, e)) = &s.uniform {
+                return Some(len.clone() * e.bytes()?);
+            }
             let elems = s.elems.as_ref()?;
             let mut total = Expr::zero();
             for e in elems {

@@ -210,8 +210,13 @@ fn split_to_sequence(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
     let x = req(inputs, 0)?;
     let a = axis(ctx.int("axis", 0)?, x.rank())?;
     let split = inputs.get(1).copied().flatten();
-    let squeeze = split.is_none() && ctx.int("keepdims", 1)? == 0;
+    // keepdims = 0 drops the axis when the pieces have length 1: without `split`, or with a
+    // scalar one (onnxruntime's reading, see the rule in `memplan_ir::ops::sequence`).
+    let squeeze = split.is_none_or(|t| t.rank() == 0) && ctx.int("keepdims", 1)? == 0;
     let lens = split_lengths(split, x.shape[a])?;
+    if squeeze && lens.iter().any(|&l| l != 1) {
+        return fail("keepdims = 0 drops the split axis, so a scalar split must be 1");
+    }
     let es = elem_size(x.dtype)?;
     let outer: usize = x.shape[..a].iter().product();
     let inner: usize = x.shape[a + 1..].iter().product::<usize>() * es;

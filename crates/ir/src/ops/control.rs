@@ -121,17 +121,66 @@ fn join(ctx: &mut InferCtx, a: &Fact, b: &Fact, what: &str) -> Result<Fact, OpEr
 fn join_seq(ctx: &mut InferCtx, a: &Fact, b: &Fact, what: &str) -> Result<Fact, OpError> {
     let kind = a.seq.as_ref().map_or(SeqKind::Sequence, |s| s.kind);
     let dtype = a.dtype.or(b.dtype);
-    let elems = match (a.elems(), b.elems()) {
-        (Some(x), Some(y)) if x.len() == y.len() => {
+    if let (Some(x), Some(y)) = (a.elems(), b.elems()) {
+        if x.len() == y.len() {
             let mut out = Vec::with_capacity(x.len());
             for (k, (p, q)) in x.iter().zip(y).enumerate() {
                 out.push(join(ctx, p, q, &format!("element {k} of {what}"))?);
             }
-            Some(out)
+            return Ok(Fact::sequence(kind, dtype, Some(out)));
         }
+    }
+    // Counts that differ (a sequence that grows each iteration): a sequence of a symbolic count
+    // when every element on both sides is alike.
+    let elem = match (common_elem(a), common_elem(b)) {
+        (Some(Some(x)), Some(Some(y))) if same_elem(x, y) => Some(x),
+        (Some(Some(x)), Some(None)) | (Some(None), Some(Some(x))) => Some(x),
         _ => None,
     };
-    Ok(Fact::sequence(kind, dtype, elems))
+    match (elem, seq_len(a), seq_len(b)) {
+        (Some(e), Some(n), Some(m)) if kind == SeqKind::Sequence => {
+            let len = if n == m {
+                n
+            } else {
+                ctx.fresh_symbol(
+                    "seq_len",
+                    &format!("the element count of {what} differs ({n} vs {m})"),
+                )
+            };
+            Ok(Fact::uniform_sequence(len, shape_only(e)))
+        }
+        _ => Ok(Fact::sequence(kind, dtype, None)),
+    }
+}
+
+/// Whether two element facts have the same type and shape (contents aside).
+fn same_elem(a: &Fact, b: &Fact) -> bool {
+    a.dtype == b.dtype && a.shape == b.shape && a.seq == b.seq
+}
+
+/// The one fact every element of sequence `f` has: `Some(None)` for an empty sequence, `None`
+/// when its elements differ or are not known.
+fn common_elem(f: &Fact) -> Option<Option<&Fact>> {
+    if let Some((_, e)) = f.uniform() {
+        return Some(Some(e));
+    }
+    let elems = f.elems()?;
+    match elems.split_first() {
+        None => Some(None),
+        Some((first, rest)) => rest
+            .iter()
+            .all(|e| same_elem(e, first))
+            .then_some(Some(first)),
+    }
+}
+
+/// A sequence's element count, when known or symbolic.
+fn seq_len(f: &Fact) -> Option<Expr> {
+    match (f.elems(), f.uniform()) {
+        (Some(e), _) => Some(Expr::int(e.len() as i64)),
+        (None, Some((len, _))) => Some(len.clone()),
+        (None, None) => None,
+    }
 }
 
 /// `If`: both branches are inferred; a known condition takes its branch's facts, otherwise the

@@ -58,6 +58,16 @@ fn known_elems<'a>(ctx: &InferCtx<'a>, i: usize) -> Result<&'a [Fact], OpError> 
         .ok_or_else(|| OpError::Unknown(format!("number of elements of sequence input {i}")))
 }
 
+/// Sequence input `i`'s symbolic element count and common element fact, when it has them.
+fn uniform_input<'a>(ctx: &InferCtx<'a>, i: usize) -> Option<(&'a Expr, &'a Fact)> {
+    ctx.opt_input(i)?.uniform()
+}
+
+/// Whether `a` and `b` describe the same element (type and shape; contents aside).
+fn same_elem(a: &Fact, b: &Fact) -> bool {
+    a.dtype == b.dtype && a.shape == b.shape && a.seq == b.seq
+}
+
 /// The fact of an element joining a sequence of type `seq_t`: the types must agree.
 fn check_elem(seq_t: Option<DataType>, e: &Fact, what: &str) -> Result<(), OpError> {
     match (seq_t, e.dtype) {
@@ -122,6 +132,9 @@ fn sequence_construct(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 }
 
 fn sequence_at(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    if let Some((_, e)) = uniform_input(ctx, 0) {
+        return Ok(vec![e.clone()]);
+    }
     let elems = known_elems(ctx, 0)?;
     match position(ctx, 1) {
         Ok(Some(p)) => Ok(vec![
@@ -141,6 +154,14 @@ fn sequence_insert(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let (_, _, t) = seq_input(ctx, 0)?;
     let e = tensor_input(ctx, 1)?;
     check_elem(t, e, "the inserted tensor")?;
+    if let Some((len, u)) = uniform_input(ctx, 0) {
+        if same_elem(u, e) {
+            return Ok(vec![Fact::uniform_sequence(
+                len.clone() + Expr::one(),
+                u.clone(),
+            )]);
+        }
+    }
     let mut elems = known_elems(ctx, 0)?.to_vec();
     let at = match position(ctx, 2)? {
         Some(p) => normalize_position(p, elems.len(), true)?,
@@ -156,6 +177,12 @@ fn sequence_insert(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 
 fn sequence_erase(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let (_, _, t) = seq_input(ctx, 0)?;
+    if let Some((len, u)) = uniform_input(ctx, 0) {
+        return Ok(vec![Fact::uniform_sequence(
+            len.clone() - Expr::one(),
+            u.clone(),
+        )]);
+    }
     let mut elems = known_elems(ctx, 0)?.to_vec();
     if elems.is_empty() {
         return invalid("cannot erase from an empty sequence");
@@ -170,12 +197,13 @@ fn sequence_erase(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 
 fn sequence_length(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let (_, elems, _) = seq_input(ctx, 0)?;
-    Ok(vec![match elems {
-        Some(e) => Fact::with_value(
-            DataType::I64,
-            vec![],
-            Known::Int(vec![Expr::int(e.len() as i64)]),
-        ),
+    let len = match (elems, uniform_input(ctx, 0)) {
+        (Some(e), _) => Some(Expr::int(e.len() as i64)),
+        (None, Some((len, _))) => Some(len.clone()),
+        (None, None) => None,
+    };
+    Ok(vec![match len {
+        Some(n) => Fact::with_value(DataType::I64, vec![], Known::Int(vec![n])),
         None => Fact::new(DataType::I64, vec![]),
     }])
 }
@@ -189,12 +217,26 @@ fn elem_shape<'a>(e: &'a Fact, k: usize) -> Result<&'a [Expr], OpError> {
 
 fn concat_from_sequence(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let (_, _, t) = seq_input(ctx, 0)?;
+    let new_axis = ctx.attr_int("new_axis", 0)? != 0;
+    if let Some((len, e)) = uniform_input(ctx, 0) {
+        let mut shape = elem_shape(e, 0)?.to_vec();
+        let axis = ctx.axis(
+            ctx.attr_int("axis", 0)?,
+            shape.len() + usize::from(new_axis),
+        )?;
+        if new_axis {
+            shape.insert(axis, len.clone());
+        } else {
+            shape[axis] = len.clone() * shape[axis].clone();
+        }
+        let t = t.ok_or_else(|| OpError::Unknown("element type".into()))?;
+        return Ok(vec![Fact::new(t, shape)]);
+    }
     let elems = known_elems(ctx, 0)?;
     let Some(first) = elems.first() else {
         return invalid("ConcatFromSequence of an empty sequence");
     };
     let s0 = elem_shape(first, 0)?;
-    let new_axis = ctx.attr_int("new_axis", 0)? != 0;
     let rank = s0.len() + usize::from(new_axis);
     let axis = ctx.axis(ctx.attr_int("axis", 0)?, rank)?;
     let mut total = Expr::zero();
@@ -239,19 +281,20 @@ fn split_to_sequence(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         p[axis] = len;
         Fact::new(t, p)
     };
-    let elems = match ctx.opt_input(1) {
-        None => {
-            let n = s[axis].as_const().ok_or_else(|| {
-                OpError::Unknown(format!("the split axis has symbolic size {}", s[axis]))
-            })?;
-            let mut p = s.clone();
-            if keepdims {
-                p[axis] = Expr::one();
-            } else {
-                p.remove(axis);
-            }
-            vec![Fact::new(t, p); n.max(0) as usize]
+    // Pieces of length 1 (no `split`, or a scalar 1) lose the axis with keepdims = 0. ONNX says
+    // keepdims applies only without `split`; onnxruntime (which the TorchScript exporter's
+    // `unbind` relies on) also applies it to a scalar `split`, and so does memplan.
+    let ones = |keep: bool| {
+        let mut p = s.clone();
+        if keep {
+            p[axis] = Expr::one();
+        } else {
+            p.remove(axis);
         }
+        Fact::uniform_sequence(s[axis].clone(), Fact::new(t, p))
+    };
+    let elems = match ctx.opt_input(1) {
+        None => return Ok(vec![ones(keepdims)]),
         Some(f) => {
             let sizes = f
                 .value
@@ -259,6 +302,13 @@ fn split_to_sequence(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
                 .and_then(Known::as_exprs)
                 .ok_or_else(|| OpError::Unknown("contents of input 1 (split)".into()))?;
             match f.rank() {
+                Some(0) if sizes[0].as_const() == Some(1) => return Ok(vec![ones(keepdims)]),
+                Some(0) if !keepdims => {
+                    return invalid(format!(
+                        "keepdims = 0 drops the split axis, so a scalar split must be 1, got {}",
+                        sizes[0]
+                    ))
+                }
                 Some(0) => {
                     let (Some(c), Some(n)) = (sizes[0].as_const(), s[axis].as_const()) else {
                         return Err(OpError::Unknown(
@@ -481,5 +531,54 @@ mod tests {
         let split = t.ints("split", &[2], &[2, 2]);
         t.op("SplitToSequence", &[x, split], &["s"], vec![]);
         assert_eq!(err(&t), "the split sizes add up to 4 but the axis has 5");
+    }
+}
+
+#[cfg(test)]
+mod uniform_tests {
+    use super::super::tests::{a_int, shape_of, TestGraph};
+    use crate::dtype::DataType;
+
+    /// `unbind` of a symbolic axis (what the TorchScript exporter writes for `torch.unbind` and
+    /// `torch.stack`): a sequence of `B` alike elements, stacked back on a new axis.
+    #[test]
+    fn a_split_of_a_symbolic_axis_is_a_sequence_of_symbolic_length() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", DataType::F32, "B, S, 4");
+        let one = t.ints("one", &[], &[1]);
+        let s = t.op(
+            "SplitToSequence",
+            &[x, one],
+            &["s"],
+            vec![a_int("keepdims", 0)],
+        )[0];
+        let y = t.op(
+            "ConcatFromSequence",
+            &[s],
+            &["y"],
+            vec![a_int("axis", 1), a_int("new_axis", 1)],
+        )[0];
+        let z = t.op("ConcatFromSequence", &[s], &["z"], vec![a_int("axis", 0)])[0];
+        let n = t.op("SequenceLength", &[s], &["n"], vec![])[0];
+        let p = t.ints("p", &[], &[-1]);
+        let e = t.op("SequenceAt", &[s, p], &["e"], vec![])[0];
+        let x2 = t.input("x2", DataType::F32, "S, 4");
+        let s2 = t.op("SequenceInsert", &[s, x2], &["s2"], vec![])[0];
+        let f = t.run(18).unwrap();
+        let (len, elem) = f.get(s).uniform().unwrap();
+        assert_eq!(len.to_string(), "B");
+        assert_eq!(
+            elem.shape.as_deref().map(crate::infer::fmt_shape).unwrap(),
+            "[S, 4]"
+        );
+        assert_eq!(f.get(s).bytes().unwrap().to_string(), "16*B*S");
+        assert_eq!(shape_of(&f, y), "[S, B, 4]");
+        assert_eq!(shape_of(&f, z), "[B*S, 4]");
+        assert_eq!(shape_of(&f, e), "[S, 4]");
+        assert_eq!(
+            f.get(n).value.as_ref().unwrap().as_exprs().unwrap()[0].to_string(),
+            "B"
+        );
+        assert_eq!(f.get(s2).uniform().unwrap().0.to_string(), "B + 1");
     }
 }
