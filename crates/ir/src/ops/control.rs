@@ -580,7 +580,10 @@ fn infer_scan8(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         let st = f.get(g.inputs[j]);
         res.push(Fact {
             dtype: st.dtype,
-            shape: st.shape.as_ref().map(|s| prepend(&[batch.clone()], s)),
+            shape: st
+                .shape
+                .as_ref()
+                .map(|s| prepend(std::slice::from_ref(&batch), s)),
             value: None,
         });
     }
