@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use memplan_exec::{run, RunOptions, Tensor};
+use memplan_exec::{RunOptions, Tensor};
 use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, ValueKind};
 use memplan_ir::{DataType, TensorData, ValueId};
 
@@ -32,9 +32,20 @@ fn check_exact(
     inputs: BTreeMap<String, Tensor>,
     extra: &[(&str, i64)],
 ) -> Vec<(String, Tensor)> {
-    let facts = memplan_ir::infer_graph(g, 18).unwrap();
+    check_exact_at(g, inputs, extra, 18)
+}
+
+/// [`check_exact`] at a given default-domain opset.
+fn check_exact_at(
+    g: &Graph,
+    inputs: BTreeMap<String, Tensor>,
+    extra: &[(&str, i64)],
+    opset: i64,
+) -> Vec<(String, Tensor)> {
+    let facts = memplan_ir::infer_graph(g, opset).unwrap();
     assert!(facts.skipped.is_empty(), "{:?}", facts.skipped);
-    let r = run(g, &facts, inputs, &RunOptions::default()).unwrap();
+    let r = memplan_exec::interp::run_with_opset(g, &facts, inputs, &RunOptions::default(), opset)
+        .unwrap();
     let mut dims = r.dims.clone();
     for (k, v) in extra {
         dims.insert(k.to_string(), *v);
@@ -308,6 +319,162 @@ fn if_with_a_known_condition_takes_that_branch() {
         let facts = memplan_ir::infer_graph(&g, 18).unwrap();
         assert!(facts.symbols.introduced.is_empty());
         let x = f32s(&[4], |i| i as f32 - 2.0);
+        let outs = check_exact(&g, BTreeMap::from([("x".to_string(), x)]), &[]);
+        assert_eq!(outs[0].1.shape, [if b { 4 } else { 8 }]);
+    }
+}
+
+/// Opset-8 `Scan(sequence_lens?, s0 [B, 3], xs [B, T, 3])`: body `s' = s + x`, scan output
+/// `s' * s'` (a fresh buffer) and `Identity(s')` (a view, copied when the body ends).
+fn scan8_graph(with_lens: bool, reverse: bool) -> Graph {
+    let mut body = Graph {
+        name: "scan8_body".into(),
+        ..Graph::default()
+    };
+    let vec3 = || DeclType::tensor(DataType::F32, vec![DeclDim::Value(3)]);
+    let s = body.add_input("s", vec3());
+    let x = body.add_input("xe", vec3());
+    let (_, s2) = body.add_node("add", "Add", &[Some(s), Some(x)], &["s_out"], vec![]);
+    let (_, y) = body.add_node("sq", "Mul", &[Some(s2[0]), Some(s2[0])], &["y"], vec![]);
+    let (_, z) = body.add_node("id", "Identity", &[Some(s2[0])], &["z"], vec![]);
+    body.outputs.extend([s2[0], y[0], z[0]]);
+    let mut g = Graph::default();
+    let dims = |v: Vec<DeclDim>| DeclType::tensor(DataType::F32, v);
+    let s0 = g.add_input(
+        "s0",
+        dims(vec![DeclDim::Param("B".into()), DeclDim::Value(3)]),
+    );
+    let xs = g.add_input(
+        "xs",
+        dims(vec![
+            DeclDim::Param("B".into()),
+            DeclDim::Param("T".into()),
+            DeclDim::Value(3),
+        ]),
+    );
+    let lens = with_lens.then(|| {
+        g.add_input(
+            "lens",
+            DeclType::tensor(DataType::I32, vec![DeclDim::Param("B".into())]),
+        )
+    });
+    let mut attrs = vec![
+        attr("body", AttrValue::Graph(Box::new(body))),
+        attr("num_scan_inputs", AttrValue::Int(1)),
+    ];
+    if reverse {
+        attrs.push(attr("directions", AttrValue::Ints(vec![1])));
+    }
+    let (_, o) = g.add_node(
+        "scan",
+        "Scan",
+        &[lens, Some(s0), Some(xs)],
+        &["s_end", "ys", "zs"],
+        attrs,
+    );
+    g.outputs.extend([o[0], o[1], o[2]]);
+    g
+}
+
+/// The opset-8 Scan by hand: per batch entry, the running sums over its first `len` steps
+/// (reversed when asked), zero past them.
+fn scan8_want(
+    s0: &[f32],
+    xs: &[f32],
+    b: usize,
+    t: usize,
+    lens: &[usize],
+    rev: bool,
+) -> (Vec<f32>, Vec<f32>) {
+    let (mut ends, mut ys) = (vec![0.0f32; b * 3], vec![0.0f32; b * t * 3]);
+    for e in 0..b {
+        let mut s = [s0[e * 3], s0[e * 3 + 1], s0[e * 3 + 2]];
+        let len = lens[e];
+        for k in 0..len {
+            let step = if rev { len - 1 - k } else { k };
+            for c in 0..3 {
+                s[c] += xs[(e * t + step) * 3 + c];
+                ys[(e * t + k) * 3 + c] = s[c];
+            }
+        }
+        ends[e * 3..e * 3 + 3].copy_from_slice(&s);
+    }
+    (ends, ys)
+}
+
+#[test]
+fn batched_scan_of_opset_8_is_exact() {
+    for rev in [false, true] {
+        for (b, t) in [(1usize, 3usize), (2, 1), (3, 4)] {
+            let g = scan8_graph(false, rev);
+            let s0 = f32s(&[b, 3], |i| i as f32);
+            let xs = f32s(&[b, t, 3], |i| 1.0 + (i as f32) * 0.5);
+            let (s0v, xsv) = (s0.to_f32_vec().unwrap(), xs.to_f32_vec().unwrap());
+            let ins = BTreeMap::from([("s0".to_string(), s0), ("xs".to_string(), xs)]);
+            let outs = check_exact_at(&g, ins, &[], 8);
+            let (ends, sums) = scan8_want(&s0v, &xsv, b, t, &vec![t; b], rev);
+            assert_eq!(outs[0].1.shape, [b, 3]);
+            assert_eq!(outs[0].1.to_f32_vec().unwrap(), ends);
+            assert_eq!(outs[1].1.shape, [b, t, 3]);
+            let sq: Vec<f32> = sums.iter().map(|v| v * v).collect();
+            assert_eq!(outs[1].1.to_f32_vec().unwrap(), sq);
+            assert_eq!(outs[2].1.to_f32_vec().unwrap(), sums);
+        }
+    }
+}
+
+#[test]
+fn batched_scan_with_sequence_lens_stops_each_entry_at_its_length() {
+    let g = scan8_graph(true, true);
+    let facts = memplan_ir::infer_graph(&g, 8).unwrap();
+    let runs = facts.symbols.introduced[0].name.clone();
+    assert!(runs.starts_with("scan_runs"), "{runs}");
+    let (b, t) = (3usize, 4usize);
+    for lens in [[4usize, 2, 1], [0, 3, 0]] {
+        let s0 = f32s(&[b, 3], |i| i as f32);
+        let xs = f32s(&[b, t, 3], |i| (i as f32).cos());
+        let (s0v, xsv) = (s0.to_f32_vec().unwrap(), xs.to_f32_vec().unwrap());
+        let lt: Vec<i32> = lens.iter().map(|&l| l as i32).collect();
+        let ins = BTreeMap::from([
+            ("s0".to_string(), s0),
+            ("xs".to_string(), xs),
+            (
+                "lens".to_string(),
+                Tensor::from_vec::<i32>(&[b], &lt, None).unwrap(),
+            ),
+        ]);
+        let total: usize = lens.iter().sum();
+        let outs = check_exact_at(&g, ins, &[(runs.as_str(), total as i64)], 8);
+        let (ends, sums) = scan8_want(&s0v, &xsv, b, t, &lens, true);
+        assert_eq!(outs[0].1.to_f32_vec().unwrap(), ends);
+        assert_eq!(outs[2].1.to_f32_vec().unwrap(), sums);
+    }
+}
+
+#[test]
+fn if_with_a_known_condition_ignores_an_invalid_untaken_branch() {
+    // The untaken branch adds x [N] to a [5, 7] initializer: invalid for any N but 1 or 7, and
+    // never run. Inference must not reject the graph, and the estimate stays exact.
+    for b in [true, false] {
+        let mut g = if_graph(Some(b));
+        let k = g.nodes.iter().position(|n| n.op == "If").unwrap();
+        let name = if b { "else_branch" } else { "then_branch" };
+        let bad = g.nodes[k]
+            .attrs
+            .iter_mut()
+            .find(|a| a.name == name)
+            .unwrap();
+        let AttrValue::Graph(body) = &mut bad.value else {
+            panic!("{name} is a graph attribute")
+        };
+        let x = body.find_value("x").unwrap();
+        let w = body.add_initializer(TensorData::from_f32("w57", vec![5, 7], &[1.0; 35]));
+        let (_, o) = body.add_node("bad", "Add", &[Some(x), Some(w)], &["bad_out"], vec![]);
+        body.outputs = vec![o[0]];
+        let x = f32s(&[4], |i| i as f32 - 2.0);
+        let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+        let cf = facts.control.values().next().unwrap();
+        assert!(cf.bodies.iter().any(|f| f.values.is_empty()));
         let outs = check_exact(&g, BTreeMap::from([("x".to_string(), x)]), &[]);
         assert_eq!(outs[0].1.shape, [if b { 4 } else { 8 }]);
     }

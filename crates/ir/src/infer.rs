@@ -277,7 +277,8 @@ impl Scope<'_> {
 /// What inference knows of a control-flow node (`If`, `Loop`, `Scan`) beyond its outputs.
 #[derive(Clone, Debug, Default)]
 pub struct ControlFacts {
-    /// The facts of each body, in the order of [`Node::subgraphs`].
+    /// The facts of each body, in the order of [`Node::subgraphs`]; empty for the branch of an
+    /// `If` whose known condition rules it out.
     pub bodies: Vec<Facts>,
     /// `Loop`/`Scan`: the number of iterations (a fresh symbol when data-dependent).
     pub trips: Option<Expr>,

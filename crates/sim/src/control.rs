@@ -21,6 +21,13 @@
 //! when the loop-carried shapes do not change between iterations (inference gives changing dims
 //! fresh symbols; the estimate then holds for the body's facts, not per iteration).
 //!
+//! A `Scan` before opset 9 is batched: its outputs (final states `[B, ...]`, scan outputs
+//! `[B, T, ...]`) are made first, zero-filled; each batch entry copies its slice of the initial
+//! states (`C` bytes), runs the body on it once per step of its sequence, writing each scan piece
+//! into its place and dropping it, and writes its final states into theirs. So with `R` body runs
+//! over all entries the scratch is `max([B>=1] C, [R>=1] max(P, E))` (`P` counts the body's inputs,
+//! states included).
+//!
 //! An `If` runs one branch: `max(P, E) - O` with `O` its outputs' bytes; for a condition known only
 //! at run time the branch is a 0/1 symbol `c` and the scratch is `c*then + (1-c)*else`.
 
@@ -95,6 +102,14 @@ fn bytes(g: &Graph, facts: &Facts, v: memplan_ir::ValueId) -> Result<Expr, SimEr
     })
 }
 
+/// A `Scan`'s `num_scan_inputs` (0 when absent or negative; inference has checked it).
+fn num_scan_inputs(node: &memplan_ir::graph::Node) -> usize {
+    match node.attr("num_scan_inputs") {
+        Some(memplan_ir::graph::AttrValue::Int(k)) => usize::try_from(*k).unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// 1 when `t >= k` (k = 1 or 2), else 0, for `t >= 0`.
 fn at_least(t: &Expr, k: i64) -> Expr {
     if let Some(c) = t.as_const() {
@@ -128,23 +143,59 @@ pub fn scratch(graph: &Graph, facts: &Facts, nid: NodeId) -> Result<Option<Expr>
             else {
                 return Ok(None);
             };
-            let mut per = Vec::new();
-            for (g, f) in bodies.iter().zip(bf) {
-                let (pk, _) = body_peak(g, f)?;
-                per.push(pk - out_bytes(g, f, 0..g.outputs.len())?);
-            }
             let idx = |name| memplan_ir::ops::control::body_index(node, name);
-            let (Some(t), Some(e)) = (
-                idx("then_branch").and_then(|k| per.get(k)),
-                idx("else_branch").and_then(|k| per.get(k)),
-            ) else {
+            let (Some(ti), Some(ei)) = (idx("then_branch"), idx("else_branch")) else {
                 return Ok(None);
             };
-            Ok(Some(match c.as_const() {
-                Some(0) => e.clone(),
-                Some(_) => t.clone(),
-                None => c * t + (Expr::one() - c) * e,
-            }))
+            // A known condition runs one branch; the other has no facts.
+            let taken: &[usize] = match c.as_const() {
+                Some(0) => &[ei],
+                Some(_) => &[ti],
+                None => &[ti, ei],
+            };
+            let mut per: Vec<Option<Expr>> = vec![None; bodies.len()];
+            for &k in taken {
+                let (Some(g), Some(f)) = (bodies.get(k), bf.get(k)) else {
+                    return Ok(None);
+                };
+                let (pk, _) = body_peak(g, f)?;
+                per[k] = Some(pk - out_bytes(g, f, 0..g.outputs.len())?);
+            }
+            let (t, e) = (
+                per.get(ti).cloned().flatten(),
+                per.get(ei).cloned().flatten(),
+            );
+            Ok(match (c.as_const(), t, e) {
+                (Some(0), _, e) => e,
+                (Some(_), t, _) => t,
+                (None, Some(t), Some(e)) => Some(c * &t + (Expr::one() - c) * e),
+                _ => None,
+            })
+        }
+        "Scan" if facts.opset < 9 => {
+            let (Some(g), Some(f), Some(runs)) = (bodies.first(), cf.bodies.first(), &cf.trips)
+            else {
+                return Ok(None);
+            };
+            let n = node.inputs.len().saturating_sub(1 + num_scan_inputs(node));
+            let Some(batch) = node
+                .inputs
+                .iter()
+                .skip(1)
+                .flatten()
+                .find_map(|&v| facts.get(v).shape.as_ref()?.first().cloned())
+            else {
+                return Ok(None);
+            };
+            let mut states = Expr::zero();
+            for &v in g.inputs.iter().take(n) {
+                states = &states + &bytes(g, f, v)?;
+            }
+            let (pk, _) = body_peak(g, f)?;
+            Ok(Some(max_of(vec![
+                at_least(&batch, 1) * states,
+                at_least(runs, 1) * pk,
+            ])))
         }
         "Loop" | "Scan" => {
             let (Some(g), Some(f), Some(trips)) = (bodies.first(), cf.bodies.first(), &cf.trips)
@@ -155,11 +206,7 @@ pub fn scratch(graph: &Graph, facts: &Facts, nid: NodeId) -> Result<Option<Expr>
             let n = if node.op == "Loop" {
                 node.inputs.len().saturating_sub(2)
             } else {
-                let k = match node.attr("num_scan_inputs") {
-                    Some(memplan_ir::graph::AttrValue::Int(k)) => usize::try_from(*k).unwrap_or(0),
-                    _ => 0,
-                };
-                node.inputs.len().saturating_sub(k)
+                node.inputs.len().saturating_sub(num_scan_inputs(node))
             };
             if g.inputs.len() < first_in + n || g.outputs.len() < first_out + n {
                 return Ok(None);

@@ -7,20 +7,22 @@ use super::matmul::{shape_err, KResult};
 use super::real::Real;
 
 /// Per output coordinate of one spatial axis: the `(input index, kernel index)` pairs that reach it,
-/// in kernel order.
+/// in kernel order. A negative `pad_begin` shifts the output to start before the first position
+/// an input reaches (those leading outputs get no pairs).
 pub fn axis_taps(
     out_len: usize,
     in_len: usize,
     kernel: usize,
     stride: usize,
     dilation: usize,
-    pad_begin: usize,
+    pad_begin: isize,
 ) -> Vec<Vec<(usize, usize)>> {
     (0..out_len)
         .map(|o| {
             (0..kernel)
                 .filter_map(|k| {
-                    let t = (o + pad_begin).checked_sub(k * dilation)?;
+                    let t = usize::try_from(o as isize + pad_begin - (k * dilation) as isize);
+                    let t = t.ok()?;
                     (t % stride == 0 && t / stride < in_len).then_some((t / stride, k))
                 })
                 .collect()
@@ -35,7 +37,8 @@ pub struct Geometry {
     pub out_sp: Vec<usize>,
     pub strides: Vec<usize>,
     pub dilations: Vec<usize>,
-    pub pad_begin: Vec<usize>,
+    /// Negative where the output starts before the first position an input reaches.
+    pub pad_begin: Vec<isize>,
 }
 
 impl Geometry {

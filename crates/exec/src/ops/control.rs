@@ -9,7 +9,8 @@
 //! a buffer made in the body ([`memplan_sim::control::owned_outputs`]) is copied, then the rest of
 //! the body is dropped. A `Loop`/`Scan` keeps each iteration's scan outputs and stacks them into
 //! fresh buffers at the end, all pieces alive until every output is stacked; with no iteration
-//! its loop-carried outputs are copies of the initial values.
+//! its loop-carried outputs are copies of the initial values. A `Scan` before opset 9 (batched)
+//! makes its outputs first and writes each batch entry's final states and scan pieces into them.
 
 use std::sync::Arc;
 
@@ -254,6 +255,7 @@ pub(crate) fn run(ctx: &CtlCtx, ins: &[Option<&Tensor>]) -> Result<Vec<Tensor>, 
     match ctx.node.op.as_str() {
         "If" => run_if(ctx, cf, &bodies, ins),
         "Loop" => run_loop(ctx, cf, &bodies, ins),
+        "Scan" if ctx.opset < 9 => run_scan8(ctx, cf, &bodies, ins),
         "Scan" => run_scan(ctx, cf, &bodies, ins),
         op => super::unsupported(format!("control-flow op {op}")),
     }
@@ -291,6 +293,12 @@ fn run_if(
     let (Some(g), Some(f)) = (bodies.get(k), cf.bodies.get(k)) else {
         return Err(OpFail::Invalid("If needs two branches".into()));
     };
+    // A condition known at inference time inferred only its branch.
+    if f.values.len() != g.values.len() {
+        return Err(OpFail::Invalid(format!(
+            "the condition chose '{name}', whose facts were not inferred (inference took the other branch)"
+        )));
+    }
     run_body(ctx, g, f, &[])
 }
 
@@ -577,4 +585,156 @@ fn run_scan(
     let stacked = stack_all(ctx, pieces, &axes, &rev, &empty_piece)?;
     carried.extend(stacked);
     Ok(carried)
+}
+
+/// Block `idx` of `t` seen as `[t.shape[..lead] flattened, rest]`, in a fresh buffer of shape
+/// `t.shape[lead..]`.
+fn block_at(ctx: &CtlCtx, t: &Tensor, lead: usize, idx: usize) -> Result<Tensor, OpFail> {
+    let shape = t.shape[lead..].to_vec();
+    let inner = shape.iter().product::<usize>() * crate::tensor::elem_size(t.dtype)?;
+    let mut out = Tensor::zeros(t.dtype, &shape, Some(ctx.stats))?;
+    out.bytes_mut()?
+        .copy_from_slice(&t.bytes()[idx * inner..(idx + 1) * inner]);
+    Ok(out)
+}
+
+/// Writes `piece` over block `idx` of `dst` (the blocks of `dst`'s trailing dims after `lead`).
+fn put_block(
+    dst: &mut Tensor,
+    lead: usize,
+    idx: usize,
+    piece: &Tensor,
+    what: &str,
+) -> Result<(), OpFail> {
+    if piece.dtype != dst.dtype || piece.shape[..] != dst.shape[lead..] {
+        return Err(OpFail::Invalid(format!(
+            "{what} is {} {:?}, want {} {:?}",
+            piece.dtype,
+            piece.shape,
+            dst.dtype,
+            &dst.shape[lead..]
+        )));
+    }
+    let src = piece.bytes();
+    let n = src.len();
+    dst.bytes_mut()?[idx * n..(idx + 1) * n].copy_from_slice(src);
+    Ok(())
+}
+
+/// `Scan` before opset 9 (see `memplan_ir::ops::control`): the outputs are made first, then each
+/// batch entry runs the body over its sequence from its slice of the initial states, its scan
+/// pieces written into place as they come and its final states at the end (the memory
+/// `memplan_sim::control` predicts).
+fn run_scan8(
+    ctx: &CtlCtx,
+    cf: &ControlFacts,
+    bodies: &[&Graph],
+    ins: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>, OpFail> {
+    let (Some(g), Some(f)) = (bodies.first(), cf.bodies.first()) else {
+        return Err(OpFail::Invalid("Scan needs a body".into()));
+    };
+    let total = ins.len().saturating_sub(1);
+    let k = match ctx.node.attr("num_scan_inputs") {
+        Some(AttrValue::Int(k)) => usize::try_from(*k).unwrap_or(usize::MAX),
+        _ => usize::MAX,
+    };
+    if k == 0 || k > total {
+        return Err(OpFail::Invalid("num_scan_inputs is out of range".into()));
+    }
+    let n = total - k;
+    let k_out = ctx.node.outputs.len().saturating_sub(n);
+    let dirs = ints_attr(ctx.node, "directions", k)?;
+    let mut xs: Vec<&Tensor> = Vec::with_capacity(total);
+    for j in 0..total {
+        let t = ins[1 + j].ok_or_else(|| OpFail::Invalid(format!("input {} is missing", 1 + j)))?;
+        let lead = if j < n { 1 } else { 2 };
+        if t.rank() < lead {
+            return Err(OpFail::Invalid(format!(
+                "input {} has rank {}, below {lead}",
+                1 + j,
+                t.rank()
+            )));
+        }
+        xs.push(t);
+    }
+    let batch = xs[n].shape[0];
+    let steps = xs[n].shape[1];
+    if let Some(j) = xs.iter().position(|t| t.shape[0] != batch) {
+        return Err(OpFail::Invalid(format!(
+            "input {} has batch size {}, the first scan input {batch}",
+            1 + j,
+            xs[j].shape[0]
+        )));
+    }
+    if let Some(j) = (n..total).find(|&j| xs[j].shape[1] != steps) {
+        return Err(OpFail::Invalid(format!(
+            "scan input {} has sequence length {}, scan input 0 {steps}",
+            j - n,
+            xs[j].shape[1]
+        )));
+    }
+    let lens: Vec<usize> = match ins.first().copied().flatten() {
+        None => vec![steps; batch],
+        Some(l) => {
+            let v = l.to_i64_vec()?;
+            if v.len() != batch {
+                return Err(OpFail::Invalid(format!(
+                    "sequence_lens has {} entries for a batch of {batch}",
+                    v.len()
+                )));
+            }
+            v.iter()
+                .map(|&x| {
+                    usize::try_from(x)
+                        .ok()
+                        .filter(|&x| x <= steps)
+                        .ok_or_else(|| {
+                            OpFail::Invalid(format!("sequence length {x} is outside 0..={steps}"))
+                        })
+                })
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let mut outs: Vec<Tensor> = Vec::with_capacity(n + k_out);
+    for x in &xs[..n] {
+        outs.push(Tensor::zeros(x.dtype, &x.shape, Some(ctx.stats))?);
+    }
+    for i in 0..k_out {
+        let (dtype, piece) = piece_of(ctx, g, f, n + i)?;
+        let shape: Vec<usize> = [batch, steps].into_iter().chain(piece).collect();
+        outs.push(Tensor::zeros(dtype, &shape, Some(ctx.stats))?);
+    }
+    for (b, &len) in lens.iter().enumerate() {
+        let mut states: Vec<Tensor> = Vec::with_capacity(n);
+        for x in &xs[..n] {
+            states.push(block_at(ctx, x, 1, b)?);
+        }
+        for t in 0..len {
+            let mut inputs = std::mem::take(&mut states);
+            for (x, &d) in xs[n..].iter().zip(&dirs) {
+                let step = if d != 0 { len - 1 - t } else { t };
+                inputs.push(block_at(ctx, x, 2, b * steps + step)?);
+            }
+            let got = run_body(ctx, g, f, &inputs)?;
+            drop(inputs);
+            if got.len() != n + k_out {
+                return Err(OpFail::Invalid(format!(
+                    "the body gave {} outputs, want {}",
+                    got.len(),
+                    n + k_out
+                )));
+            }
+            let mut it = got.into_iter();
+            states.extend(it.by_ref().take(n));
+            for (i, p) in it.enumerate() {
+                let what = format!("scan output {i} of step {t}");
+                put_block(&mut outs[n + i], 2, b * steps + t, &p, &what)?;
+            }
+        }
+        for (j, st) in states.iter().enumerate() {
+            put_block(&mut outs[j], 1, b, st, &format!("final state {j}"))?;
+        }
+    }
+    Ok(outs)
 }

@@ -1,8 +1,12 @@
 //! Ops of the `ai.onnx.ml` domain: `Binarizer` (f32, f64: 1 where `x > threshold`, else 0) and
 //! `ArrayFeatureExtractor` (elements of any fixed size gathered on the last axis by int64
-//! indices), `TreeEnsemble` (f32, f64). Scratch: none.
+//! indices), `TreeEnsemble` (f32, f64), `LabelEncoder` (integer or float keys and values; string
+//! keys or values need string tensors, which the executor does not hold). Scratch: none.
 
-use memplan_ir::DataType;
+use std::collections::BTreeMap;
+
+use memplan_ir::graph::AttrValue;
+use memplan_ir::{DataType, TensorData};
 
 use super::{fail, raw, raw_mut, req, unsupported, OpCtx, OpFail, OpFn};
 use crate::tensor::Tensor;
@@ -11,6 +15,7 @@ pub const OPS: &[(&str, OpFn)] = &[
     ("ai.onnx.ml.Binarizer", binarizer),
     ("ai.onnx.ml.ArrayFeatureExtractor", feature_extractor),
     ("ai.onnx.ml.TreeEnsemble", tree_ensemble),
+    ("ai.onnx.ml.LabelEncoder", label_encoder),
 ];
 
 fn binarizer(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
@@ -250,4 +255,200 @@ fn tree_ensemble(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>,
         d => return unsupported(format!("TreeEnsemble of {d}")),
     }
     Ok(vec![out])
+}
+
+/// A `LabelEncoder` key: integers exactly; floats by value, `-0.0` equal to `0.0` and every NaN
+/// one key (as the op's NaN keys match NaN inputs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Int(i64),
+    Float(u64),
+}
+
+impl Key {
+    fn float(x: f64) -> Key {
+        let x = if x.is_nan() {
+            f64::NAN
+        } else if x == 0.0 {
+            0.0
+        } else {
+            x
+        };
+        Key::Float(x.to_bits())
+    }
+}
+
+/// The elements of an integer or float tensor as keys; `None` for other types.
+fn keys_of_tensor(t: &TensorData) -> Option<Vec<Key>> {
+    if t.dtype.is_float() {
+        Some(t.to_f64_vec()?.into_iter().map(Key::float).collect())
+    } else if t.dtype.is_int() {
+        Some(t.to_i64_vec()?.into_iter().map(Key::Int).collect())
+    } else {
+        None
+    }
+}
+
+/// The elements of X as keys.
+fn keys_of_input(x: &Tensor) -> Result<Vec<Key>, OpFail> {
+    Ok(match x.dtype {
+        DataType::F64 => x.data::<f64>()?.iter().map(|&v| Key::float(v)).collect(),
+        d if d.is_float() => x
+            .to_f32_vec()?
+            .into_iter()
+            .map(|v| Key::float(f64::from(v)))
+            .collect(),
+        d if d.is_int() => x.to_i64_vec()?.into_iter().map(Key::Int).collect(),
+        d => return unsupported(format!("LabelEncoder on {d} input")),
+    })
+}
+
+const STRINGS: &str = "string keys or values need string tensors, which the executor does not hold";
+
+/// The `keys_*` attribute as keys.
+fn label_keys(ctx: &OpCtx) -> Result<Vec<Key>, OpFail> {
+    let mut found = Vec::new();
+    for name in ["keys_int64s", "keys_floats", "keys_strings", "keys_tensor"] {
+        match ctx.attr(name) {
+            None => {}
+            Some(AttrValue::Ints(v)) => found.push(v.iter().map(|&k| Key::Int(k)).collect()),
+            Some(AttrValue::Floats(v)) => {
+                found.push(v.iter().map(|&k| Key::float(f64::from(k))).collect())
+            }
+            Some(AttrValue::Strings(_)) => return unsupported(STRINGS),
+            Some(AttrValue::Tensor(t)) => match keys_of_tensor(t) {
+                Some(k) => found.push(k),
+                None => return unsupported(STRINGS),
+            },
+            Some(o) => return fail(format!("attribute '{name}' cannot be {}", o.kind_name())),
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => fail("one of keys_int64s, keys_floats, keys_strings, keys_tensor is required"),
+        _ => fail("more than one keys_* attribute is given"),
+    }
+}
+
+/// The `values_*` attribute (as one tensor of its type) and the default value's bytes
+/// (`default_tensor`, else `default_int64` / `default_float`, else -1 or -0.0).
+fn label_values(ctx: &OpCtx) -> Result<(DataType, Vec<u8>, Vec<u8>), OpFail> {
+    let dtype =
+        memplan_ir::ops::ml::label_encoder_values_type(ctx.node).map_err(OpFail::Invalid)?;
+    let values: Vec<u8> = match (ctx.attr("values_int64s"), ctx.attr("values_floats")) {
+        (Some(AttrValue::Ints(v)), _) => bytemuck::cast_slice(v).to_vec(),
+        (_, Some(AttrValue::Floats(v))) => bytemuck::cast_slice(v).to_vec(),
+        _ => match ctx.tensor_attr("values_tensor")? {
+            Some(t) if dtype.is_int() || dtype.is_float() => t
+                .raw()
+                .ok_or_else(|| OpFail::Invalid("values_tensor holds no bytes".into()))?
+                .to_vec(),
+            _ => return unsupported(STRINGS),
+        },
+    };
+    let default: Vec<u8> = match ctx.tensor_attr("default_tensor")? {
+        Some(t) if t.dtype == dtype && t.numel() == 1 => t
+            .raw()
+            .ok_or_else(|| OpFail::Invalid("default_tensor holds no bytes".into()))?
+            .to_vec(),
+        Some(t) => {
+            return fail(format!(
+                "default_tensor must hold one {dtype}, got {} of {:?}",
+                t.dtype, t.dims
+            ))
+        }
+        None => match dtype {
+            DataType::I64 => ctx.int("default_int64", -1)?.to_le_bytes().to_vec(),
+            DataType::F32 => ctx.float("default_float", -0.0)?.to_le_bytes().to_vec(),
+            d => {
+                let es = crate::tensor::elem_size(d)?;
+                if d.is_float() {
+                    // -0.0: only the sign bit, the top bit of the last byte.
+                    let mut b = vec![0u8; es];
+                    b[es - 1] = 0x80;
+                    b
+                } else {
+                    // -1 in two's complement at any width.
+                    vec![0xff; es]
+                }
+            }
+        },
+    };
+    Ok((dtype, values, default))
+}
+
+/// `LabelEncoder` (ai.onnx.ml opsets 1 to 4 for integer and float keys and values): each element
+/// of X is looked up among the keys and replaced by the value at the same position, or by the
+/// default when absent. The output has X's shape and the values' type.
+fn label_encoder(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
+    let x = req(inputs, 0)?;
+    let keys = label_keys(ctx)?;
+    let (dtype, values, default) = label_values(ctx)?;
+    let es = crate::tensor::elem_size(dtype)?;
+    if values.len() != keys.len() * es || default.len() != es {
+        return fail(format!(
+            "the keys ({}) and values ({}) must pair one to one",
+            keys.len(),
+            values.len() / es.max(1)
+        ));
+    }
+    let mut table = BTreeMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        // The first occurrence of a repeated key wins.
+        table.entry(*k).or_insert(i);
+    }
+    let xs = keys_of_input(x)?;
+    if xs
+        .first()
+        .zip(keys.first())
+        .is_some_and(|(a, b)| std::mem::discriminant(a) != std::mem::discriminant(b))
+    {
+        return fail(format!(
+            "X is {} but the keys are not of that kind",
+            x.dtype
+        ));
+    }
+    let mut out = ctx.alloc_for_overwrite(dtype, &x.shape)?;
+    let dst = out.bytes_mut()?;
+    for (o, k) in dst.chunks_exact_mut(es).zip(&xs) {
+        o.copy_from_slice(match table.get(k) {
+            Some(&i) => &values[i * es..(i + 1) * es],
+            None => &default,
+        });
+    }
+    Ok(vec![out])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testutil::*;
+    use memplan_ir::graph::AttrValue;
+
+    #[test]
+    fn label_encoder_maps_integer_and_float_keys() {
+        let x = t_i64(&[2, 2], &[3, 1, 9, 3]);
+        let attrs = [
+            ("keys_int64s", AttrValue::Ints(vec![1, 3])),
+            ("values_floats", AttrValue::Floats(vec![0.5, 2.5])),
+            ("default_float", AttrValue::Float(7.0)),
+        ];
+        let o = run_op("ai.onnx.ml.LabelEncoder", &attrs, &[Some(&x)], 1).unwrap();
+        assert_eq!(o[0].shape, [2, 2]);
+        assert_eq!(o[0].data::<f32>().unwrap(), &[2.5, 0.5, 7.0, 2.5]);
+        // Float keys: NaN matches NaN, -0.0 matches 0.0; absent keys give default_int64's -1.
+        let x = t_f32(&[4], &[f32::NAN, -0.0, 1.5, 4.0]);
+        let attrs = [
+            ("keys_floats", AttrValue::Floats(vec![0.0, f32::NAN, 1.5])),
+            ("values_int64s", AttrValue::Ints(vec![10, 20, 30])),
+        ];
+        let o = run_op("ai.onnx.ml.LabelEncoder", &attrs, &[Some(&x)], 1).unwrap();
+        assert_eq!(o[0].data::<i64>().unwrap(), &[20, 10, 30, -1]);
+        // String keys are refused with the reason.
+        let attrs = [
+            ("keys_strings", AttrValue::Strings(vec![b"a".to_vec()])),
+            ("values_int64s", AttrValue::Ints(vec![1])),
+        ];
+        let err = run_op("ai.onnx.ml.LabelEncoder", &attrs, &[Some(&x)], 1).unwrap_err();
+        assert!(err.to_string().contains("string"), "{err}");
+    }
 }

@@ -180,8 +180,10 @@ fn deform_conv(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, O
     Ok(vec![out])
 }
 
-/// MaxUnpool: zeros of `output_shape` (input 2) or `[N, C, (in - 1) * stride + kernel - pads]`,
-/// with `Y[I[j]] = X[j]` (flat indices into Y); moves element bits, no scratch.
+/// MaxUnpool: zeros of `output_shape` (input 2) or of the unpooled shape `[N, C, (in - 1) *
+/// stride + kernel - pads]`, with `Y[I[j]] = X[j]`. The indices `I` are flat positions in the
+/// unpooled shape (as MaxPool's indices are); an `output_shape` at least as large in every dim
+/// holds the unpooled tensor at its origin (the ONNX reference). Moves element bits, no scratch.
 fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let (x, ind) = (req(inputs, 0)?, req(inputs, 1)?);
     if x.rank() < 3 || ind.shape != x.shape {
@@ -194,42 +196,55 @@ fn max_unpool(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, Op
     let kernel = per_axis(ctx, "kernel_shape", nd, 0)?;
     let strides = per_axis(ctx, "strides", nd, 1)?;
     let pads = per_axis(ctx, "pads", 2 * nd, 0)?;
+    let mut unpooled = x.shape[..2].to_vec();
+    for a in 0..nd {
+        let full = (x.shape[a + 2].max(1) - 1) * strides[a] + kernel[a];
+        unpooled.push(
+            full.checked_sub(pads[a] + pads[a + nd])
+                .ok_or_else(|| OpFail::Invalid("pads exceed the unpooled extent".into()))?,
+        );
+    }
     let yshape = match opt(inputs, 2) {
         Some(s) => super::dims_of(s, "output_shape")?,
-        None => {
-            let mut v = x.shape[..2].to_vec();
-            for a in 0..nd {
-                let full = (x.shape[a + 2].max(1) - 1) * strides[a] + kernel[a];
-                v.push(
-                    full.checked_sub(pads[a] + pads[a + nd])
-                        .ok_or_else(|| OpFail::Invalid("pads exceed the unpooled extent".into()))?,
-                );
-            }
-            v
-        }
+        None => unpooled.clone(),
     };
-    if yshape.len() != x.rank() {
+    if yshape.len() != x.rank() || yshape.iter().zip(&unpooled).any(|(y, u)| y < u) {
         return fail(format!(
-            "output_shape {yshape:?} must have rank {}",
+            "output_shape {yshape:?} must have rank {} and hold the unpooled shape {unpooled:?}",
             x.rank()
         ));
     }
-    let total: usize = yshape.iter().product();
     if ind.dtype != DataType::I64 {
         return fail(format!("I must be int64, got {}", ind.dtype));
     }
+    let total: usize = unpooled.iter().product();
     let idx = ind.data::<i64>()?;
     let mut out = ctx.alloc(x.dtype, &yshape)?;
     by_size!(crate::tensor::elem_size(x.dtype)?, T => {
         let (src, dst) = (super::raw::<T>(x)?, super::raw_mut::<T>(&mut out)?);
         for (j, &i) in idx.iter().enumerate() {
             let Some(i) = usize::try_from(i).ok().filter(|&i| i < total) else {
-                return fail(format!("index {i} is outside the output of {total} elements"));
+                return fail(format!("index {i} is outside the unpooled {total} elements"));
             };
-            dst[i] = src[j];
+            dst[reindex(i, &unpooled, &yshape)] = src[j];
         }
     });
     Ok(vec![out])
+}
+
+/// The flat position in `to` of the element at flat position `i` of `from` (same rank, `to` at
+/// least as large in every dim, `from` at its origin).
+fn reindex(i: usize, from: &[usize], to: &[usize]) -> usize {
+    if from == to {
+        return i;
+    }
+    let (mut rest, mut at, mut stride) = (i, 0, 1);
+    for (&f, &t) in from.iter().zip(to).rev() {
+        at += (rest % f) * stride;
+        rest /= f;
+        stride *= t;
+    }
+    at
 }
 
 /// `name` as one non-negative entry per spatial axis, or `default` everywhere when absent.
@@ -244,10 +259,24 @@ fn per_axis(ctx: &OpCtx, name: &str, nd: usize, default: usize) -> Result<Vec<us
     Ok(v)
 }
 
+/// The begin pad of ConvTranspose's total padding `total` (the full extent minus the output's,
+/// negative when the output is larger): `total / 2` for SAME_UPPER, else `total - total / 2`,
+/// rounding down (so an output one larger than the full extent gets its extra position at the end).
+fn begin_pad(total: isize, same_upper: bool) -> isize {
+    let half = total.div_euclid(2);
+    if same_upper {
+        half
+    } else {
+        total - half
+    }
+}
+
 /// ConvTranspose (any float type, f64 accumulation, no scratch): the output extent per axis is
 /// `output_shape` when given, `in * stride` with SAME_* auto_pad, else
 /// `stride * (in - 1) + output_padding + (k - 1) * dilation + 1 - pads`; with `output_shape` or
-/// SAME_*, the begin pad is `total - total / 2` (`total / 2` for SAME_UPPER) of the total padding.
+/// SAME_*, the begin pad is [`begin_pad`] of the total padding (full extent minus output extent,
+/// which may be negative: the output then extends past the positions the inputs reach, with zeros
+/// there, plus the bias).
 fn conv_transpose_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     use crate::kernels::conv_transpose::{conv_transpose, Geometry};
     let (x, w, b) = (req(inputs, 0)?, req(inputs, 1)?, opt(inputs, 2));
@@ -322,17 +351,11 @@ fn conv_transpose_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
         };
         match target {
             Some(o) => {
-                let total = full.checked_sub(o).ok_or_else(|| {
-                    OpFail::Unsupported(format!(
-                        "ConvTranspose output extent {o} above {full} (negative pads)"
-                    ))
-                })?;
                 out_sp.push(o);
-                pad_begin.push(if ap == AutoPad::SameUpper {
-                    total / 2
-                } else {
-                    total - total / 2
-                });
+                pad_begin.push(begin_pad(
+                    full as isize - o as isize,
+                    ap == AutoPad::SameUpper,
+                ));
             }
             None => {
                 let (pb, pe) = if pads.is_empty() || ap == AutoPad::Valid {
@@ -343,7 +366,7 @@ fn conv_transpose_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
                 out_sp.push(full.checked_sub(pb + pe).ok_or_else(|| {
                     OpFail::Invalid(format!("pads {pb} + {pe} exceed the output extent {full}"))
                 })?);
-                pad_begin.push(pb);
+                pad_begin.push(pb as isize);
             }
         }
     }
@@ -432,7 +455,7 @@ fn col2im_op(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpF
         out_sp: image,
         strides,
         dilations,
-        pad_begin: pads[..nd].to_vec(),
+        pad_begin: pads[..nd].iter().map(|&p| p as isize).collect(),
     };
     let mut out = ctx.alloc_for_overwrite(x.dtype, &yshape)?;
     crate::real_dispatch!(
@@ -1133,6 +1156,34 @@ mod tests {
     }
 
     #[test]
+    fn max_unpool_places_the_unpooled_tensor_at_the_origin_of_output_shape() {
+        // Indices are positions in the unpooled 4x4; output_shape 5x5 holds it top-left.
+        let x = t_f32(&[1, 1, 2, 2], &[5., 6., 7., 8.]);
+        let i = t_i64(&[1, 1, 2, 2], &[5, 7, 13, 15]);
+        let k = [
+            ("kernel_shape", AttrValue::Ints(vec![2, 2])),
+            ("strides", AttrValue::Ints(vec![2, 2])),
+        ];
+        let shape = t_i64(&[4], &[1, 1, 5, 5]);
+        let o = run_op("MaxUnpool", &k, &[Some(&x), Some(&i), Some(&shape)], 1).unwrap();
+        assert_eq!(o[0].shape, [1, 1, 5, 5]);
+        let y = o[0].data::<f32>().unwrap();
+        let mut want = [0f32; 25];
+        for (p, v) in [(6, 5.), (8, 6.), (16, 7.), (18, 8.)] {
+            want[p] = v;
+        }
+        assert_eq!(y, want);
+        // Without output_shape the indices are the output's own positions.
+        let o = run_op("MaxUnpool", &k, &[Some(&x), Some(&i)], 1).unwrap();
+        assert_eq!(o[0].shape, [1, 1, 4, 4]);
+        let y = o[0].data::<f32>().unwrap();
+        assert_eq!((y[5], y[7], y[13], y[15]), (5., 6., 7., 8.));
+        // An output_shape smaller than the unpooled shape is an error.
+        let small = t_i64(&[4], &[1, 1, 3, 5]);
+        assert!(run_op("MaxUnpool", &k, &[Some(&x), Some(&i), Some(&small)], 1).is_err());
+    }
+
+    #[test]
     fn new_nn_ops_by_hand() {
         // ConvTranspose of a 1x1x2 input with a [1, 1, 2] kernel: [1, 1+2, 2].
         let x = t_f32(&[1, 1, 2], &[1., 2.]);
@@ -1140,6 +1191,16 @@ mod tests {
         let o = run_op("ConvTranspose", &[], &[Some(&x), Some(&w)], 1).unwrap();
         assert_eq!(o[0].shape, [1, 1, 3]);
         assert_eq!(o[0].data::<f32>().unwrap(), &[1., 3., 2.]);
+        // An output_shape above the full extent 3 (negative total padding): one more position
+        // goes at the end, two more split one before and one after (begin pad -1).
+        let at = |n: i64| [("output_shape", AttrValue::Ints(vec![n]))];
+        let o = run_op("ConvTranspose", &at(4), &[Some(&x), Some(&w)], 1).unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[1., 3., 2., 0.]);
+        let o = run_op("ConvTranspose", &at(5), &[Some(&x), Some(&w)], 1).unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[0., 1., 3., 2., 0.]);
+        // Below it the output is cropped: begin pad 1 of a total 1 for NOTSET.
+        let o = run_op("ConvTranspose", &at(2), &[Some(&x), Some(&w)], 1).unwrap();
+        assert_eq!(o[0].data::<f32>().unwrap(), &[3., 2.]);
         // LpPool p = 1 over windows of 2: sums of |x|.
         let x = t_f32(&[1, 1, 3], &[1., -2., 3.]);
         let k = [

@@ -17,10 +17,11 @@ use super::{Mem, OpDef};
 
 pub const DEFS: &[OpDef] = &[
     OpDef::new("If", (1, 1), infer_if, Mem::NEW),
-    // `M` and `cond` are optional but positional: the arity check counts present inputs, so the
-    // rule itself requires the two slots.
+    // `Loop`'s `M` and `cond`, and the `sequence_lens` that opens a `Scan` before opset 9, are
+    // optional but positional: the arity check counts the inputs before the first absent one, so
+    // the rules themselves require their slots.
     OpDef::new("Loop", (0, usize::MAX), infer_loop, Mem::NEW),
-    OpDef::new("Scan", (1, usize::MAX), infer_scan, Mem::NEW),
+    OpDef::new("Scan", (0, usize::MAX), infer_scan, Mem::NEW),
 ];
 
 /// Whether `op` (default domain) runs a body graph.
@@ -183,8 +184,9 @@ fn seq_len(f: &Fact) -> Option<Expr> {
     }
 }
 
-/// `If`: both branches are inferred; a known condition takes its branch's facts, otherwise the
-/// outputs join the branches' facts.
+/// `If`: a known condition infers its branch only and takes its facts (the untaken branch's facts
+/// in [`ControlFacts::bodies`] are empty); otherwise both branches are inferred and the outputs
+/// join their facts.
 fn infer_if(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let then_g = body(ctx, "then_branch")?;
     let else_g = body(ctx, "else_branch")?;
@@ -228,19 +230,29 @@ fn infer_if(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         .as_ref()
         .and_then(|k| k.as_consts())
         .and_then(|v| v.first().copied());
-    let tf = ctx.infer_body(then_g, &[])?;
-    let ef = ctx.infer_body(else_g, &[])?;
-    let (to, eo) = (outputs_of(then_g, &tf), outputs_of(else_g, &ef));
-    let (outs, branch) = match known {
-        Some(c) if c != 0 => (to, Expr::one()),
-        Some(_) => (eo, Expr::zero()),
+    // A known condition infers only its branch: the other one never runs, and may be invalid for
+    // these inputs (a function expanded for several ranks). Its facts stay empty.
+    let (tf, ef, outs, branch) = match known {
+        Some(c) if c != 0 => {
+            let tf = ctx.infer_body(then_g, &[])?;
+            let to = outputs_of(then_g, &tf);
+            (tf, Facts::default(), to, Expr::one())
+        }
+        Some(_) => {
+            let ef = ctx.infer_body(else_g, &[])?;
+            let eo = outputs_of(else_g, &ef);
+            (Facts::default(), ef, eo, Expr::zero())
+        }
         None => {
+            let tf = ctx.infer_body(then_g, &[])?;
+            let ef = ctx.infer_body(else_g, &[])?;
+            let (to, eo) = (outputs_of(then_g, &tf), outputs_of(else_g, &ef));
             let mut outs = Vec::with_capacity(n);
             for (k, (a, b)) in to.iter().zip(&eo).enumerate() {
                 outs.push(join(ctx, a, b, &format!("output {k}"))?);
             }
             let c = ctx.fresh_symbol("if_cond", "1 if the If condition holds, else 0");
-            (outs, c)
+            (tf, ef, outs, c)
         }
     };
     let then_first = body_index(ctx.node, "then_branch") < body_index(ctx.node, "else_branch");
@@ -456,32 +468,29 @@ fn ints_or_zeros(ctx: &InferCtx, name: &str, k: usize) -> Result<Vec<i64>, OpErr
     Ok(v)
 }
 
-/// `Scan` (opset 9 on): `N` states then `K` scan inputs; body `(state..., slice...) -> (state...,
-/// scan_out...)`.
-fn infer_scan(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    if ctx.opset < 9 {
-        return Err(OpError::Unsupported(
-            "Scan before opset 9 (batched, with sequence_lens)".into(),
-        ));
-    }
-    let g = body(ctx, "body")?;
+/// The number of scan inputs (`num_scan_inputs`) among `total` inputs: between 1 and `total`.
+fn num_scan_inputs(ctx: &InferCtx, total: usize) -> Result<usize, OpError> {
     let k = ctx.attr_opt_int("num_scan_inputs")?.ok_or_else(|| {
         OpError::BadAttr("the required attribute 'num_scan_inputs' is missing".into())
     })?;
-    let total = ctx.num_inputs();
-    let k = usize::try_from(k)
+    usize::try_from(k)
         .ok()
         .filter(|&k| k >= 1 && k <= total)
         .ok_or_else(|| {
             OpError::BadAttr(format!(
-                "num_scan_inputs is {k}, not between 1 and the {total} inputs"
+                "num_scan_inputs is {k}, not between 1 and the {total} state and scan inputs"
             ))
-        })?;
-    let n = total - k;
-    if g.inputs.len() != total {
+        })
+}
+
+/// Checks that a body takes `n` states and `k` scan elements and returns the `n` states and the
+/// node's remaining outputs; returns the number of scan outputs.
+fn scan_body_counts(ctx: &InferCtx, g: &Graph, n: usize, k: usize) -> Result<usize, OpError> {
+    if g.inputs.len() != n + k {
         return invalid(format!(
-            "the body takes {} inputs but the Scan passes {total} ({n} states, {k} scan inputs)",
-            g.inputs.len()
+            "the body takes {} inputs but the Scan passes {} ({n} states, {k} scan inputs)",
+            g.inputs.len(),
+            n + k
         ));
     }
     let k_out = ctx.node.outputs.len().checked_sub(n).ok_or_else(|| {
@@ -497,6 +506,20 @@ fn infer_scan(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             n + k_out
         ));
     }
+    Ok(k_out)
+}
+
+/// `Scan`: from opset 9 `N` states then `K` scan inputs; body `(state..., slice...) -> (state...,
+/// scan_out...)`. Before opset 9 see [`infer_scan8`].
+fn infer_scan(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    if ctx.opset < 9 {
+        return infer_scan8(ctx);
+    }
+    let g = body(ctx, "body")?;
+    let total = ctx.num_inputs();
+    let k = num_scan_inputs(ctx, total)?;
+    let n = total - k;
+    let k_out = scan_body_counts(ctx, g, n, k)?;
     let in_axes = ints_or_zeros(ctx, "scan_input_axes", k)?;
     let out_axes = ints_or_zeros(ctx, "scan_output_axes", k_out)?;
     let mut ins = Vec::with_capacity(total);
@@ -560,4 +583,130 @@ fn infer_scan(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         branch: None,
     });
     Ok(res)
+}
+
+/// `Scan` before opset 9: `(sequence_lens?, state..., scan...)`, every input batched on axis 0
+/// and every scan input scanned on axis 1 (`directions` per scan input). Each batch entry runs
+/// the body over its own sequence (`sequence_lens[b]` steps, else the whole axis) from its own
+/// slice of the initial states; outputs are the final states `[B, ...]` and the scan outputs
+/// `[B, T, ...]`, zero past an entry's length. The trip count kept in [`ControlFacts`] is the
+/// number of body runs over all entries.
+fn infer_scan8(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
+    let g = body(ctx, "body")?;
+    let total = ctx.num_inputs().saturating_sub(1);
+    let k = num_scan_inputs(ctx, total)?;
+    let n = total - k;
+    let k_out = scan_body_counts(ctx, g, n, k)?;
+    let dirs = ints_or_zeros(ctx, "directions", k)?;
+    if let Some(d) = dirs.iter().find(|&&d| d != 0 && d != 1) {
+        return Err(OpError::BadAttr(format!(
+            "directions holds {d}; each entry is 0 (forward) or 1 (reverse)"
+        )));
+    }
+    let (mut batch, mut steps): (Option<Expr>, Option<Expr>) = (None, None);
+    let mut ins = Vec::with_capacity(total);
+    for j in 0..total {
+        let f = ctx.input(1 + j)?;
+        let s = ctx.shape(1 + j)?;
+        let lead = if j < n { 1 } else { 2 };
+        if s.len() < lead {
+            return invalid(format!(
+                "input {} must have rank >= {lead} (batch{} axes first), got {}",
+                1 + j,
+                if lead == 2 { " and sequence" } else { "" },
+                s.len()
+            ));
+        }
+        same_dim(&mut batch, &s[0], "the batch size", 1 + j)?;
+        if j >= n {
+            same_dim(&mut steps, &s[1], "the sequence length", 1 + j)?;
+        }
+        let piece = Fact {
+            dtype: f.dtype,
+            shape: Some(s[lead..].to_vec()),
+            value: None,
+            seq: None,
+        };
+        ins.push(piece);
+    }
+    let (batch, steps) = (
+        batch.unwrap_or_else(Expr::zero),
+        steps.unwrap_or_else(Expr::zero),
+    );
+    let runs = match ctx.opt_input(0) {
+        None => &batch * &steps,
+        Some(lens) => {
+            if let Some(s) = &lens.shape {
+                if s.len() != 1
+                    || s[0]
+                        .as_const()
+                        .zip(batch.as_const())
+                        .is_some_and(|(a, b)| a != b)
+                {
+                    return invalid(format!(
+                        "sequence_lens must be a vector of the batch size {batch}"
+                    ));
+                }
+            }
+            match lens.value.as_ref().and_then(|v| v.as_consts()) {
+                Some(v) => Expr::int(v.iter().map(|&x| x.max(0)).sum()),
+                None => ctx.fresh_symbol("scan_runs", "the number of body runs of a batched Scan"),
+            }
+        }
+    };
+    let f = infer_carried(ctx, g, ins, 0, 0, n)?;
+    let outs = outputs_of(g, &f);
+    let mut res = Vec::with_capacity(n + k_out);
+    for j in 0..n {
+        let st = f.get(g.inputs[j]);
+        res.push(Fact {
+            dtype: st.dtype,
+            shape: st
+                .shape
+                .as_ref()
+                .map(|s| prepend(std::slice::from_ref(&batch), s)),
+            value: None,
+            seq: None,
+        });
+    }
+    for o in &outs[n..] {
+        res.push(Fact {
+            dtype: o.dtype,
+            shape: o
+                .shape
+                .as_ref()
+                .map(|s| prepend(&[batch.clone(), steps.clone()], s)),
+            value: None,
+            seq: None,
+        });
+    }
+    ctx.set_control(ControlFacts {
+        bodies: vec![f],
+        trips: Some(runs),
+        branch: None,
+    });
+    Ok(res)
+}
+
+/// `lead` followed by `rest`.
+fn prepend(lead: &[Expr], rest: &[Expr]) -> Vec<Expr> {
+    lead.iter().chain(rest).cloned().collect()
+}
+
+/// Records `d` as `what` (the first input that gives it), or checks it against the one recorded
+/// when both are constants.
+fn same_dim(seen: &mut Option<Expr>, d: &Expr, what: &str, input: usize) -> Result<(), OpError> {
+    match seen {
+        None => *seen = Some(d.clone()),
+        Some(t) => {
+            if let (Some(x), Some(y)) = (t.as_const(), d.as_const()) {
+                if x != y {
+                    return invalid(format!(
+                        "input {input} has {what} {y}, an earlier input {x}"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
