@@ -146,8 +146,8 @@ fn parse_sweep(s: &str) -> PyResult<(String, Vec<i64>)> {
     Ok((sw.sym, sw.values))
 }
 
-/// `memplan estimate --json`: the report as JSON text, and the seconds the library call took (the
-/// cost of the Rust side, for the overhead bench).
+/// `memplan estimate --json`: the report as JSON text, and the seconds the library entry
+/// (`estimate_model`) took, so the cost of the binding (serialization, crossing) can be measured.
 #[pyfunction]
 #[pyo3(signature = (model, dims, budget=None, solve=None, optimized=false, sweep=None))]
 fn estimate(
@@ -171,8 +171,8 @@ fn estimate(
     py.allow_threads(|| {
         let t0 = Instant::now();
         let out = estimate_model(&l.model, &l.facts, &req)?;
-        let text = serde_json::to_string(&out.to_json()?)?;
-        Ok((text, t0.elapsed().as_secs_f64()))
+        let secs = t0.elapsed().as_secs_f64();
+        Ok((out.to_json_string()?, secs))
     })
     .map_err(to_py_err)
 }

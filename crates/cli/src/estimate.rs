@@ -200,6 +200,18 @@ pub struct SweepReport {
 }
 
 impl EstimateOutcome {
+    /// [`EstimateOutcome::to_json`] as compact text, without building the value first where the
+    /// report is one `Estimate` (the same object; keys in field order).
+    pub fn to_json_string(&self) -> Result<String> {
+        match self {
+            EstimateOutcome::Point {
+                estimate,
+                optimized: None,
+            } => Ok(serde_json::to_string(estimate)?),
+            _ => Ok(serde_json::to_string(&self.to_json()?)?),
+        }
+    }
+
     /// The report `memplan estimate --json` prints.
     pub fn to_json(&self) -> Result<serde_json::Value> {
         match self {
