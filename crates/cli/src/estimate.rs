@@ -183,7 +183,7 @@ pub enum EstimateOutcome {
         /// With `optimized` and a budget: the largest value that fits once chunked and planned.
         optimized: Option<OptimizedFit>,
     },
-    Sweep(SweepReport),
+    Sweep(Box<SweepReport>),
 }
 
 /// A sweep of one symbol: one estimate per value, the formula along it, and the largest value that
@@ -274,9 +274,8 @@ pub fn estimate_model(
     )?;
     let an = Analysis::new(&model.graph, facts, &facts.order)?;
     if let Some(sw) = &req.sweep {
-        return Ok(EstimateOutcome::Sweep(sweep(
-            &an, &req.dims, req.budget, sw,
-        )?));
+        let report = sweep(&an, &req.dims, req.budget, sw)?;
+        return Ok(EstimateOutcome::Sweep(Box::new(report)));
     }
     let opts = EstimateOptions {
         budget: req.budget,

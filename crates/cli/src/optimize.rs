@@ -343,7 +343,7 @@ pub fn optimize_model(
         }
         Some(b) => {
             let mut chunk = ChunkOptions {
-                cost: req.cost.clone(),
+                cost: req.cost,
                 ..ChunkOptions::default()
             };
             if !req.chunks.is_empty() {
