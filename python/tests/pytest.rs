@@ -6,7 +6,7 @@
 //! `$MEMPLAN_PYTHON`, else the repository's `.venv/bin/python` when it has the test requirements,
 //! else a virtual environment this test makes once in `target/py-venv` from `python3` and
 //! `python/requirements-test.txt`. The CLI the tests compare with is this build's `memplan`
-//! binary, built here when `-p memplan-py` alone was asked for.
+//! binary, brought up to date here.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,20 +91,17 @@ fn stage(root: &Path, profile: &Path) -> PathBuf {
     stage
 }
 
-/// The `memplan` binary of this build.
+/// The `memplan` binary of this build, brought up to date (a `cargo test -p memplan-py` alone does
+/// not build it).
 fn cli(root: &Path, profile: &Path) -> PathBuf {
-    let bin = profile.join("memplan");
-    if !bin.exists() {
-        let release = profile.file_name().is_some_and(|n| n == "release");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(root)
-            .args(["build", "-p", "memplan", "--bin", "memplan"]);
-        if release {
-            cmd.arg("--release");
-        }
-        run_checked(&mut cmd, "cargo build -p memplan");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(root)
+        .args(["build", "--quiet", "-p", "memplan", "--bin", "memplan"]);
+    if profile.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
     }
-    bin
+    run_checked(&mut cmd, "cargo build -p memplan");
+    profile.join("memplan")
 }
 
 #[test]
