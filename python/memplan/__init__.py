@@ -65,13 +65,8 @@ def parse_size(size: Size) -> int:
 
 
 def human_bytes(n: int) -> str:
-    """``1.5 GiB``-style rendering with binary units."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if value < 1024 or unit == "PiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    """``1.5 GiB``-style rendering with binary units, as the CLI's reports write sizes."""
+    return _core.human_bytes(int(n))
 
 
 class Model:
@@ -137,14 +132,8 @@ def load(model: ModelLike) -> Model:
 
 
 def _dims(dims: Optional[Dims]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for k, v in (dims or {}).items():
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise UsageError(f"--dim {k}={v!r}: value must be a positive integer")
-        if v < 1:
-            raise UsageError(f"--dim '{k}={v}': value must be >= 1")
-        out[str(k)] = int(v)
-    return out
+    """Dims checked as the CLI checks ``--dim NAME=VALUE`` (same messages)."""
+    return _core.parse_dims([f"{k}={v}" for k, v in (dims or {}).items()])
 
 
 class Formula:

@@ -139,6 +139,18 @@ fn parse_size(s: &str) -> PyResult<u64> {
     memplan_cli::units::parse_size(s).map_err(errors::usage)
 }
 
+/// Parses dim assignments like the CLI's `--dim NAME=VALUE`.
+#[pyfunction]
+fn parse_dims(items: Vec<String>) -> PyResult<BTreeMap<String, i64>> {
+    memplan_cli::units::parse_dims(&items).map_err(errors::usage)
+}
+
+/// `1.5 GiB`-style rendering with binary units, as the CLI's reports write sizes.
+#[pyfunction]
+fn human_bytes(n: u64) -> String {
+    memplan_cli::units::human(n)
+}
+
 /// Parses a sweep like the CLI's `--sweep` (`N=64..8192` doubles, `N=64..512:64` steps).
 #[pyfunction]
 fn parse_sweep(s: &str) -> PyResult<(String, Vec<i64>)> {
@@ -329,6 +341,8 @@ fn _memplan(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<OutputBuffer>()?;
     m.add_function(wrap_pyfunction!(parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(parse_sweep, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_dims, m)?)?;
+    m.add_function(wrap_pyfunction!(human_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(estimate, m)?)?;
     m.add_function(wrap_pyfunction!(estimate_svg, m)?)?;
     m.add_function(wrap_pyfunction!(peak_at, m)?)?;

@@ -6,7 +6,7 @@
 //! `$MEMPLAN_PYTHON`, else the repository's `.venv/bin/python` when it has the test requirements,
 //! else a virtual environment this test makes once in `target/py-venv` from `python3` and
 //! `python/requirements-test.txt`. The CLI the tests compare with is this build's `memplan`
-//! binary, brought up to date here.
+//! binary. Both the extension and the binary are brought up to date here first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,25 +91,25 @@ fn stage(root: &Path, profile: &Path) -> PathBuf {
     stage
 }
 
-/// The `memplan` binary of this build, brought up to date (a `cargo test -p memplan-py` alone does
-/// not build it).
-fn cli(root: &Path, profile: &Path) -> PathBuf {
+/// Brings this build's extension and `memplan` binary up to date: a test run builds neither (the
+/// extension is a `cdylib`, which no test links).
+fn build(root: &Path, profile: &Path) {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.current_dir(root)
-        .args(["build", "--quiet", "-p", "memplan", "--bin", "memplan"]);
+        .args(["build", "--quiet", "-p", "memplan-py", "-p", "memplan"]);
     if profile.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
-    run_checked(&mut cmd, "cargo build -p memplan");
-    profile.join("memplan")
+    run_checked(&mut cmd, "cargo build -p memplan-py -p memplan");
 }
 
 #[test]
 fn python_package_tests() {
     let root = repo_root();
     let profile = profile_dir();
+    build(&root, &profile);
     let stage = stage(&root, &profile);
-    let bin = cli(&root, &profile);
+    let bin = profile.join("memplan");
     let py = python(&root, &profile);
     let out = Command::new(&py)
         .current_dir(&root)

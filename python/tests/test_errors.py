@@ -22,6 +22,12 @@ def test_unknown_dim():
     assert str(e.value) == cli_error("estimate", PAIR, "--dim", "N=8", "--dim", "Q=3")
 
 
+def test_bad_dim_value():
+    with pytest.raises(memplan.UsageError) as e:
+        memplan.estimate(PAIR, dims={"N": 0})
+    assert str(e.value) == cli_error("estimate", PAIR, "--dim", "N=0")
+
+
 def test_bad_budget():
     with pytest.raises(memplan.UsageError) as e:
         memplan.estimate(PAIR, dims={"N": 8}, budget="12XB")
