@@ -145,13 +145,30 @@ class Formula:
         self._model = model
         self._dims = dims
 
-    text: str = property(lambda self: self.report["text"])  # type: ignore[assignment]
-    symbol: str = property(lambda self: self.report["symbol"])  # type: ignore[assignment]
-    dominant: str = property(lambda self: self.report["dominant"])  # type: ignore[assignment]
-    along: str = property(lambda self: self.report["along"])  # type: ignore[assignment]
-    valid_from: int = property(lambda self: self.report["valid_from"])  # type: ignore[assignment]
-    exact: bool = property(lambda self: self.report["exact"])  # type: ignore[assignment]
-    node: str = property(lambda self: self.report["node"])  # type: ignore[assignment]
+    @property
+    def text(self) -> str:
+        """``peak ≈ 16·N³ + ... (for N ≥ 88)``: the dominant regime along ``symbol``, readable."""
+        return self.report["text"]
+
+    @property
+    def symbol(self) -> str:
+        """The symbol grown (the others fixed at the estimate's dims)."""
+        return self.report["symbol"]
+
+    @property
+    def dominant(self) -> str:
+        """The dominant regime's live bytes, exact, in every symbol."""
+        return self.report["dominant"]
+
+    @property
+    def valid_from(self) -> int:
+        """The dominant regime is the peak for every ``symbol >= valid_from``."""
+        return self.report["valid_from"]
+
+    @property
+    def node(self) -> str:
+        """The node where the dominant regime's peak sits."""
+        return self.report["node"]
 
     def __call__(self, **dims: int) -> int:
         """The exact peak (bytes, over the graph's own order) at ``dims``; symbols not given keep

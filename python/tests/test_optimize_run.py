@@ -125,3 +125,23 @@ def test_identity_roundtrip_of_each_dtype(dtype, tmp_path):
     if np.dtype(dtype).itemsize > 1:
         xb = x.astype(np.dtype(dtype).newbyteorder(">"))
         assert memplan.run(model, {"x": xb})["y"].tobytes() == x.tobytes()
+
+
+def test_plan_forms_and_save(tmp_path):
+    path = MODELS / "of3_tri_att_start.onnx"
+    opt = memplan.optimize(path, {"N": 24})
+    model_file, plan_file = tmp_path / "m.onnx", tmp_path / "p.json"
+    opt.save(model_file, plan_file)
+    assert plan_file.read_text() == opt.plan.json + "\n"
+    assert opt.plan.arena_bytes == opt.report["arena_bytes"]
+    by_object = memplan.run(opt.model, dims={"N": 24}, random=True, plan=opt.plan)
+    by_text = memplan.run(model_file, dims={"N": 24}, random=True, plan=opt.plan.json)
+    by_file = memplan.run(model_file, dims={"N": 24}, random=True, plan=plan_file)
+    for r in (by_text, by_file):
+        assert r.peak_bytes == by_object.peak_bytes
+        for k in r.outputs:
+            assert r[k].tobytes() == by_object[k].tobytes()
+    # A plan is checked against the model it runs: the original's node order differs.
+    with pytest.raises(memplan.PlanError):
+        other = memplan.optimize(MODELS / "of3_tri_mul_out.onnx", {"N": 24})
+        memplan.run(model_file, dims={"N": 24}, random=True, plan=other.plan)

@@ -403,7 +403,8 @@ pub struct Executed {
 pub fn read_plan(text: &str, label: &str, g: &Graph, facts: &Facts) -> Result<memplan_plan::Plan> {
     let plan =
         memplan_plan::Plan::from_json(text).map_err(|e| anyhow!("{label}: not a plan: {e}"))?;
-    memplan_plan::check(g, facts, &plan).map_err(|e| anyhow!("{label}: invalid plan: {e}"))?;
+    // A context, not a formatted message, so the checker's error stays in the chain for callers.
+    memplan_plan::check(g, facts, &plan).with_context(|| format!("{label}: invalid plan"))?;
     Ok(plan)
 }
 
