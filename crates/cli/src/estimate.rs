@@ -4,13 +4,15 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Args;
 
 use memplan_ir::infer::Facts;
-use memplan_sim::estimate::{Analysis, Estimate, EstimateOptions};
+use memplan_ir::Model;
+use memplan_sim::estimate::{Analysis, Estimate, EstimateOptions, FormulaReport, MaxFitting};
 
 use crate::commands::load;
+use crate::optimize::OptimizedFit;
 use crate::table::Table;
 use crate::units::{human, parse_dims, parse_size};
 
@@ -59,9 +61,9 @@ pub struct Sweep {
 /// Parses `SYM=A..B` (doubling from A) or `SYM=A..B:STEP`; at most 10,000 points.
 pub fn parse_sweep(s: &str) -> Result<Sweep> {
     let err = || {
-        anyhow!(
+        anyhow::Error::new(crate::UsageError(format!(
             "--sweep '{s}': expected SYM=A..B or SYM=A..B:STEP with 1 <= A <= B, e.g. N=64..8192"
-        )
+        )))
     };
     let (sym, range) = s.split_once('=').ok_or_else(err)?;
     let (range, step) = match range.split_once(':') {
@@ -86,7 +88,7 @@ pub fn parse_sweep(s: &str) -> Result<Sweep> {
     let mut x = a;
     while x <= b {
         if values.len() == 10_000 {
-            bail!("--sweep '{s}' has more than 10,000 points; use a larger step");
+            crate::usage_bail!("--sweep '{s}' has more than 10,000 points; use a larger step");
         }
         values.push(x);
         x = match step {
@@ -127,7 +129,7 @@ fn check_dims(
     };
     for k in dims.keys() {
         if !known(k) {
-            bail!(
+            crate::usage_bail!(
                 "--dim {k}: the model has no symbol '{k}' (its symbols: {})",
                 list()
             );
@@ -136,7 +138,7 @@ fn check_dims(
     for (flag, s) in [("--sweep", sweep), ("--solve", solve)] {
         if let Some(s) = s {
             if !known(s) {
-                bail!(
+                crate::usage_bail!(
                     "{flag} {s}: the model has no symbol '{s}' (its symbols: {})",
                     list()
                 );
@@ -150,13 +152,163 @@ fn check_dims(
     if !missing.is_empty() {
         let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
         let flags: Vec<String> = names.iter().map(|s| format!("--dim {s}=...")).collect();
-        bail!(
+        crate::usage_bail!(
             "missing dims: {} (give {})",
             names.join(", "),
             flags.join(" ")
         );
     }
     Ok(())
+}
+
+/// What `memplan estimate` computes, its arguments parsed.
+#[derive(Debug, Default)]
+pub struct EstimateRequest {
+    pub dims: BTreeMap<String, i64>,
+    pub budget: Option<u64>,
+    /// The symbol to grow for the formula and solve for with a budget.
+    pub solve: Option<String>,
+    /// With a budget: also the largest value that fits once optimized.
+    pub optimized: bool,
+    pub sweep: Option<Sweep>,
+    /// Live tensors to list, largest first (0 = all, as the JSON report lists them).
+    pub top: usize,
+}
+
+/// An estimate at one point, or a sweep.
+#[derive(Debug)]
+pub enum EstimateOutcome {
+    Point {
+        estimate: Box<Estimate>,
+        /// With `optimized` and a budget: the largest value that fits once chunked and planned.
+        optimized: Option<OptimizedFit>,
+    },
+    Sweep(Box<SweepReport>),
+}
+
+/// A sweep of one symbol: one estimate per value, the formula along it, and the largest value that
+/// fits the budget.
+#[derive(Debug)]
+pub struct SweepReport {
+    pub symbol: String,
+    pub dims: BTreeMap<String, i64>,
+    pub budget: Option<u64>,
+    /// Per value: the estimate and the exact formula's peak there (`None` when it overflows).
+    pub rows: Vec<(i64, Estimate, Option<i64>)>,
+    pub formula: Option<FormulaReport>,
+    pub max_fitting: Option<MaxFitting>,
+}
+
+impl EstimateOutcome {
+    /// [`EstimateOutcome::to_json`] as compact text, without building the value first where the
+    /// report is one `Estimate` (the same object; keys in field order).
+    pub fn to_json_string(&self) -> Result<String> {
+        match self {
+            EstimateOutcome::Point {
+                estimate,
+                optimized: None,
+            } => Ok(serde_json::to_string(estimate)?),
+            _ => Ok(serde_json::to_string(&self.to_json()?)?),
+        }
+    }
+
+    /// The report `memplan estimate --json` prints.
+    pub fn to_json(&self) -> Result<serde_json::Value> {
+        match self {
+            EstimateOutcome::Point {
+                estimate,
+                optimized,
+            } => {
+                let mut j = serde_json::to_value(estimate)?;
+                if let (Some(o), Some(obj)) = (optimized, j.as_object_mut()) {
+                    obj.insert("max_fitting_optimized".into(), serde_json::to_value(o)?);
+                }
+                Ok(j)
+            }
+            EstimateOutcome::Sweep(sw) => {
+                let arr: Vec<serde_json::Value> = sw
+                    .rows
+                    .iter()
+                    .map(|(v, e, f)| {
+                        serde_json::json!({
+                            "value": v, "peak_bytes": e.peak_bytes, "arena_bytes": e.arena_bytes,
+                            "peak_step": e.peak_step, "peak_node": e.peak_node, "formula_bytes": f, "fits": e.fits,
+                        })
+                    })
+                    .collect();
+                Ok(serde_json::json!({
+                    "symbol": sw.symbol, "dims": sw.dims, "budget_bytes": sw.budget, "rows": arr,
+                    "formula": sw.formula, "max_fitting": sw.max_fitting,
+                }))
+            }
+        }
+    }
+}
+
+/// Refuses a model with nodes that have no shape rule, naming the first; `what` is the verb
+/// (`estimate`, `plan`, `run`).
+pub fn check_inferred(facts: &Facts, what: &str) -> Result<()> {
+    if let Some(s) = facts.skipped.first() {
+        return Err(anyhow::Error::new(crate::UnsupportedError(format!(
+            "cannot {what}: {} node(s) have no shape rule, first {}: {}",
+            facts.skipped.len(),
+            s.label,
+            s.reason
+        ))));
+    }
+    Ok(())
+}
+
+/// The library entry of `memplan estimate`: the estimate (or sweep) of a loaded model.
+pub fn estimate_model(
+    model: &Model,
+    facts: &Facts,
+    req: &EstimateRequest,
+) -> Result<EstimateOutcome> {
+    check_inferred(facts, "estimate")?;
+    check_dims(
+        facts,
+        &req.dims,
+        req.sweep.as_ref().map(|s| s.sym.as_str()),
+        req.solve.as_deref(),
+    )?;
+    let an = Analysis::new(&model.graph, facts, &facts.order)?;
+    if let Some(sw) = &req.sweep {
+        let report = sweep(&an, &req.dims, req.budget, sw)?;
+        return Ok(EstimateOutcome::Sweep(Box::new(report)));
+    }
+    let opts = EstimateOptions {
+        budget: req.budget,
+        solve_for: req.solve.clone(),
+        live_limit: req.top,
+        no_formula: false,
+    };
+    let e = an.at(&req.dims, &opts)?;
+    let optimized = match (req.optimized, req.budget, &e.max_fitting) {
+        (true, Some(b), Some(m)) => {
+            let mut rest = req.dims.clone();
+            rest.remove(&m.symbol);
+            let start = m.value.unwrap_or(1);
+            Some(crate::optimize::max_fitting_optimized(
+                model, &rest, &m.symbol, b, start,
+            )?)
+        }
+        _ => None,
+    };
+    Ok(EstimateOutcome::Point {
+        estimate: Box::new(e),
+        optimized,
+    })
+}
+
+/// The exact peak at `dims` (every symbol given), by the symbolic peak formula over the graph's
+/// own order: what `estimate` reports as `peak_bytes` at those dims.
+pub fn peak_at(model: &Model, facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<u64> {
+    check_inferred(facts, "estimate")?;
+    check_dims(facts, dims, None, None)?;
+    let an = Analysis::new(&model.graph, facts, &facts.order)?;
+    an.simulate_peak(dims)?
+        .ok_or_else(|| anyhow!("the peak at {dims:?} overflows 64 bits"))
 }
 
 pub fn estimate(a: EstimateArgs) -> Result<()> {
@@ -169,72 +321,44 @@ pub fn estimate(a: EstimateArgs) -> Result<()> {
         .transpose()
         .map_err(|e| anyhow!(e))?;
     let sweep = a.sweep.as_deref().map(parse_sweep).transpose()?;
-    if !facts.skipped.is_empty() {
-        let s = &facts.skipped[0];
-        bail!(
-            "cannot estimate: {} node(s) have no shape rule, first {}: {}",
-            facts.skipped.len(),
-            s.label,
-            s.reason
-        );
-    }
-    check_dims(
-        &facts,
-        &dims,
-        sweep.as_ref().map(|s| s.sym.as_str()),
-        a.solve.as_deref(),
-    )?;
-    let g = &model.graph;
-    let an = Analysis::new(g, &facts, &facts.order)?;
-
-    if let Some(sw) = sweep {
-        return print_sweep(&an, &a, &dims, budget, &sw);
-    }
-
-    let opts = EstimateOptions {
+    let req = EstimateRequest {
+        dims,
         budget,
-        solve_for: a.solve.clone(),
-        live_limit: if a.json { 0 } else { a.top },
-        no_formula: false,
+        solve: a.solve.clone(),
+        optimized: a.optimized,
+        sweep,
+        top: if a.json { 0 } else { a.top },
     };
-    let e = an.at(&dims, &opts)?;
-    if let Some(p) = &a.plot {
-        crate::plot::write_svg(p, &a.model, &e, g)
+    let out = estimate_model(&model, &facts, &req)?;
+    if let (EstimateOutcome::Point { estimate: e, .. }, Some(p)) = (&out, &a.plot) {
+        crate::plot::write_svg(p, &a.model, e, &model.graph)
             .with_context(|| format!("writing {}", p.display()))?;
     }
-    let optimized = match (a.optimized, budget, &e.max_fitting) {
-        (true, Some(b), Some(m)) => {
-            let mut rest = dims.clone();
-            rest.remove(&m.symbol);
-            let start = m.value.unwrap_or(1);
-            Some(crate::optimize::max_fitting_optimized(
-                &model, &rest, &m.symbol, b, start,
-            )?)
-        }
-        _ => None,
-    };
     if a.json {
-        let mut j = serde_json::to_value(&e)?;
-        if let (Some(o), Some(obj)) = (&optimized, j.as_object_mut()) {
-            obj.insert("max_fitting_optimized".into(), serde_json::to_value(o)?);
+        println!("{}", serde_json::to_string_pretty(&out.to_json()?)?);
+        return Ok(());
+    }
+    match &out {
+        EstimateOutcome::Point {
+            estimate,
+            optimized,
+        } => {
+            print!("{}", render_estimate(&a.model, estimate));
+            if let Some(o) = optimized {
+                println!("{}", crate::optimize::optimized_fit_line(o));
+            }
         }
-        println!("{}", serde_json::to_string_pretty(&j)?);
-    } else {
-        print!("{}", render_estimate(&a.model, &e));
-        if let Some(o) = &optimized {
-            println!("{}", crate::optimize::optimized_fit_line(o));
-        }
+        EstimateOutcome::Sweep(sw) => print!("{}", render_sweep(&a.model, sw)),
     }
     Ok(())
 }
 
-fn print_sweep(
+fn sweep(
     an: &Analysis,
-    a: &EstimateArgs,
     dims: &BTreeMap<String, i64>,
     budget: Option<u64>,
     sw: &Sweep,
-) -> Result<()> {
+) -> Result<SweepReport> {
     let mut rows: Vec<(i64, Estimate, Option<i64>)> = Vec::new();
     for &v in &sw.values {
         let mut d = dims.clone();
@@ -253,35 +377,31 @@ fn print_sweep(
     let mut base = dims.clone();
     base.insert(sw.sym.clone(), sw.values[0]);
     let formula = an.formula_report(&sw.sym, &base)?;
-    let max_fit = match budget {
+    let max_fitting = match budget {
         Some(b) => Some(an.max_fitting(&sw.sym, &base, b)?),
         None => None,
     };
-    if a.json {
-        let arr: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(v, e, f)| {
-                serde_json::json!({
-                    "value": v, "peak_bytes": e.peak_bytes, "arena_bytes": e.arena_bytes,
-                    "peak_step": e.peak_step, "peak_node": e.peak_node, "formula_bytes": f, "fits": e.fits,
-                })
-            })
-            .collect();
-        let out = serde_json::json!({
-            "symbol": sw.sym, "dims": dims, "budget_bytes": budget, "rows": arr,
-            "formula": formula, "max_fitting": max_fit,
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
-    }
-    let mut header = vec![sw.sym.as_str(), "peak", "arena", "peak node"];
+    Ok(SweepReport {
+        symbol: sw.sym.clone(),
+        dims: dims.clone(),
+        budget,
+        rows,
+        formula,
+        max_fitting,
+    })
+}
+
+/// The terminal report of a sweep.
+pub fn render_sweep(path: &Path, sw: &SweepReport) -> String {
+    let mut out = String::new();
+    let mut header = vec![sw.symbol.as_str(), "peak", "arena", "peak node"];
     let mut right = vec![true, true, true, false];
-    if budget.is_some() {
+    if sw.budget.is_some() {
         header.push("fits");
         right.push(false);
     }
     let mut t = Table::new(&header, &right);
-    for (v, e, _) in &rows {
+    for (v, e, _) in &sw.rows {
         let mut r = vec![
             v.to_string(),
             human(e.peak_bytes),
@@ -293,30 +413,34 @@ fn print_sweep(
         }
         t.row(r);
     }
-    let fixed: Vec<String> = dims
+    let fixed: Vec<String> = sw
+        .dims
         .iter()
-        .filter(|(k, _)| **k != sw.sym)
+        .filter(|(k, _)| **k != sw.symbol)
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    println!(
-        "model       {}   sweep {}{}",
-        a.model.display(),
-        sw.sym,
+    out.push_str(&format!(
+        "model       {}   sweep {}{}\n",
+        path.display(),
+        sw.symbol,
         if fixed.is_empty() {
             String::new()
         } else {
             format!("   dims: {}", fixed.join(" "))
         }
-    );
-    print!("{}", t.render());
-    if let Some(f) = &formula {
-        println!("\nformula     {}\n            at {}", f.text, f.node);
+    ));
+    out.push_str(&t.render());
+    if let Some(f) = &sw.formula {
+        out.push_str(&format!(
+            "\nformula     {}\n            at {}\n",
+            f.text, f.node
+        ));
     }
-    if let (Some(b), Some(m)) = (budget, &max_fit) {
-        println!("\nbudget      {}", human(b));
-        println!("{}", max_fit_line(m));
+    if let (Some(b), Some(m)) = (sw.budget, &sw.max_fitting) {
+        out.push_str(&format!("\nbudget      {}\n", human(b)));
+        out.push_str(&format!("{}\n", max_fit_line(m)));
     }
-    Ok(())
+    out
 }
 
 fn max_fit_line(m: &memplan_sim::estimate::MaxFitting) -> String {

@@ -1,19 +1,9 @@
 //! The `memplan` command line: a thin clap layer, one subcommand per library entry point.
 
-mod commands;
-mod estimate;
-mod grad;
-mod npz;
-mod optimize;
-mod plot;
-mod run;
-mod sysmem;
-mod table;
-mod units;
-
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use memplan_cli::{commands, estimate, grad, optimize, run};
 
 /// Counts the process heap so `run` can report its high-water mark.
 #[global_allocator]
@@ -62,13 +52,7 @@ fn main() -> ExitCode {
     match res {
         Ok(code) => code,
         Err(e) => {
-            // One line: the chain of contexts, outermost first.
-            // Control characters (a newline inside a name from a malformed model) are escaped.
-            let msg: Vec<String> = e
-                .chain()
-                .map(|c| memplan_ir::graph::printable(&c.to_string()).into_owned())
-                .collect();
-            eprintln!("error: {}", msg.join(": "));
+            eprintln!("error: {}", memplan_cli::one_line(&e));
             ExitCode::FAILURE
         }
     }

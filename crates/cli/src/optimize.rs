@@ -23,9 +23,10 @@ use memplan_ir::graph::{Model, NodeId};
 use memplan_ir::infer::Facts;
 use memplan_plan::chunk::{ChunkOptions, CostModel};
 use memplan_plan::fit::{ChunkSummary, FitOptions};
-use memplan_plan::{Options, Report};
+use memplan_plan::{Options, Plan, Report};
 
 use crate::commands::load;
+use crate::estimate::check_inferred;
 use crate::table::Table;
 use crate::units::{human, parse_dims, parse_size};
 
@@ -104,7 +105,7 @@ pub struct OptimizedFit {
     pub probes: usize,
 }
 
-pub(crate) fn max_fitting_optimized(
+pub fn max_fitting_optimized(
     model: &Model,
     dims: &BTreeMap<String, i64>,
     sym: &str,
@@ -183,7 +184,7 @@ pub(crate) fn max_fitting_optimized(
 }
 
 /// One line for [`OptimizedFit`], under the estimate's own "largest N that fits".
-pub(crate) fn optimized_fit_line(o: &OptimizedFit) -> String {
+pub fn optimized_fit_line(o: &OptimizedFit) -> String {
     let failing = match (o.first_failing, o.peak_at_failing) {
         (Some(f), Some(p)) => format!(", {} at {}={f}", human(p), o.symbol),
         _ => String::new(),
@@ -214,7 +215,7 @@ fn check_dims(facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<()> {
     };
     for k in dims.keys() {
         if !syms.contains(k) {
-            bail!("--dim {k}: the model has no symbol '{k}' (its symbols: {list})");
+            crate::usage_bail!("--dim {k}: the model has no symbol '{k}' (its symbols: {list})");
         }
     }
     let missing: Vec<String> = syms
@@ -223,7 +224,7 @@ fn check_dims(facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<()> {
         .map(|s| format!("--dim {s}=..."))
         .collect();
     if !missing.is_empty() {
-        bail!("missing dims: give {}", missing.join(" "));
+        crate::usage_bail!("missing dims: give {}", missing.join(" "));
     }
     Ok(())
 }
@@ -232,35 +233,158 @@ fn check_dims(facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<()> {
 /// written): distinct from errors (1) and usage errors (2).
 pub const EXIT_BUDGET_NOT_MET: u8 = 3;
 
-pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
-    let (model, facts) = load(&a.model)?;
-    if !facts.skipped.is_empty() {
-        let s = &facts.skipped[0];
-        bail!(
-            "cannot plan: {} node(s) have no shape rule, first {}: {}",
-            facts.skipped.len(),
-            s.label,
-            s.reason
-        );
+/// What `memplan optimize` computes, its arguments parsed.
+#[derive(Clone, Debug)]
+pub struct OptimizeRequest {
+    /// A value for every symbol of the model.
+    pub dims: BTreeMap<String, i64>,
+    /// Chunk (and with `recompute`, recompute) until the planned peak fits this.
+    pub budget: Option<u64>,
+    /// The chunk counts chunking may choose from (empty: the default).
+    pub chunks: Vec<usize>,
+    pub cost: CostModel,
+    pub recompute: bool,
+    /// Frontier states the exact schedule search explores.
+    pub exact_work: usize,
+}
+
+impl OptimizeRequest {
+    /// The CLI's defaults at `dims`.
+    pub fn new(dims: BTreeMap<String, i64>) -> OptimizeRequest {
+        OptimizeRequest {
+            dims,
+            budget: None,
+            chunks: Vec::new(),
+            cost: CostModel::default(),
+            recompute: false,
+            exact_work: memplan_plan::DEFAULT_EXACT_WORK,
+        }
     }
-    let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
-    check_dims(&facts, &dims)?;
+}
+
+/// A checked plan and the model it is for (chunked or recomputed under a budget), with the
+/// planner's report.
+#[derive(Debug)]
+pub struct Optimized {
+    pub model: Model,
+    pub plan: Plan,
+    pub report: Report,
+    pub chunking: Option<ChunkSummary>,
+    pub recompute: Option<memplan_plan::remat::Report>,
+    pub budget: Option<u64>,
+    /// With a budget: whether the planned peak fits it.
+    pub fits: Option<bool>,
+    pub plan_ms: f64,
+}
+
+impl Optimized {
+    /// The model with its nodes in the planned order, and the plan renumbered for it (what `-o`
+    /// writes and `--plan-out` then holds).
+    pub fn reordered(&self) -> (Model, Plan) {
+        let schedule: Vec<NodeId> = self.plan.schedule.iter().map(|s| NodeId(s.node)).collect();
+        let mut m2 = self.model.clone();
+        m2.graph = memplan_plan::reorder(&self.model.graph, &schedule);
+        (m2, self.plan.clone().renumbered_in_schedule_order())
+    }
+
+    /// The report `memplan optimize --json` prints: the planner's report plus where the model and
+    /// plan were written.
+    pub fn to_json(
+        &self,
+        model: &str,
+        output: Option<&str>,
+        plan: Option<&str>,
+    ) -> Result<serde_json::Value> {
+        let j = JsonReport {
+            model: model.to_string(),
+            output: output.map(str::to_string),
+            plan: plan.map(str::to_string),
+            plan_ms: self.plan_ms,
+            budget_bytes: self.budget,
+            fits: self.fits,
+            chunking: self.chunking.as_ref(),
+            recompute: self.recompute.as_ref(),
+            report: &self.report,
+        };
+        Ok(serde_json::to_value(&j)?)
+    }
+}
+
+/// The library entry of `memplan optimize`: plans `model` at the request's dims (chunking to its
+/// budget when it has one); `label` (the file) prefixes planning errors.
+pub fn optimize_model(
+    model: Model,
+    facts: &Facts,
+    label: &str,
+    req: &OptimizeRequest,
+) -> Result<Optimized> {
+    check_inferred(facts, "plan")?;
+    check_dims(facts, &req.dims)?;
     let opts = Options {
-        exact_work: a.exact_work,
+        exact_work: req.exact_work,
         ..Options::default()
     };
+    if req.budget.is_none() && !req.chunks.is_empty() {
+        crate::usage_bail!("--chunks applies to chunking, which --budget asks for");
+    }
+    if req.chunks.iter().any(|&k| k < 2) {
+        crate::usage_bail!("--chunks: every chunk count must be at least 2");
+    }
+    if req.recompute && req.budget.is_none() {
+        crate::usage_bail!("--recompute applies to a budget: give --budget");
+    }
+    let t0 = Instant::now();
+    let dims = &req.dims;
+    let (model, out, chunking, recompute) = match req.budget {
+        None => {
+            let out = memplan_plan::optimize(&model.graph, facts, dims, &opts)
+                .with_context(|| label.to_string())?;
+            (model, out, None, None)
+        }
+        Some(b) => {
+            let mut chunk = ChunkOptions {
+                cost: req.cost,
+                ..ChunkOptions::default()
+            };
+            if !req.chunks.is_empty() {
+                chunk.chunk_counts = req.chunks.clone();
+            }
+            let fo = FitOptions {
+                plan: opts.clone(),
+                chunk,
+                recompute: req.recompute.then(memplan_plan::remat::Options::default),
+                ..FitOptions::new(b)
+            };
+            let fit = memplan_plan::fit_budget(&model, facts, dims, &fo)
+                .with_context(|| label.to_string())?;
+            (fit.model, fit.outcome, fit.chunking, fit.recompute)
+        }
+    };
+    let plan_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let fits = req.budget.map(|b| out.report.peak_bytes_after <= b);
+    Ok(Optimized {
+        model,
+        plan: out.plan,
+        report: out.report,
+        chunking,
+        recompute,
+        budget: req.budget,
+        fits,
+        plan_ms,
+    })
+}
+
+pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
+    let (model, facts) = load(&a.model)?;
+    check_inferred(&facts, "plan")?;
+    let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
+    check_dims(&facts, &dims)?;
     let budget = a
         .budget
         .as_deref()
         .map(parse_size)
         .transpose()
         .map_err(|e| anyhow!("--budget: {e}"))?;
-    if budget.is_none() && !a.chunks.is_empty() {
-        bail!("--chunks applies to chunking, which --budget asks for");
-    }
-    if a.chunks.iter().any(|&k| k < 2) {
-        bail!("--chunks: every chunk count must be at least 2");
-    }
     if budget.is_none() && a.cost_model.is_some() {
         bail!("--cost-model applies to chunking, which --budget asks for");
     }
@@ -268,46 +392,24 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         Some(p) => read_cost_model(p)?,
         None => CostModel::default(),
     };
-    if a.recompute && budget.is_none() {
-        bail!("--recompute applies to a budget: give --budget");
-    }
-    let t0 = Instant::now();
-    let (model, out, chunking, recompute) = match budget {
-        None => {
-            let out = memplan_plan::optimize(&model.graph, &facts, &dims, &opts)
-                .with_context(|| format!("{}", a.model.display()))?;
-            (model, out, None, None)
-        }
-        Some(b) => {
-            let mut chunk = ChunkOptions {
-                cost,
-                ..ChunkOptions::default()
-            };
-            if !a.chunks.is_empty() {
-                chunk.chunk_counts = a.chunks.clone();
-            }
-            let fo = FitOptions {
-                plan: opts.clone(),
-                chunk,
-                recompute: a.recompute.then(memplan_plan::remat::Options::default),
-                ..FitOptions::new(b)
-            };
-            let fit = memplan_plan::fit_budget(&model, &facts, &dims, &fo)
-                .with_context(|| format!("{}", a.model.display()))?;
-            (fit.model, fit.outcome, fit.chunking, fit.recompute)
-        }
+    let req = OptimizeRequest {
+        budget,
+        chunks: a.chunks.clone(),
+        cost,
+        recompute: a.recompute,
+        exact_work: a.exact_work,
+        ..OptimizeRequest::new(dims.clone())
     };
-    let plan_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let fits = budget.map(|b| out.report.peak_bytes_after <= b);
+    let label = a.model.display().to_string();
+    let opt = optimize_model(model, &facts, &label, &req)?;
+    let (plan_ms, fits) = (opt.plan_ms, opt.fits);
 
-    let mut plan = out.plan;
+    let mut plan = opt.plan.clone();
     if let Some(path) = &a.output {
-        let schedule: Vec<NodeId> = plan.schedule.iter().map(|s| NodeId(s.node)).collect();
-        let mut m2 = model.clone();
-        m2.graph = memplan_plan::reorder(&model.graph, &schedule);
-        memplan_onnx::save(&m2, path, memplan_onnx::default_mode(&model))
+        let (m2, renumbered) = opt.reordered();
+        memplan_onnx::save(&m2, path, memplan_onnx::default_mode(&opt.model))
             .with_context(|| format!("writing {}", path.display()))?;
-        plan = plan.renumbered_in_schedule_order();
+        plan = renumbered;
         // The plan must hold for the model as it reads back from disk.
         let (back, back_facts) = load(path)?;
         memplan_plan::check(&back.graph, &back_facts, &plan)
@@ -317,20 +419,21 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         std::fs::write(path, plan.to_json() + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    let chunking = &opt.chunking;
 
-    let r = &out.report;
+    let r = &opt.report;
     if a.json {
-        let j = JsonReport {
-            model: a.model.display().to_string(),
-            output: a.output.as_ref().map(|p| p.display().to_string()),
-            plan: a.plan_out.as_ref().map(|p| p.display().to_string()),
-            plan_ms,
-            budget_bytes: budget,
-            fits,
-            chunking: chunking.as_ref(),
-            recompute: recompute.as_ref(),
-            report: r,
-        };
+        let j = opt.to_json(
+            &label,
+            a.output
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .as_deref(),
+            a.plan_out
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .as_deref(),
+        )?;
         println!("{}", serde_json::to_string_pretty(&j)?);
         return Ok(exit_status(fits));
     }

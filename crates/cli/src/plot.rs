@@ -348,8 +348,9 @@ fn fmt_tick(v: f64) -> String {
     }
 }
 
-/// Writes the plot, via a temporary file and a rename so no half file is left behind.
-pub fn write_svg(path: &Path, model: &Path, e: &Estimate, g: &Graph) -> Result<()> {
+/// The plot of an estimate of `model` (its file name and the dims make the title): what
+/// `memplan estimate --plot` writes.
+pub fn plot_svg(model: &Path, e: &Estimate, g: &Graph) -> String {
     let dims: Vec<String> = e.dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let name = model
         .file_name()
@@ -359,7 +360,12 @@ pub fn write_svg(path: &Path, model: &Path, e: &Estimate, g: &Graph) -> Result<(
         "{name}  {}: live tensor memory over the schedule",
         dims.join(" ")
     );
-    let svg = render_svg(&title, e, g);
+    render_svg(&title, e, g)
+}
+
+/// Writes the plot, via a temporary file and a rename so no half file is left behind.
+pub fn write_svg(path: &Path, model: &Path, e: &Estimate, g: &Graph) -> Result<()> {
+    let svg = plot_svg(model, e, g);
     let tmp = path.with_extension("svg.tmp");
     std::fs::write(&tmp, svg)?;
     std::fs::rename(&tmp, path)?;

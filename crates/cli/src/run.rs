@@ -168,7 +168,11 @@ fn random_input(
         .iter()
         .map(|d| {
             d.eval_map(dims)
-                .map_err(|_| anyhow!("input '{name}': dim {d} needs a value: give --dim"))
+                .map_err(|_| {
+                    anyhow::Error::new(crate::UsageError(format!(
+                        "input '{name}': dim {d} needs a value: give --dim"
+                    )))
+                })
                 .and_then(|x| {
                     usize::try_from(x)
                         .map_err(|_| anyhow!("input '{name}': dim {d} = {x} is negative"))
@@ -300,7 +304,7 @@ fn compare(
 /// line: what it needs, what there is, and `optimize --budget` as the way out. Skipped when the
 /// dims do not fix the peak before running (data-dependent sizes) or the memory is unknown.
 fn check_memory(
-    a: &RunArgs,
+    label: &str,
     g: &Graph,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
@@ -329,10 +333,10 @@ fn check_memory(
     bail!(
         "cannot run {}: its {what} is {} ({need} B) but {} ({avail} B, {source}) is available; \
          `memplan optimize {}{} --budget {}B` makes a plan that fits, or pass --force",
-        a.model.display(),
+        label,
         human(need),
         human(avail),
-        a.model.display(),
+        label,
         d.concat(),
         avail / 10 * 9,
     )
@@ -369,16 +373,154 @@ fn op_profile(g: &Graph, node_seconds: &[f64]) -> Vec<OpTime> {
     v
 }
 
+/// What `memplan run` does with a loaded model and the inputs given, its arguments parsed.
+#[derive(Debug, Default)]
+pub struct RunRequest {
+    /// Values for symbolic dims (checked against the given inputs' shapes), for random inputs.
+    pub dims: BTreeMap<String, i64>,
+    /// Draw the inputs not given at random (seeded), as `--random` says.
+    pub random: bool,
+    pub seed: u64,
+    /// Exclusive upper bound of random integers that are not indices.
+    pub int_high: i64,
+    /// Run from one arena at this plan's offsets (checked first).
+    pub plan: Option<memplan_plan::Plan>,
+    /// Run even when the estimated peak exceeds the memory available.
+    pub force: bool,
+    /// Runs (the first's peak is reported, and the median time); 0 counts as 1.
+    pub repeat: usize,
+}
+
+/// A finished run: the executor's result and the process heap's high-water mark during the first
+/// run.
+#[derive(Debug)]
+pub struct Executed {
+    pub result: memplan_exec::RunResult,
+    pub process_peak: u64,
+}
+
+/// Checks a plan (JSON) against the model it is to run; errors are prefixed with `label`.
+pub fn read_plan(text: &str, label: &str, g: &Graph, facts: &Facts) -> Result<memplan_plan::Plan> {
+    let plan =
+        memplan_plan::Plan::from_json(text).map_err(|e| anyhow!("{label}: not a plan: {e}"))?;
+    // A context, not a formatted message, so the checker's error stays in the chain for callers.
+    memplan_plan::check(g, facts, &plan).with_context(|| format!("{label}: invalid plan"))?;
+    Ok(plan)
+}
+
+/// The library entry of `memplan run`: runs a loaded model on the given inputs (the others drawn
+/// at random when the request says so) with or without a plan, on the current rayon pool; `label`
+/// (the file) prefixes errors.
+pub fn run_model(
+    model: &memplan_ir::Model,
+    facts: &Facts,
+    label: &str,
+    mut given: BTreeMap<String, Tensor>,
+    req: &RunRequest,
+) -> Result<Executed> {
+    crate::estimate::check_inferred(facts, "run")?;
+    let g = &model.graph;
+    // Dims from the given inputs' shapes, then the request's, feed the random inputs' shapes.
+    let mut all_dims = bound_dims(g, &given);
+    for (k, v) in &req.dims {
+        if let Some(&have) = all_dims.get(k) {
+            if have != *v {
+                crate::usage_bail!(
+                    "--dim {k}={v} disagrees with the inputs, which have {k}={have}"
+                );
+            }
+        }
+        all_dims.insert(k.clone(), *v);
+    }
+    if !req.force {
+        check_memory(label, g, facts, &all_dims, req.plan.as_ref())?;
+    }
+    let mut rng = Rng(req.seed);
+    for &v in &g.inputs {
+        let val = g.value(v);
+        if given.contains_key(&val.name) || matches!(val.kind, ValueKind::Initializer(_)) {
+            continue;
+        }
+        if !req.random {
+            crate::usage_bail!("input '{}' is not given: pass --input {}=FILE.npy, --inputs-npz FILE.npz, or --random", val.name, val.name);
+        }
+        let t = random_input(g, facts, v, &all_dims, &mut rng, req.int_high)?;
+        given.insert(val.name.clone(), t);
+    }
+    memplan_exec::mem::reset_heap_peak();
+    let heap_before = memplan_exec::mem::heap_current();
+    let opset = model.onnx_opset().unwrap_or(memplan_ir::ops::DEFAULT_OPSET);
+    let run_once = |inputs: BTreeMap<String, Tensor>| {
+        match &req.plan {
+            Some(p) => memplan_exec::run_planned(g, facts, inputs, p, opset),
+            None => memplan_exec::interp::run_with_opset(
+                g,
+                facts,
+                inputs,
+                &RunOptions::default(),
+                opset,
+            ),
+        }
+        .with_context(|| label.to_string())
+    };
+    let repeat = req.repeat.max(1);
+    let mut res = run_once(given.clone())?;
+    let process_peak = memplan_exec::mem::heap_peak().saturating_sub(heap_before);
+    if repeat > 1 {
+        let mut runs = vec![(res.seconds, std::mem::take(&mut res.node_seconds))];
+        for _ in 1..repeat {
+            let r = run_once(given.clone())?;
+            runs.push((r.seconds, r.node_seconds));
+        }
+        runs.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let median = runs.swap_remove(runs.len() / 2);
+        res.seconds = median.0;
+        res.node_seconds = median.1;
+    }
+    Ok(Executed {
+        result: res,
+        process_peak,
+    })
+}
+
+impl Executed {
+    /// The report `memplan run --json` prints (without `profile`); `compared` and `mismatches` are
+    /// the comparison with a reference, when one was given.
+    pub fn to_json(&self, model: &str, compared: bool, mismatches: &[String]) -> serde_json::Value {
+        let res = &self.result;
+        let outputs: Vec<serde_json::Value> = res
+            .outputs
+            .iter()
+            .map(|(n, t)| serde_json::json!({"name": n, "dtype": t.dtype.onnx_name(), "shape": t.shape}))
+            .collect();
+        let mut j = serde_json::json!({
+            "model": model,
+            "dims": res.dims,
+            "peak_bytes": res.peak_bytes,
+            "resident_bytes": res.resident_bytes,
+            "process_peak_bytes": self.process_peak,
+            "seconds": res.seconds,
+            "outputs": outputs,
+            "compared": compared,
+            "mismatches": mismatches,
+            "scratch_mismatches": res.scratch_mismatches,
+            "planned": false,
+        });
+        if let Some(r) = &res.plan {
+            j["planned"] = true.into();
+            j["arena_bytes"] = r.arena_bytes.into();
+            j["planned_peak_bytes"] = r.planned_peak_bytes.into();
+            j["inplace_done"] = r.inplace_done.into();
+            j["inplace_copied"] = r.inplace_copied.clone().into();
+            j["plan_misses"] = r.misses.clone().into();
+        }
+        j
+    }
+}
+
 pub fn run(a: RunArgs) -> Result<()> {
     let (model, facts) = crate::commands::load(&a.model)?;
-    if let Some(s) = facts.skipped.first() {
-        bail!(
-            "cannot run: {} node(s) have no shape rule, first {}: {}",
-            facts.skipped.len(),
-            s.label,
-            s.reason
-        );
-    }
+    crate::estimate::check_inferred(&facts, "run")?;
     let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
     if let Some(t) = a.threads {
         if t == 0 {
@@ -423,72 +565,28 @@ pub fn run(a: RunArgs) -> Result<()> {
         };
         given.insert(name.to_string(), tensor_of(arr)?);
     }
-    // Dims from the given inputs' shapes, then --dim, feed the random inputs' shapes.
-    let mut all_dims = bound_dims(g, &given);
-    for (k, v) in &dims {
-        if let Some(&have) = all_dims.get(k) {
-            if have != *v {
-                bail!("--dim {k}={v} disagrees with the inputs, which have {k}={have}");
-            }
-        }
-        all_dims.insert(k.clone(), *v);
-    }
     let plan = match &a.plan {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            let plan = memplan_plan::Plan::from_json(&text)
-                .map_err(|e| anyhow!("{}: not a plan: {e}", p.display()))?;
-            memplan_plan::check(g, &facts, &plan)
-                .map_err(|e| anyhow!("{}: invalid plan: {e}", p.display()))?;
-            Some(plan)
+            Some(read_plan(&text, &p.display().to_string(), g, &facts)?)
         }
         None => None,
     };
-    if !a.force {
-        check_memory(&a, g, &facts, &all_dims, plan.as_ref())?;
-    }
-    let mut rng = Rng(a.seed);
-    for &v in &g.inputs {
-        let val = g.value(v);
-        if given.contains_key(&val.name) || matches!(val.kind, ValueKind::Initializer(_)) {
-            continue;
-        }
-        if !a.random {
-            bail!("input '{}' is not given: pass --input {}=FILE.npy, --inputs-npz FILE.npz, or --random", val.name, val.name);
-        }
-        let t = random_input(g, &facts, v, &all_dims, &mut rng, a.int_high)?;
-        given.insert(val.name.clone(), t);
-    }
-    memplan_exec::mem::reset_heap_peak();
-    let heap_before = memplan_exec::mem::heap_current();
-    let opset = model.onnx_opset().unwrap_or(memplan_ir::ops::DEFAULT_OPSET);
-    let run_once = |inputs: BTreeMap<String, Tensor>| {
-        match &plan {
-            Some(p) => memplan_exec::run_planned(g, &facts, inputs, p, opset),
-            None => memplan_exec::interp::run_with_opset(
-                g,
-                &facts,
-                inputs,
-                &RunOptions::default(),
-                opset,
-            ),
-        }
-        .with_context(|| a.model.display().to_string())
+    let label = a.model.display().to_string();
+    let req = RunRequest {
+        dims,
+        random: a.random,
+        seed: a.seed,
+        int_high: a.int_high,
+        plan,
+        force: a.force,
+        repeat: a.repeat,
     };
-    let mut res = run_once(given.clone())?;
-    let process_peak = memplan_exec::mem::heap_peak().saturating_sub(heap_before);
-    if a.repeat > 1 {
-        let mut runs = vec![(res.seconds, std::mem::take(&mut res.node_seconds))];
-        for _ in 1..a.repeat {
-            let r = run_once(given.clone())?;
-            runs.push((r.seconds, r.node_seconds));
-        }
-        runs.sort_by(|x, y| x.0.total_cmp(&y.0));
-        let median = runs.swap_remove(runs.len() / 2);
-        res.seconds = median.0;
-        res.node_seconds = median.1;
-    }
+    let Executed {
+        result: res,
+        process_peak,
+    } = run_model(&model, &facts, &label, given, &req)?;
     let profile = op_profile(g, &res.node_seconds);
 
     let mut mismatches = Vec::new();
@@ -506,38 +604,17 @@ pub fn run(a: RunArgs) -> Result<()> {
         npz::write_npz(p, &arrays)?;
     }
     if a.json {
-        let outputs: Vec<serde_json::Value> = res
-            .outputs
-            .iter()
-            .map(|(n, t)| serde_json::json!({"name": n, "dtype": t.dtype.onnx_name(), "shape": t.shape}))
-            .collect();
-        let mut j = serde_json::json!({
-            "model": a.model.display().to_string(),
-            "dims": res.dims,
-            "peak_bytes": res.peak_bytes,
-            "resident_bytes": res.resident_bytes,
-            "process_peak_bytes": process_peak,
-            "seconds": res.seconds,
-            "outputs": outputs,
-            "compared": a.compare.is_some(),
-            "mismatches": mismatches,
-            "scratch_mismatches": res.scratch_mismatches,
-            "planned": false,
-        });
+        let ex = Executed {
+            result: res,
+            process_peak,
+        };
+        let mut j = ex.to_json(&label, a.compare.is_some(), &mismatches);
         if a.profile {
             j["profile"] = profile
                 .iter()
                 .map(|p| serde_json::json!({"op": p.op, "nodes": p.nodes, "seconds": p.seconds}))
                 .collect::<Vec<_>>()
                 .into();
-        }
-        if let Some(r) = &res.plan {
-            j["planned"] = true.into();
-            j["arena_bytes"] = r.arena_bytes.into();
-            j["planned_peak_bytes"] = r.planned_peak_bytes.into();
-            j["inplace_done"] = r.inplace_done.into();
-            j["inplace_copied"] = r.inplace_copied.clone().into();
-            j["plan_misses"] = r.misses.clone().into();
         }
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
