@@ -186,7 +186,7 @@ impl Fact {
             let elems = s.elems.as_ref()?;
             let mut total = Expr::zero();
             for e in elems {
-                total = total + e.bytes()?;
+                total += e.bytes()?;
             }
             return Some(total);
         }

@@ -209,7 +209,7 @@ fn sequence_length(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 }
 
 /// The concrete shapes of known elements (the concatenation and split rules need them exactly).
-fn elem_shape<'a>(e: &'a Fact, k: usize) -> Result<&'a [Expr], OpError> {
+fn elem_shape(e: &Fact, k: usize) -> Result<&[Expr], OpError> {
     e.shape
         .as_deref()
         .ok_or_else(|| OpError::Unknown(format!("shape of element {k}")))
@@ -257,7 +257,7 @@ fn concat_from_sequence(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             }
         }
         if !new_axis {
-            total = total + s[axis].clone();
+            total += s[axis].clone();
         }
     }
     let mut shape = s0.to_vec();
