@@ -780,6 +780,36 @@ def m_einops_outer_product_mean():
     )
 
 
+def m_scripted_unbind_stack():
+    """A TorchScript-scripted block that processes a list of tensors, as code written with
+    `torch.unbind` and `torch.stack` exports through the TorchScript exporter: SplitToSequence of
+    the symbolic batch axis, ConcatFromSequence back (ONNX sequence values)."""
+    import torch
+
+    class PerItem(torch.nn.Module):
+        def __init__(self, c=16):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(c)
+            self.proj = torch.nn.Linear(c, c)
+
+        def forward(self, x):
+            items = torch.unbind(self.norm(x), 0)
+            out = torch.stack(items, 1)
+            return self.proj(out).relu()
+
+    return dict(
+        module=torch.jit.script(PerItem().eval()),
+        inputs=[("x", normal("B", "S", 16))],
+        outputs=["y"],
+        dyn={"x": {0: "B", 1: "S"}},
+        export={"B": 3, "S": 10},
+        sizes=[("16", {"B": 2, "S": 16}), ("24", {"B": 4, "S": 24})],
+        package="torch",
+        cls="torch.jit.script module over torch.unbind/torch.stack (written here)",
+        config={"c": 16},
+    )
+
+
 def m_boltz_dropout_mask():
     """Boltz's pair-update pattern: get_dropout_mask (torch.rand_like(...) > p, rescaled) applied to
     a triangle multiplicative update, in eval mode (p * training = 0, so the random op stays in the
