@@ -57,6 +57,30 @@ fn body_err(g: &Graph, e: ExecError) -> OpFail {
     OpFail::Invalid(format!("body '{}': {e}", g.name))
 }
 
+/// One iteration of a scan body on `inputs` (consumed, so they are freed before the outputs are
+/// used): its `n` new states and its `k_out` scan pieces.
+fn scan_step(
+    ctx: &CtlCtx,
+    g: &Graph,
+    f: &Facts,
+    inputs: Vec<Tensor>,
+    n: usize,
+    k_out: usize,
+) -> Result<(Vec<Tensor>, Vec<Tensor>), OpFail> {
+    let outs = run_body(ctx, g, f, &inputs)?;
+    drop(inputs);
+    if outs.len() != n + k_out {
+        return Err(OpFail::Invalid(format!(
+            "the body gave {} outputs, want {}",
+            outs.len(),
+            n + k_out
+        )));
+    }
+    let mut it = outs.into_iter();
+    let states = it.by_ref().take(n).collect();
+    Ok((states, it.collect()))
+}
+
 /// Runs one body on `inputs` (its graph inputs, by position) and returns its outputs, each owning
 /// its buffer.
 fn run_body(
@@ -552,18 +576,9 @@ fn run_scan(
             let idx = if rev { trips - 1 - t } else { t };
             inputs.push(slice_at(ctx, x, a, idx)?);
         }
-        let outs = run_body(ctx, g, f, &inputs)?;
-        drop(inputs);
-        if outs.len() != n + k_out {
-            return Err(OpFail::Invalid(format!(
-                "the body gave {} outputs, want {}",
-                outs.len(),
-                n + k_out
-            )));
-        }
-        let mut it = outs.into_iter();
-        carried.extend(it.by_ref().take(n));
-        for (k, t) in it.enumerate() {
+        let (states, outs) = scan_step(ctx, g, f, inputs, n, k_out)?;
+        carried = states;
+        for (k, t) in outs.into_iter().enumerate() {
             pieces[k].push(t);
         }
     }
@@ -716,18 +731,9 @@ fn run_scan8(
                 let step = if d != 0 { len - 1 - t } else { t };
                 inputs.push(block_at(ctx, x, 2, b * steps + step)?);
             }
-            let got = run_body(ctx, g, f, &inputs)?;
-            drop(inputs);
-            if got.len() != n + k_out {
-                return Err(OpFail::Invalid(format!(
-                    "the body gave {} outputs, want {}",
-                    got.len(),
-                    n + k_out
-                )));
-            }
-            let mut it = got.into_iter();
-            states.extend(it.by_ref().take(n));
-            for (i, p) in it.enumerate() {
+            let (next, got) = scan_step(ctx, g, f, inputs, n, k_out)?;
+            states = next;
+            for (i, p) in got.into_iter().enumerate() {
                 let what = format!("scan output {i} of step {t}");
                 put_block(&mut outs[n + i], 2, b * steps + t, &p, &what)?;
             }
