@@ -476,30 +476,17 @@ mod tests {
         }
     }
 
-    /// All 200,000 cases the timed test may reach (`cargo test --release -p memplan-onnx --lib
-    /// -- --ignored`; about a minute).
-    #[test]
-    #[ignore]
-    fn all_random_cases() {
-        for n in 0..200_000u64 {
-            let bytes = random_bytes(&mut Rng::new(n));
-            match std::panic::catch_unwind(|| check_bytes(&bytes)) {
-                Err(_) => panic!("case {n} panicked"),
-                Ok(Err(msg)) => {
-                    assert!(!msg.is_empty() && !msg.contains('\n'), "case {n}: {msg:?}")
-                }
-                Ok(Ok(())) => {}
-            }
-        }
-    }
-
-    /// Bounded in time (about 2 s) and deterministic in its cases: import and inference never panic,
-    /// and every error is one non-empty line.
+    /// A fixed number of cases (50,000, about a second; `MEMPLAN_FUZZ_CASES` for more or fewer),
+    /// so the same cases run on every machine: import and inference never panic, and every error
+    /// is one non-empty line.
     #[test]
     fn random_models_never_panic_and_errors_are_one_line() {
-        let start = std::time::Instant::now();
-        let (mut ok, mut err, mut n) = (0usize, 0usize, 0u64);
-        while n < 200 || (start.elapsed().as_millis() < 2000 && n < 200_000) {
+        let cases: u64 = std::env::var("MEMPLAN_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50_000);
+        let (mut ok, mut err) = (0usize, 0usize);
+        for n in 0..cases {
             let mut rng = Rng::new(n);
             let bytes = random_bytes(&mut rng);
             let r = std::panic::catch_unwind(|| check_bytes(&bytes));
@@ -511,9 +498,8 @@ mod tests {
                     err += 1;
                 }
             }
-            n += 1;
         }
-        eprintln!("{n} random models: {ok} imported and inferred, {err} rejected");
+        eprintln!("{cases} random models: {ok} imported and inferred, {err} rejected");
         assert!(
             ok > 0 && err > 0,
             "the generator must produce both valid and invalid models"
