@@ -466,7 +466,7 @@ mod tests {
     use super::*;
 
     /// Cases that once broke the one-line rule (a newline inside a value name), whatever the
-    /// machine's speed lets the timed test below reach.
+    /// number of cases the test below runs.
     #[test]
     fn names_with_control_characters_stay_on_one_line() {
         for n in [105_820u64, 125_991] {
