@@ -82,6 +82,8 @@ struct JsonReport<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     fits: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    floor: Option<&'a memplan_plan::Floor>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     chunking: Option<&'a ChunkSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     recompute: Option<&'a memplan_plan::remat::Report>,
@@ -274,6 +276,9 @@ pub struct Optimized {
     pub budget: Option<u64>,
     /// With a budget: whether the planned peak fits it.
     pub fits: Option<bool>,
+    /// With a budget: the lower bound no plan goes below (`memplan_plan::floor`), and what holds
+    /// it up.
+    pub floor: Option<memplan_plan::Floor>,
     pub plan_ms: f64,
 }
 
@@ -302,6 +307,7 @@ impl Optimized {
             plan_ms: self.plan_ms,
             budget_bytes: self.budget,
             fits: self.fits,
+            floor: self.floor.as_ref(),
             chunking: self.chunking.as_ref(),
             recompute: self.recompute.as_ref(),
             report: &self.report,
@@ -335,6 +341,13 @@ pub fn optimize_model(
     }
     let t0 = Instant::now();
     let dims = &req.dims;
+    // The floor of the model as given (chunking splits nodes, so it does not move the floor).
+    let floor = match req.budget {
+        Some(_) => Some(
+            memplan_plan::floor(&model.graph, facts, dims).with_context(|| label.to_string())?,
+        ),
+        None => None,
+    };
     let (model, out, chunking, recompute) = match req.budget {
         None => {
             let out = memplan_plan::optimize(&model.graph, facts, dims, &opts)
@@ -370,6 +383,7 @@ pub fn optimize_model(
         recompute,
         budget: req.budget,
         fits,
+        floor,
         plan_ms,
     })
 }
@@ -493,6 +507,23 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
                 format!(
                     "does not fit; the lowest plan reached is written (exit status {EXIT_BUDGET_NOT_MET})"
                 )
+            }
+        ));
+    }
+    if let Some(fl) = &opt.floor {
+        s.push_str(&format!(
+            "floor      {} (no plan goes below: resident {} + {}: {}){}\n",
+            human(fl.bytes),
+            human(fl.resident_bytes),
+            fl.held_by,
+            fl.values.join(", "),
+            if fits == Some(false) {
+                format!(
+                    "; the lowest plan is {} above it",
+                    human(r.peak_bytes_after.saturating_sub(fl.bytes))
+                )
+            } else {
+                String::new()
             }
         ));
     }

@@ -106,6 +106,14 @@ fn chunked_corpus_runs_bit_identical_at_every_chunk_count() {
                 let (code, rep) = json_and_status(&args);
                 assert!(code == 0 || code == 3, "{stem}: exit status {code}");
                 assert_eq!(rep["fits"] == true, code == 0, "{stem}: exit status {code}");
+                // The floor is a lower bound: resident bytes and more, never above a plan.
+                let floor = rep["floor"]["bytes"].as_u64().unwrap();
+                assert!(floor >= rep["floor"]["resident_bytes"].as_u64().unwrap());
+                assert!(
+                    floor <= rep["peak_bytes_after"].as_u64().unwrap(),
+                    "{stem}: floor {floor} above the planned peak {}",
+                    rep["peak_bytes_after"]
+                );
                 let steps = rep["chunking"]["steps"].as_array().map_or(0, |s| s.len());
                 if steps == 0 {
                     continue;
@@ -174,6 +182,10 @@ fn budget_flags_and_an_unreachable_budget() {
     let live = rep["chunking"]["live_at_peak"].as_array().unwrap();
     assert!(!live.is_empty());
     assert!(rep["peak_bytes_after"].as_u64().unwrap() < rep["peak_bytes_before"].as_u64().unwrap());
+    // The floor says what no plan can go below, and it is above the budget here.
+    let floor = &rep["floor"];
+    assert!(floor["bytes"].as_u64().unwrap() > 1024, "{floor}");
+    assert!(!floor["held_by"].as_str().unwrap().is_empty());
 }
 
 /// Runs `model` unoptimized (writing its outputs to `reference`); returns its measured peak and

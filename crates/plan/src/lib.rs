@@ -16,6 +16,7 @@
 pub mod check;
 pub mod chunk;
 pub mod fit;
+pub mod floor;
 pub mod gen;
 pub mod inplace;
 pub mod model;
@@ -32,6 +33,7 @@ use memplan_sim::timeline::{SimError, Timeline};
 
 pub use check::{check, PlanError};
 pub use fit::{fit_budget, Fit, FitError, FitOptions};
+pub use floor::{floor, Floor};
 pub use model::Problem;
 pub use plan::{Assembled, Buffer, BufferKind, InPlace, Part, Plan, Step};
 

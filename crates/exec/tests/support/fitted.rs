@@ -2,7 +2,7 @@
 //! includes this file by path): a random DAG of the planner's generator (`memplan_plan::gen`),
 //! fitted to half its peak by `memplan_plan::fit_budget` (chunking, then planning), runs from its
 //! checked plan with the same output bits as the plain run of the original graph, and the measured
-//! peak is the planned one.
+//! peak is the planned one, and not below `memplan_plan::floor`.
 
 use std::collections::BTreeMap;
 
@@ -73,6 +73,16 @@ pub fn check_fitted(e: &mut impl Entropy, max_nodes: usize) -> Result<bool, Stri
         return Err(format!(
             "measured peak {} != planned peak {}",
             planned.peak_bytes, fit.outcome.report.peak_bytes_after
+        ));
+    }
+    // The floor is a lower bound on every plan, the fitted one included.
+    let floor = memplan_plan::floor(&model.graph, &facts, &dims)
+        .map_err(|e| format!("floor: {e}"))?
+        .bytes;
+    if floor > planned.peak_bytes {
+        return Err(format!(
+            "the floor {floor} is above the planned peak {}",
+            planned.peak_bytes
         ));
     }
     Ok(fit.chunking.is_some_and(|c| !c.steps.is_empty()))

@@ -1,0 +1,191 @@
+//! A lower bound on the peak any plan of a model can reach at given dims, whatever the order,
+//! in-place reuse or chunking: the resident weights and inputs are held throughout; at the end every
+//! graph output is held at once; and a node that no axis lets chunking split (its op has no axis
+//! flow, or every axis of its outputs needs more than the matching part of its inputs) runs whole,
+//! so its inputs and outputs are held at once while it runs (less the input its output 0 may
+//! overwrite in place). Nodes whose outputs are known at inference time (shape arithmetic) are
+//! constants by then and hold nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use memplan_ir::graph::{Graph, NodeId};
+use memplan_ir::infer::Facts;
+use memplan_ir::ops::axes::{axis_flow, AxisFlow};
+use memplan_sim::timeline::{BufId, Category, SimError, Timeline};
+
+/// The floor and what holds it up.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Floor {
+    /// The lower bound on the planned peak (resident bytes included).
+    pub bytes: u64,
+    /// Weights and inputs.
+    pub resident_bytes: u64,
+    /// What sets the bound above the resident bytes: the graph outputs, or the node that runs
+    /// whole (its label), with the values it holds.
+    pub held_by: String,
+    pub values: Vec<String>,
+}
+
+/// Whether chunking can split node `n` along some axis of some output (see the module docs).
+fn splittable(g: &Graph, f: &Facts, n: NodeId) -> bool {
+    let node = g.node(n);
+    if node.subgraphs().next().is_some() {
+        return false;
+    }
+    let ins: Vec<_> = node.inputs.iter().map(|i| i.map(|v| f.get(v))).collect();
+    let outs: Vec<_> = node.outputs.iter().map(|o| o.map(|v| f.get(v))).collect();
+    axis_flow(node, &ins, &outs)
+        .is_some_and(|fl| fl.iter().flatten().any(|a| matches!(a, AxisFlow::Split(_))))
+}
+
+/// The bytes output 0 of node `n` can share with an input it may overwrite in place (the largest
+/// such input of the output's size that is not resident; 0 when the op overwrites none).
+fn inplace_share(
+    g: &Graph,
+    t: &Timeline,
+    n: NodeId,
+    size: &dyn Fn(BufId) -> Result<u64, SimError>,
+) -> Result<u64, SimError> {
+    let node = g.node(n);
+    let Some(def) = memplan_ir::ops::lookup(node) else {
+        return Ok(0);
+    };
+    let buf = |v: Option<memplan_ir::ValueId>| {
+        v.and_then(|v| t.value_buf.get(v.index()).copied().flatten())
+    };
+    let Some(out) = buf(node.outputs.first().copied().flatten()) else {
+        return Ok(0);
+    };
+    let want = size(out)?;
+    let mut best = 0;
+    for &k in def.mem.inplace {
+        if let Some(b) = buf(node.inputs.get(k).copied().flatten()) {
+            let live = t.buffers[b.0 as usize].alloc.is_some();
+            if live && b != out && size(b)? == want {
+                best = best.max(want);
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// The floor of `graph` at `dims` (every symbol of the facts given).
+pub fn floor(
+    graph: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> Result<Floor, SimError> {
+    let t = Timeline::build(graph, facts, &facts.order)?;
+    let size = |b: BufId| -> Result<u64, SimError> {
+        let bytes = t.buffers[b.0 as usize]
+            .size
+            .eval_map(dims)
+            .map_err(|e| SimError::Eval(e.to_string()))?;
+        Ok(bytes.max(0) as u64)
+    };
+    let resident_buf = |b: BufId| t.buffers[b.0 as usize].alloc.is_none();
+    let mut resident = 0u64;
+    for (k, b) in t.buffers.iter().enumerate() {
+        if b.alloc.is_none() && b.category != Category::Scratch {
+            resident += size(BufId(k as u32))?;
+        }
+    }
+    // The bytes of a set of values beyond the resident ones, each buffer once.
+    let held = |vals: &mut dyn Iterator<Item = memplan_ir::ValueId>| -> Result<(u64, Vec<String>), SimError> {
+        let mut seen = BTreeSet::new();
+        let (mut bytes, mut names) = (0u64, Vec::new());
+        for v in vals {
+            let Some(b) = t.value_buf.get(v.index()).copied().flatten() else {
+                continue;
+            };
+            if resident_buf(b) || !seen.insert(b) {
+                continue;
+            }
+            bytes += size(b)?;
+            names.push(graph.value(v).name.clone());
+        }
+        Ok((bytes, names))
+    };
+    let (out_bytes, out_names) = held(&mut graph.outputs.iter().copied())?;
+    let mut best = Floor {
+        bytes: resident + out_bytes,
+        resident_bytes: resident,
+        held_by: "the graph outputs".into(),
+        values: out_names,
+    };
+    for &n in &facts.order {
+        // A node whose outputs are all known (shape arithmetic: `Shape`, `Size` and what is
+        // computed from them) becomes a constant (`chunk::freeze`) and holds nothing.
+        let known = graph
+            .node(n)
+            .output_ids()
+            .all(|v| facts.get(v).value.is_some());
+        if known || splittable(graph, facts, n) {
+            continue;
+        }
+        let node = graph.node(n);
+        let (mut bytes, names) = held(&mut node.input_ids().chain(node.output_ids()))?;
+        bytes -= inplace_share(graph, &t, n, &size)?;
+        if resident + bytes > best.bytes {
+            best = Floor {
+                bytes: resident + bytes,
+                resident_bytes: resident,
+                held_by: format!("{}, which no axis splits", node.label(n)),
+                values: names,
+            };
+        }
+    }
+    Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_ir::graph::{DeclDim, DeclType};
+    use memplan_ir::DataType;
+
+    fn input(g: &mut Graph, name: &str, dims: Vec<DeclDim>) -> memplan_ir::ValueId {
+        g.add_input(name, DeclType::tensor(DataType::F32, dims))
+    }
+
+    /// `y = Relu(x)` then `s = ReduceSum(y)` over all axes, then `z = Softmax(x)` on axis 1 (split
+    /// along rows): the floor is the resident input plus the largest whole node's values.
+    #[test]
+    fn the_floor_is_held_up_by_the_largest_node_no_axis_splits() {
+        let mut g = Graph::default();
+        let n = DeclDim::Param("N".into());
+        let x = input(&mut g, "x", vec![n.clone(), n.clone()]);
+        let (_, y) = g.add_node("relu", "Relu", &[Some(x)], &["y"], vec![]);
+        let (_, t) = g.add_node("t", "Transpose", &[Some(y[0])], &["t"], vec![]);
+        let (_, s) = g.add_node("sum", "ReduceSum", &[Some(t[0])], &["s"], vec![]);
+        g.outputs.push(s[0]);
+        let f = memplan_ir::infer_graph(&g, 18).unwrap();
+        let dims = BTreeMap::from([("N".to_string(), 8i64)]);
+        let fl = floor(&g, &f, &dims).unwrap();
+        // x: 256 B resident. ReduceSum over every axis has no split axis: it holds t (256 B)
+        // and s (4 B) whole.
+        assert_eq!(fl.resident_bytes, 256);
+        assert_eq!(fl.bytes, 256 + 256 + 4);
+        assert_eq!(fl.held_by, "'sum' (ReduceSum), which no axis splits");
+        assert_eq!(fl.values, ["t", "s"]);
+        // No plan goes below it.
+        let p = crate::optimize(&g, &f, &dims, &crate::Options::default())
+            .unwrap()
+            .plan;
+        assert!(p.arena_bytes + p.resident_bytes >= fl.bytes);
+    }
+
+    #[test]
+    fn a_graph_whose_nodes_all_split_is_held_up_by_its_outputs() {
+        let mut g = Graph::default();
+        let n = DeclDim::Param("N".into());
+        let x = input(&mut g, "x", vec![n.clone(), DeclDim::Value(4)]);
+        let (_, y) = g.add_node("relu", "Relu", &[Some(x)], &["y"], vec![]);
+        let (_, z) = g.add_node("neg", "Neg", &[Some(y[0])], &["z"], vec![]);
+        g.outputs.push(z[0]);
+        let f = memplan_ir::infer_graph(&g, 18).unwrap();
+        let fl = floor(&g, &f, &BTreeMap::from([("N".to_string(), 10i64)])).unwrap();
+        assert_eq!((fl.resident_bytes, fl.bytes), (160, 320));
+        assert_eq!(fl.held_by, "the graph outputs");
+    }
+}
