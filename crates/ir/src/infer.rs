@@ -438,10 +438,10 @@ impl<'a> InferCtx<'a> {
     }
 
     /// The data type named by INT attribute `name` (an ONNX `TensorProto.DataType` code); `None`
-    /// when absent or 0 (undefined).
+    /// when absent. A code that names no type (0, undefined, among them) is an error.
     pub fn attr_dtype(&self, name: &str) -> Result<Option<DataType>, OpError> {
         match self.attr_opt_int(name)? {
-            None | Some(0) => Ok(None),
+            None => Ok(None),
             Some(c) => i32::try_from(c)
                 .ok()
                 .and_then(DataType::from_onnx)

@@ -26,11 +26,7 @@ fn eye_like(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFa
     if x.rank() != 2 {
         return fail(format!("EyeLike needs a 2-D input, got {:?}", x.shape));
     }
-    let dt = match ctx.opt_int("dtype")? {
-        Some(c) => DataType::from_onnx(c as i32)
-            .ok_or_else(|| OpFail::Invalid(format!("dtype {c} is not a data type")))?,
-        None => x.dtype,
-    };
+    let dt = ctx.dtype("dtype")?.unwrap_or(x.dtype);
     let mut one = [0u8; 8];
     let es = match dt {
         DataType::F32 => {

@@ -66,11 +66,8 @@ fn fill_float(out: &mut Tensor, f: impl Fn(u64, u32) -> f64 + Sync) -> Result<()
 
 /// The output type: the `dtype` attribute, else the input's (the *Like ops), else float.
 fn out_dtype(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<DataType, OpFail> {
-    match ctx.opt_int("dtype")? {
-        Some(c) => i32::try_from(c)
-            .ok()
-            .and_then(DataType::from_onnx)
-            .map_or_else(|| fail(format!("attribute 'dtype' is {c}, not a type")), Ok),
+    match ctx.dtype("dtype")? {
+        Some(t) => Ok(t),
         None => Ok(super::opt(inputs, 0).map_or(DataType::F32, |t| t.dtype)),
     }
 }

@@ -86,19 +86,10 @@ fn position(
     Ok(Some((if p < 0 { p + n } else { p }) as usize))
 }
 
-/// The `dtype` attribute of SequenceEmpty (default float).
-fn dtype_attr(ctx: &OpCtx) -> Result<DataType, OpFail> {
-    match ctx.opt_int("dtype")? {
-        None | Some(0) => Ok(DataType::F32),
-        Some(c) => i32::try_from(c)
-            .ok()
-            .and_then(DataType::from_onnx)
-            .ok_or_else(|| OpFail::Invalid(format!("attribute 'dtype' is {c}, not a data type"))),
-    }
-}
-
+/// An empty sequence of the `dtype` attribute's type (default float).
 fn sequence_empty(ctx: &OpCtx, _: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
-    Ok(vec![pack(ctx, dtype_attr(ctx)?, SeqKind::Sequence, &[])?])
+    let t = ctx.dtype("dtype")?.unwrap_or(DataType::F32);
+    Ok(vec![pack(ctx, t, SeqKind::Sequence, &[])?])
 }
 
 fn sequence_construct(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {

@@ -49,9 +49,17 @@ pub fn is_quantized_type(t: DataType) -> bool {
     )
 }
 
+/// The `output_dtype` attribute (0 or absent: `None`, the default).
+fn output_dtype(ctx: &InferCtx) -> Result<Option<DataType>, OpError> {
+    match ctx.attr_int("output_dtype", 0)? {
+        0 => Ok(None),
+        _ => ctx.attr_dtype("output_dtype"),
+    }
+}
+
 /// The output type: the zero point's when given, else `output_dtype`, else uint8.
 fn quantize(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let want = ctx.attr_dtype("output_dtype")?;
+    let want = output_dtype(ctx)?;
     let t = match ctx.opt_input(2) {
         Some(_) => {
             let z = ctx.dtype(2)?;
@@ -72,7 +80,7 @@ fn quantize(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 
 /// The output type: `output_dtype` when given, else the scale's.
 fn dequantize(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let t = match ctx.attr_dtype("output_dtype")? {
+    let t = match output_dtype(ctx)? {
         Some(t) => t,
         None => ctx.dtype(1)?,
     };
