@@ -497,6 +497,12 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         human(r.resident_bytes),
         r.inplace
     ));
+    if r.heap_bytes > 0 {
+        s.push_str(&format!(
+            "heap       {} beside the arena: control-flow bodies (If, Loop, Scan) run on the heap\n",
+            human(r.heap_bytes)
+        ));
+    }
     if let (Some(b), Some(f)) = (budget, fits) {
         s.push_str(&format!(
             "budget     {}: {}\n",

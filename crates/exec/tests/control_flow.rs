@@ -479,3 +479,54 @@ fn if_with_a_known_condition_ignores_an_invalid_untaken_branch() {
         assert_eq!(outs[0].1.shape, [if b { 4 } else { 8 }]);
     }
 }
+
+/// Plans `g` at the dims of a plain run, runs the plan and checks: outputs bit-identical, the
+/// measured peak equal to the planned one (arena, resident and the bodies' heap), no misses.
+/// Returns the plan's heap bytes.
+fn check_planned(g: &Graph, inputs: impl Fn() -> BTreeMap<String, Tensor>) -> u64 {
+    let facts = memplan_ir::infer_graph(g, 18).unwrap();
+    let plain = memplan_exec::run(g, &facts, inputs(), &RunOptions::default()).unwrap();
+    let out = memplan_plan::optimize(g, &facts, &plain.dims, &memplan_plan::Options::default())
+        .unwrap();
+    let p = out.plan;
+    let planned = memplan_exec::run_planned(g, &facts, inputs(), &p, 18).unwrap();
+    for ((name, a), (_, b)) in plain.outputs.iter().zip(&planned.outputs) {
+        assert_eq!(a.bytes(), b.bytes(), "output {name}");
+    }
+    let rep = planned.plan.unwrap();
+    assert!(rep.misses.is_empty(), "{:?}", rep.misses);
+    assert_eq!(
+        rep.planned_peak_bytes,
+        p.arena_bytes + p.resident_bytes + p.heap_bytes
+    );
+    assert_eq!(out.report.peak_bytes_after, rep.planned_peak_bytes);
+    assert_eq!(planned.peak_bytes, rep.planned_peak_bytes, "{}", p.to_json());
+    p.heap_bytes
+}
+
+#[test]
+fn planned_runs_with_control_flow_measure_what_they_plan() {
+    for (n, m) in [(3usize, 4i64), (5, 1), (2, 0)] {
+        let g = loop_graph(Some(m));
+        let heap = check_planned(&g, || {
+            BTreeMap::from([("x".to_string(), f32s(&[n, 4], |i| i as f32 * 0.3))])
+        });
+        // The outputs alone, acc [N, 4] and the scans [M, N, 4], are made on the heap.
+        assert!(heap >= (16 * n * (1 + m as usize)) as u64, "{heap}");
+    }
+    for t in [1usize, 3] {
+        let heap = check_planned(&scan_graph(false), || {
+            BTreeMap::from([
+                ("s0".to_string(), f32s(&[3], |i| i as f32)),
+                ("xs".to_string(), f32s(&[t, 3], |i| 1.0 + i as f32)),
+            ])
+        });
+        assert!(heap >= (12 * (1 + t)) as u64, "{heap}");
+    }
+    for b in [true, false] {
+        let heap = check_planned(&if_graph(Some(b)), || {
+            BTreeMap::from([("x".to_string(), f32s(&[4], |i| i as f32 - 2.0))])
+        });
+        assert!(heap >= if b { 16 } else { 32 }, "{heap}");
+    }
+}

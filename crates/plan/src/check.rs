@@ -17,7 +17,9 @@
 //!    of exactly the output's size and dtype that is not resident (graph input, weight), holds no
 //!    graph output, whose every other reader (through views too) has run before, and that no other
 //!    input slot of the node reads (the same value twice is allowed for elementwise ops);
-//! 6. the arena is the highest `offset + size`, and the resident bytes are the weights and inputs;
+//! 6. the arena is the highest `offset + size`, the resident bytes are the weights and inputs, and
+//!    the heap bytes are the most any control-flow node holds on the heap (its bodies' scratch from
+//!    the simulator plus its outputs, which the executor makes there and copies into the arena);
 //! 7. an assembled `Concat` is one the op allows, over its own inputs in order at the offsets their
 //!    sizes give; each input (with its views) then shares the output's buffer, which is made at the
 //!    first step making any of its values.
@@ -105,6 +107,8 @@ pub enum PlanError {
     Arena { plan: u64, want: u64 },
     #[error("resident bytes: the plan says {plan} B but the weights and inputs take {want} B")]
     Resident { plan: u64, want: u64 },
+    #[error("heap bytes: the plan says {plan} B but its control-flow bodies take {want} B")]
+    Heap { plan: u64, want: u64 },
 }
 
 /// Where a value's bytes live.
@@ -630,6 +634,27 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
             want: resident,
         });
     }
+    let mut heap = 0u64;
+    for (nd, node) in graph.nodes.iter().enumerate() {
+        if !ops::control::is_control(&node.op) {
+            continue;
+        }
+        let mut outs = 0u64;
+        for o in node.output_ids() {
+            if storage[o.index()] == Storage::Owned(o) {
+                outs += size_of(o)?;
+            }
+        }
+        let body = body_scratch_bytes(graph, facts, nd, &plan.dims)
+            .map_err(|why| PlanError::Scratch { node: label(nd), why })?;
+        heap = heap.max(body + outs);
+    }
+    if heap != plan.heap_bytes {
+        return Err(PlanError::Heap {
+            plan: plan.heap_bytes,
+            want: heap,
+        });
+    }
     Ok(())
 }
 
@@ -745,7 +770,25 @@ fn assembled(
     Ok(())
 }
 
-/// Scratch bytes node `nd` needs at `dims`, from the op table.
+/// Heap bytes a control-flow node's bodies hold beyond its outputs (0 for other nodes).
+fn body_scratch_bytes(
+    graph: &Graph,
+    facts: &Facts,
+    nd: usize,
+    dims: &BTreeMap<String, i64>,
+) -> Result<u64, String> {
+    let nid = memplan_ir::NodeId::from_index(nd);
+    match memplan_sim::control::scratch(graph, facts, nid).map_err(|e| e.to_string())? {
+        Some(e) => e
+            .eval_map(dims)
+            .map(|x| x.max(0) as u64)
+            .map_err(|e| format!("scratch size unknown at the plan's dims ({e:?})")),
+        None => Ok(0),
+    }
+}
+
+/// Arena scratch bytes node `nd` needs at `dims`, from the op table (a control-flow node's bodies
+/// run on the heap: see [`body_scratch_bytes`]).
 fn scratch_bytes(
     graph: &Graph,
     facts: &Facts,
@@ -753,12 +796,8 @@ fn scratch_bytes(
     dims: &BTreeMap<String, i64>,
 ) -> Result<u64, String> {
     let node = &graph.nodes[nd];
-    let nid = memplan_ir::NodeId::from_index(nd);
-    if let Some(e) = memplan_sim::control::scratch(graph, facts, nid).map_err(|e| e.to_string())? {
-        return e
-            .eval_map(dims)
-            .map(|x| x.max(0) as u64)
-            .map_err(|e| format!("scratch size unknown at the plan's dims ({e:?})"));
+    if ops::control::is_control(&node.op) {
+        return Ok(0);
     }
     let Some(f) = ops::lookup(node).and_then(|d| d.mem.scratch) else {
         return Ok(0);
@@ -891,6 +930,8 @@ mod tests {
             .assert_eq(&err(|p| p.arena_bytes = 1000));
         expect!["resident bytes: the plan says 0 B but the weights and inputs take 128 B"]
             .assert_eq(&err(|p| p.resident_bytes = 0));
+        expect!["heap bytes: the plan says 8 B but its control-flow bodies take 0 B"]
+            .assert_eq(&err(|p| p.heap_bytes = 8));
         expect![[r#"value 'a': size unknown at the plan's dims (UnboundSymbol("N"))"#]]
             .assert_eq(&err(|p| p.dims.clear()));
     }

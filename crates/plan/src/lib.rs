@@ -89,7 +89,7 @@ pub struct Report {
     pub nodes: usize,
     /// Simulated peak in graph order: what `memplan estimate` reports.
     pub peak_bytes_before: u64,
-    /// The planned arena plus the resident weights and inputs.
+    /// The planned arena plus the resident weights and inputs and the control-flow bodies' heap.
     pub peak_bytes_after: u64,
     pub passes: Vec<Pass>,
     pub candidates: Vec<Candidate>,
@@ -101,6 +101,8 @@ pub struct Report {
     /// Liveness peak of the arena's buffers after in-place: no placement does better.
     pub arena_lower_bound: u64,
     pub resident_bytes: u64,
+    /// What control-flow bodies hold on the heap beside the arena ([`Plan::heap_bytes`]).
+    pub heap_bytes: u64,
     pub inplace: usize,
     pub exact_windows_solved: usize,
     pub exact_windows_improved: usize,
@@ -273,7 +275,7 @@ pub fn optimize(
     let plan = build_plan(graph, &p, &ev, dims);
     check::check(graph, facts, &plan)?;
     let before = candidates[0].peak_bytes;
-    let after = ev.arena + p.resident;
+    let after = ev.arena + p.resident + p.body_heap;
     let report = Report {
         dims: dims.clone(),
         nodes: graph.nodes.len(),
@@ -314,6 +316,7 @@ pub fn optimize(
         arena_bytes: ev.arena,
         arena_lower_bound: ev.lower,
         resident_bytes: p.resident,
+        heap_bytes: p.body_heap,
         inplace: ev.decisions.len(),
         exact_windows_solved: stats.solved,
         exact_windows_improved: stats.improved,
@@ -442,6 +445,7 @@ fn build_plan(graph: &Graph, p: &Problem, ev: &Evaluated, dims: &BTreeMap<String
         align: place::ALIGN,
         arena_bytes,
         resident_bytes: p.resident,
+        heap_bytes: p.body_heap,
     }
 }
 

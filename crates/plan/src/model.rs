@@ -50,6 +50,10 @@ pub struct Problem {
     pub owner: Vec<memplan_ir::ValueId>,
     /// Weights and graph inputs, live at every step.
     pub resident: u64,
+    /// The most a control-flow node's bodies hold on the heap beside the arena (their peak plus
+    /// the node's outputs, made on the heap and then copied into the arena); see
+    /// [`crate::plan::Plan::heap_bytes`]. Such a node has no arena scratch.
+    pub body_heap: u64,
     /// Position of each node in the graph order the problem was built from (tie-breaks).
     pub graph_pos: Vec<u32>,
     /// The graph order itself.
@@ -104,9 +108,13 @@ impl Problem {
         let mut allocs: Vec<Vec<Buf>> = vec![Vec::new(); n];
         let mut scratch = vec![0u64; n];
         let mut resident = 0u64;
+        let mut body_scratch = vec![0u64; n];
         for (i, b) in t.buffers.iter().enumerate() {
             match (b.alloc, b.category, b.value, b.producer) {
                 (None, ..) => resident += sizes[i],
+                (Some(_), Category::Scratch, _, Some(p)) if memplan_ir::ops::control::is_control(&graph.node(p).op) => {
+                    body_scratch[p.index()] += sizes[i]
+                }
                 (Some(_), Category::Scratch, _, Some(p)) => scratch[p.index()] += sizes[i],
                 (Some(_), _, Some(v), Some(p)) => {
                     let id = size.len() as Buf;
@@ -120,6 +128,12 @@ impl Problem {
                 _ => {}
             }
         }
+        // A body runs on the heap and makes the node's outputs there too.
+        let body_heap = (0..n)
+            .filter(|&k| memplan_ir::ops::control::is_control(&graph.nodes[k].op))
+            .map(|k| body_scratch[k] + allocs[k].iter().map(|&b| size[b as usize]).sum::<u64>())
+            .max()
+            .unwrap_or(0);
         let value_buf: Vec<Option<Buf>> = t
             .value_buf
             .iter()
@@ -181,6 +195,7 @@ impl Problem {
             value_buf,
             owner,
             resident,
+            body_heap,
             graph_pos,
             graph_order: order.to_vec(),
             reuse: Vec::new(),

@@ -94,6 +94,16 @@ pub struct Plan {
     pub arena_bytes: u64,
     /// Weights and graph inputs, held outside the arena.
     pub resident_bytes: u64,
+    /// Control-flow bodies (`If`, `Loop`, `Scan`) run on the heap beside the arena: the most one
+    /// node holds there, its bodies' peak plus its outputs, made on the heap and then copied into
+    /// their arena buffers. Such a node has no arena scratch. The run's peak is
+    /// `arena_bytes + resident_bytes + heap_bytes`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub heap_bytes: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 impl Plan {
