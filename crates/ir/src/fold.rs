@@ -134,6 +134,7 @@ pub fn fact_tensor(f: &Fact) -> Option<TensorData> {
             int_bytes(dtype, &c)?
         }
         Known::Float(v) => float_bytes(dtype, v)?,
+        Known::Ratio(_) => return None,
     };
     TensorData::from_raw(String::new(), dtype, dims, Bytes::from(raw)).ok()
 }

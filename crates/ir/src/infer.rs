@@ -25,6 +25,61 @@ pub enum Known {
     Int(Vec<Expr>),
     /// Float contents.
     Float(Vec<f64>),
+    /// Float contents holding symbols: shape arithmetic done in floats (`ceil(h / p) * p` in
+    /// float, cast back to an integer). See [`Ratio`].
+    Ratio(Vec<Ratio>),
+}
+
+/// A float element that is the rational `num / den` of a symbolic integer and a positive
+/// constant. `exact` is false when the float holds that rational rounded once (a division by a
+/// constant that is not a power of two): `Ceil`, `Floor` and a cast to an integer still give the
+/// exact integer then, since a rational `n / d` that is not an integer lies at least `1 / d` from
+/// every integer while one rounding moves it by at most `|n / d| * 2^-24` (`f32`), less than
+/// `1 / d` for `|n| < 2^24`; sizes are taken to stay below that. Other arithmetic needs `exact`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ratio {
+    pub num: Expr,
+    pub den: i64,
+    pub exact: bool,
+}
+
+impl Ratio {
+    /// The integer `n` as a float.
+    pub fn int(n: Expr) -> Ratio {
+        Ratio {
+            num: n,
+            den: 1,
+            exact: true,
+        }
+    }
+
+    /// A float constant as a ratio: one with a power-of-two denominator up to `2^20` (every
+    /// float with an integer or binary-fraction value in shape arithmetic: 2.0, 0.5).
+    pub fn of_float(f: f64) -> Option<Ratio> {
+        let mut den = 1i64;
+        while den <= 1 << 20 {
+            let n = f * den as f64;
+            if n.fract() == 0.0 && n.abs() < 9.0e15 {
+                return Some(Ratio {
+                    num: Expr::int(n as i64),
+                    den,
+                    exact: true,
+                });
+            }
+            den *= 2;
+        }
+        None
+    }
+
+    /// The same value over denominator `l` (a multiple of `den`).
+    pub fn num_over(&self, l: i64) -> Expr {
+        &self.num * &Expr::int(l / self.den)
+    }
+
+    /// The constant value, when the numerator is one.
+    pub fn as_f64(&self) -> Option<f64> {
+        self.num.as_const().map(|n| n as f64 / self.den as f64)
+    }
 }
 
 impl Known {
@@ -32,11 +87,86 @@ impl Known {
         match self {
             Known::Int(v) => v.len(),
             Known::Float(v) => v.len(),
+            Known::Ratio(v) => v.len(),
         }
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Float contents from ratios: `Float` when every element is an exact constant, `Ratio`
+    /// when some element holds a symbol, `None` when a constant is a rounded one (its float is
+    /// the kernel's to compute, not this rule's).
+    pub fn of_ratios(v: Vec<Ratio>) -> Option<Known> {
+        if v.iter().any(|r| r.num.as_const().is_none()) {
+            return Some(Known::Ratio(v));
+        }
+        v.iter()
+            .map(|r| r.exact.then(|| r.as_f64()).flatten())
+            .collect::<Option<Vec<f64>>>()
+            .map(Known::Float)
+    }
+
+    /// The contents as float ratios (integers over 1, floats with binary-fraction values).
+    pub fn as_ratios(&self) -> Option<Vec<Ratio>> {
+        match self {
+            Known::Int(v) => Some(v.iter().cloned().map(Ratio::int).collect()),
+            Known::Float(v) => v.iter().map(|&f| Ratio::of_float(f)).collect(),
+            Known::Ratio(v) => Some(v.clone()),
+        }
+    }
+
+    /// The elements at `idx`, in that order; `None` when an index is out of range.
+    pub fn pick(&self, idx: &[usize]) -> Option<Known> {
+        Some(match self {
+            Known::Int(v) => Known::Int(
+                idx.iter()
+                    .map(|&j| v.get(j).cloned())
+                    .collect::<Option<_>>()?,
+            ),
+            Known::Float(v) => Known::Float(
+                idx.iter()
+                    .map(|&j| v.get(j).copied())
+                    .collect::<Option<_>>()?,
+            ),
+            Known::Ratio(v) => Known::Ratio(
+                idx.iter()
+                    .map(|&j| v.get(j).cloned())
+                    .collect::<Option<_>>()?,
+            ),
+        })
+    }
+
+    /// The parts one after the other: integers stay integers, floats stay floats, and floats
+    /// mixed with ratios become ratios.
+    pub fn concat(parts: &[&Known]) -> Option<Known> {
+        if parts.iter().all(|k| matches!(k, Known::Int(_))) {
+            let mut v = Vec::new();
+            for k in parts {
+                if let Known::Int(x) = k {
+                    v.extend(x.iter().cloned());
+                }
+            }
+            return Some(Known::Int(v));
+        }
+        if parts.iter().all(|k| matches!(k, Known::Float(_))) {
+            let mut v = Vec::new();
+            for k in parts {
+                if let Known::Float(x) = k {
+                    v.extend(x.iter().copied());
+                }
+            }
+            return Some(Known::Float(v));
+        }
+        if !parts.iter().any(|k| matches!(k, Known::Ratio(_))) {
+            return None;
+        }
+        let mut v = Vec::new();
+        for k in parts {
+            v.extend(k.as_ratios()?);
+        }
+        Some(Known::Ratio(v))
     }
 
     /// The contents as concrete integers, when every element is a constant.
@@ -47,6 +177,7 @@ impl Known {
                 .iter()
                 .map(|f| (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(*f as i64))
                 .collect(),
+            Known::Ratio(_) => None,
         }
     }
 
@@ -57,6 +188,10 @@ impl Known {
             Known::Float(_) => self
                 .as_consts()
                 .map(|v| v.into_iter().map(Expr::int).collect()),
+            Known::Ratio(v) => v
+                .iter()
+                .map(|r| (r.exact && r.den == 1).then(|| r.num.clone()))
+                .collect(),
         }
     }
 }

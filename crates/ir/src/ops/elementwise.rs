@@ -3,7 +3,7 @@
 
 use crate::dim::Expr;
 use crate::dtype::DataType;
-use crate::infer::{broadcast, invalid, Fact, InferCtx, Known, OpError};
+use crate::infer::{broadcast, invalid, Fact, InferCtx, Known, OpError, Ratio};
 
 use crate::graph::Node;
 
@@ -143,10 +143,7 @@ fn known_broadcast(ctx: &InferCtx, i: usize, shape: &[usize]) -> Option<Known> {
         return None;
     }
     let idx = broadcast_index(&src, shape);
-    Some(match k {
-        Known::Int(v) => Known::Int(idx.iter().map(|&j| v[j].clone()).collect()),
-        Known::Float(v) => Known::Float(idx.iter().map(|&j| v[j]).collect()),
-    })
+    k.pick(&idx)
 }
 
 /// For each element of `out` (row-major), the index of the element of `src` it reads under broadcasting.
@@ -188,14 +185,7 @@ fn fold(ctx: &InferCtx, shape: &[Expr], fi: &dyn Fn(&[Expr]) -> Option<Expr>) ->
     let n: usize = conc.iter().product();
     let mut cols = Vec::new();
     for i in 0..ctx.num_inputs() {
-        match known_broadcast(ctx, i, &conc)? {
-            Known::Int(v) => cols.push(v),
-            Known::Float(v) => cols.push(
-                v.iter()
-                    .map(|f| (f.fract() == 0.0 && f.abs() < 9.0e15).then(|| Expr::int(*f as i64)))
-                    .collect::<Option<Vec<_>>>()?,
-            ),
-        }
+        cols.push(known_broadcast(ctx, i, &conc)?.as_exprs()?);
     }
     let mut out = Vec::with_capacity(n);
     for j in 0..n {
@@ -203,6 +193,127 @@ fn fold(ctx: &InferCtx, shape: &[Expr], fi: &dyn Fn(&[Expr]) -> Option<Expr>) ->
         out.push(fi(&args)?);
     }
     Some(Known::Int(out))
+}
+
+/// Folds a float elementwise op whose inputs hold symbols (shape arithmetic done in floats, see
+/// [`Ratio`]), with `fr` computing one output element from the inputs' elements (integers and
+/// bools read as ratios over 1). `None` unless some input is a [`Known::Ratio`]: constant floats
+/// are the kernel's.
+fn fold_ratio(
+    ctx: &InferCtx,
+    shape: &[Expr],
+    fr: &dyn Fn(&[Ratio]) -> Option<Ratio>,
+) -> Option<Known> {
+    let symbolic = (0..ctx.num_inputs()).any(|i| {
+        matches!(
+            ctx.opt_input(i).and_then(|f| f.value.as_ref()),
+            Some(Known::Ratio(_))
+        )
+    });
+    if !symbolic {
+        return None;
+    }
+    let conc: Vec<usize> = shape
+        .iter()
+        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
+        .collect::<Option<_>>()?;
+    let n: usize = conc.iter().product();
+    let mut cols = Vec::new();
+    for i in 0..ctx.num_inputs() {
+        cols.push(known_broadcast(ctx, i, &conc)?.as_ratios()?);
+    }
+    let mut out = Vec::with_capacity(n);
+    for j in 0..n {
+        let args: Vec<Ratio> = cols.iter().map(|c| c[j].clone()).collect();
+        out.push(fr(&args)?);
+    }
+    Known::of_ratios(out)
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// `num / den` in lowest terms where the numerator is provably a multiple of the denominator
+/// (or a constant sharing a factor with it).
+fn ratio(num: Expr, den: i64, exact: bool) -> Ratio {
+    let g = match num.as_const() {
+        Some(c) => gcd(c, den),
+        None if num.rem(&Expr::int(den)).as_const() == Some(0) => den,
+        None => 1,
+    };
+    if g > 1 {
+        Ratio {
+            num: num.floor_div(&Expr::int(g)),
+            den: den / g,
+            exact,
+        }
+    } else {
+        Ratio { num, den, exact }
+    }
+}
+
+/// The common denominator of two ratios.
+fn lcm(a: &Ratio, b: &Ratio) -> Option<i64> {
+    (a.den / gcd(a.den, b.den)).checked_mul(b.den)
+}
+
+/// Float `Add`, `Sub`, `Mul`, `Div` of ratios. Sums and products of exact ratios are exact;
+/// dividing by a constant gives an exact ratio when the constant is a power of two (times a
+/// power-of-two fraction) and one rounding otherwise.
+fn ratio_arith(op: &str, x: &Ratio, y: &Ratio) -> Option<Ratio> {
+    match op {
+        "Add" | "Sub" if x.exact && y.exact => {
+            let l = lcm(x, y)?;
+            let (a, b) = (x.num_over(l), y.num_over(l));
+            Some(ratio(if op == "Add" { &a + &b } else { &a - &b }, l, true))
+        }
+        "Mul" if x.exact && y.exact => Some(ratio(&x.num * &y.num, x.den.checked_mul(y.den)?, true)),
+        "Div" if x.exact => {
+            let c = y.num.as_const().filter(|&c| c != 0)?;
+            let num = &x.num * &Expr::int(y.den * c.signum());
+            let den = x.den.checked_mul(c.checked_abs()?)?;
+            Some(ratio(num, den, (c.unsigned_abs()).is_power_of_two()))
+        }
+        _ => None,
+    }
+}
+
+/// Decides `x OP y` for exact ratios, by their numerators over the common denominator.
+fn ratio_decide(op: &str, x: &Ratio, y: &Ratio) -> Option<bool> {
+    if !(x.exact && y.exact) {
+        return None;
+    }
+    let l = lcm(x, y)?;
+    decide(op, &x.num_over(l), &y.num_over(l))
+}
+
+/// `Ceil`, `Floor`, `Round`, `Neg` and `Abs` of a ratio; the first two are exact even after one
+/// rounding (see [`Ratio`]).
+fn ratio_unary(op: &str, x: &Ratio) -> Option<Ratio> {
+    let d = Expr::int(x.den);
+    match op {
+        "Ceil" => Some(Ratio::int(x.num.ceil_div(&d))),
+        "Floor" => Some(Ratio::int(x.num.floor_div(&d))),
+        "Round" if x.den == 1 => Some(x.clone()),
+        "Neg" => Some(Ratio {
+            num: -&x.num,
+            ..x.clone()
+        }),
+        "Abs" => Some(if sign_of(&x.num)? >= 0 {
+            x.clone()
+        } else {
+            Ratio {
+                num: -&x.num,
+                ..x.clone()
+            }
+        }),
+        _ => None,
+    }
 }
 
 /// The sign of `x` (-1, 0, 1) for every value of its symbols (all >= 1), when provable.
@@ -299,7 +410,7 @@ fn arith(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let value = if t.is_int() {
         fold(ctx, &shape, &fi)
     } else {
-        None
+        fold_ratio(ctx, &shape, &|a| ratio_arith(op, &a[0], &a[1]))
     };
     Ok(vec![fact(t, shape, value)])
 }
@@ -346,10 +457,29 @@ fn variadic(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             _ => None,
         }
     };
-    let value = if t.is_int() && ctx.num_inputs() > 0 {
+    let fr = |a: &[Ratio]| -> Option<Ratio> {
+        let mut it = a.iter();
+        let mut m = it.next()?.clone();
+        for x in it {
+            m = match op.as_str() {
+                "Sum" => ratio_arith("Add", &m, x)?,
+                "Max" | "Min" if m.exact && x.exact => {
+                    let l = lcm(&m, x)?;
+                    let (p, q) = (m.num_over(l), x.num_over(l));
+                    let e = if op == "Max" { Expr::max(&p, &q) } else { Expr::min(&p, &q) };
+                    ratio(e, l, true)
+                }
+                _ => return None,
+            };
+        }
+        Some(m)
+    };
+    let value = if ctx.num_inputs() == 0 {
+        None
+    } else if t.is_int() {
         fold(ctx, &shape, &fi)
     } else {
-        None
+        fold_ratio(ctx, &shape, &fr)
     };
     Ok(vec![fact(t, shape, value)])
 }
@@ -388,10 +518,15 @@ fn compare(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let op = ctx.node.op.clone();
     let fi =
         |a: &[Expr]| -> Option<Expr> { decide(&op, &a[0], &a[1]).map(|b| Expr::int(b as i64)) };
+    let fr = |a: &[Ratio]| -> Option<Ratio> {
+        ratio_decide(&op, &a[0], &a[1]).map(|b| Ratio::int(Expr::int(b as i64)))
+    };
     let value = if t.is_int() {
         fold(ctx, &shape, &fi)
     } else {
-        None
+        // A bool of ratios: its elements are constants, read back as integers.
+        fold_ratio(ctx, &shape, &fr).and_then(|k| k.as_consts())
+            .map(|v| Known::Int(v.into_iter().map(Expr::int).collect()))
     };
     Ok(vec![fact(DataType::Bool, shape, value)])
 }
@@ -417,10 +552,14 @@ fn where_(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         let c = a[0].as_const()?;
         Some(if c != 0 { a[1].clone() } else { a[2].clone() })
     };
+    let fr = |a: &[Ratio]| -> Option<Ratio> {
+        let c = a[0].num.as_const()?;
+        Some(if c != 0 { a[1].clone() } else { a[2].clone() })
+    };
     let value = if t.is_int() {
         fold(ctx, &shape, &fi)
     } else {
-        None
+        fold_ratio(ctx, &shape, &fr)
     };
     Ok(vec![fact(t, shape, value)])
 }
@@ -428,12 +567,40 @@ fn where_(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 /// Symbolic integers keep their value across integer casts (sizes fit every integer type used for
 /// shapes) and become 1 when cast to bool if provably nonzero. Everything else is the kernel's.
 fn cast_known(k: &Known, to: DataType) -> Option<Known> {
+    if let Known::Ratio(v) = k {
+        return cast_ratios(v, to);
+    }
     let Known::Int(v) = k else { return None };
+    if to.is_float() {
+        // Symbolic integers become ratios over 1; constants are the kernel's.
+        return Known::of_ratios(v.iter().cloned().map(Ratio::int).collect())
+            .filter(|k| matches!(k, Known::Ratio(_)));
+    }
     if to.is_int() {
         Some(Known::Int(v.clone()))
     } else if to == DataType::Bool {
         v.iter()
             .map(|e| sign_of(e).map(|s| Expr::int((s != 0) as i64)))
+            .collect::<Option<Vec<_>>>()
+            .map(Known::Int)
+    } else {
+        None
+    }
+}
+
+/// Symbolic floats cast: to an integer, truncated toward zero (exact even after one rounding, see
+/// [`Ratio`]); to another float, unchanged; to bool, 1 where provably nonzero.
+fn cast_ratios(v: &[Ratio], to: DataType) -> Option<Known> {
+    if to.is_int() {
+        v.iter()
+            .map(|r| trunc_div(&r.num, &Expr::int(r.den)))
+            .collect::<Option<Vec<_>>>()
+            .map(Known::Int)
+    } else if to.is_float() {
+        Some(Known::Ratio(v.to_vec()))
+    } else if to == DataType::Bool {
+        v.iter()
+            .map(|r| sign_of(&r.num).map(|s| Expr::int((s != 0) as i64)))
             .collect::<Option<Vec<_>>>()
             .map(Known::Int)
     } else {
@@ -452,7 +619,7 @@ fn cast(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     })?;
     let inp = ctx.input(0)?;
     let shape = ctx.shape(0)?.to_vec();
-    let value = int_value(inp).and_then(|k| cast_known(k, to));
+    let value = symbolic_value(inp).and_then(|k| cast_known(k, to));
     Ok(vec![fact(to, shape, value)])
 }
 
@@ -461,6 +628,11 @@ fn int_value(f: &Fact) -> Option<&Known> {
     f.dtype
         .filter(|t| t.is_int() || *t == DataType::Bool)
         .and(f.value.as_ref())
+}
+
+/// The known contents of a tensor that holds symbols: integers, or floats as ratios.
+fn symbolic_value(f: &Fact) -> Option<&Known> {
+    int_value(f).or(f.value.as_ref().filter(|k| matches!(k, Known::Ratio(_))))
 }
 
 fn bitcast(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
@@ -489,7 +661,7 @@ fn bitcast(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 fn cast_like(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let to = ctx.dtype(1)?;
     let shape = ctx.shape(0)?.to_vec();
-    let value = int_value(ctx.input(0)?).and_then(|k| cast_known(k, to));
+    let value = symbolic_value(ctx.input(0)?).and_then(|k| cast_known(k, to));
     Ok(vec![fact(to, shape, value)])
 }
 
@@ -498,6 +670,15 @@ fn cast_like(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
 fn unary(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let t = ctx.dtype(0)?;
     let shape = ctx.shape(0)?.to_vec();
+    if let Some(Known::Ratio(v)) = ctx.input(0)?.value.as_ref() {
+        let op = ctx.node.op.as_str();
+        let value = v
+            .iter()
+            .map(|x| ratio_unary(op, x))
+            .collect::<Option<Vec<_>>>()
+            .and_then(Known::of_ratios);
+        return Ok(vec![fact(t, shape, value)]);
+    }
     let ints = match int_value(ctx.input(0)?) {
         Some(Known::Int(v)) if t.is_int() => Some(v),
         _ => None,
@@ -537,6 +718,43 @@ mod tests {
         assert_eq!(shape_of(&f, ac), "[N, N, 32]");
         assert_eq!(fact_of(&f, eq), "bool [N, N, 32]");
         assert_eq!(shape_of(&f, w), "[N, N, 32]");
+    }
+
+    /// `ceil(h / p) * p` computed in floats on a symbolic size and cast back (MobileViT's patch
+    /// padding as TorchScript exports it) is the integer expression; a division by 3 is rounded
+    /// once, so only `Ceil`/`Floor`/a cast may read it.
+    #[test]
+    fn float_shape_arithmetic_on_symbols_folds_exactly() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", DataType::F32, "N, 8");
+        let s = t.op("Shape", &[x], &["s"], vec![])[0];
+        let zero = t.ints("zero", &[], &[0]);
+        let h = t.op("Gather", &[s, zero], &["h"], vec![])[0];
+        let hf = t.op("Cast", &[h], &["hf"], vec![attr("to", AttrValue::Int(1))])[0];
+        let two = t.floats("two", &[], &[2.0]);
+        let three = t.floats("three", &[], &[3.0]);
+        let d = t.op("Div", &[hf, two], &["d"], vec![])[0];
+        let c = t.op("Ceil", &[d], &["c"], vec![])[0];
+        let m = t.op("Mul", &[c, two], &["m"], vec![])[0];
+        let back = t.op("Cast", &[m], &["back"], vec![attr("to", AttrValue::Int(7))])[0];
+        // h / 2 * 2 is h again, exactly.
+        let d2 = t.op("Mul", &[d, two], &["d2"], vec![])[0];
+        let h2 = t.op("Cast", &[d2], &["h2"], vec![attr("to", AttrValue::Int(7))])[0];
+        let q = t.op("Div", &[hf, three], &["q"], vec![])[0];
+        let fq = t.op("Floor", &[q], &["fq"], vec![])[0];
+        let fqi = t.op("Cast", &[fq], &["fqi"], vec![attr("to", AttrValue::Int(7))])[0];
+        let q3 = t.op("Mul", &[q, three], &["q3"], vec![])[0];
+        let lt = t.op("Less", &[d, hf], &["lt"], vec![])[0];
+        let f = t.run(18).unwrap();
+        let n: crate::Expr = "N".parse().unwrap();
+        let int = |v| f.get(v).value.clone().and_then(|k| k.as_exprs());
+        assert_eq!(int(back), Some(vec![&n.ceil_div(&2.into()) * &crate::Expr::int(2)]));
+        assert_eq!(int(h2), Some(vec![n.clone()]));
+        assert_eq!(int(fqi), Some(vec![n.floor_div(&3.into())]));
+        // Rounded once: no exact product, and no value.
+        assert_eq!(f.get(q3).value, None);
+        assert_eq!(f.get(lt).value, Some(Known::Int(vec![1.into()])));
+        assert_eq!(f.get(m).dtype, Some(DataType::F32));
     }
 
     #[test]

@@ -181,6 +181,11 @@ fn resize(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             Some(i) => match ctx.opt_input(i).and_then(|f| f.value.as_ref()) {
                 Some(Known::Float(v)) => v.clone(),
                 Some(Known::Int(_)) => return invalid(format!("scales (input {i}) must be float")),
+                Some(Known::Ratio(_)) => {
+                    return Err(OpError::Unknown(format!(
+                        "contents of scales (input {i}): symbolic scales"
+                    )))
+                }
                 None if ctx.opt_input(i).is_none() => {
                     return invalid("one of 'scales' and 'sizes' must be given")
                 }

@@ -9,7 +9,6 @@ use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError};
 
 use super::axes::{attr_int, in_shape, norm, out_rank, AxisFlow};
 use super::basic::known_fact;
-use super::movement::pick;
 use super::{Mem, OpDef, ONE, THREE, TWO};
 
 pub const DEFS: &[OpDef] = &[
@@ -274,7 +273,7 @@ fn fold_gather(ctx: &InferCtx, axis: usize, out: &[Expr]) -> Option<Known> {
             coord[q] = 0;
         }
     }
-    pick(k, &res)
+    k.pick(&res)
 }
 
 fn gather_elements(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

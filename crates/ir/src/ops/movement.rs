@@ -194,6 +194,7 @@ fn range(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             match ctx.opt_input(i)?.value.as_ref()? {
                 Known::Float(v) => v.first().copied(),
                 Known::Int(v) => v.first()?.as_const().map(|c| c as f64),
+                Known::Ratio(_) => None,
             }
         };
         let n = match (get(0), get(1), get(2)) {
@@ -243,10 +244,7 @@ fn fold_broadcast(f: &Fact, out: &[Expr]) -> Option<Known> {
         return None;
     }
     let idx = broadcast_index(&src, &dst);
-    Some(match k {
-        Known::Int(v) => Known::Int(idx.iter().map(|&j| v[j].clone()).collect()),
-        Known::Float(v) => Known::Float(idx.iter().map(|&j| v[j]).collect()),
-    })
+    k.pick(&idx)
 }
 
 fn concat(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
@@ -260,8 +258,7 @@ fn concat(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     )?;
     let mut out = first.to_vec();
     let mut total = Expr::zero();
-    let mut ints: Option<Vec<Expr>> = (r == 1).then(Vec::new);
-    let mut floats: Option<Vec<f64>> = (r == 1).then(Vec::new);
+    let mut parts: Option<Vec<&Known>> = (r == 1).then(Vec::new);
     for i in 0..ctx.num_inputs() {
         let Some(f) = ctx.opt_input(i) else { continue };
         let s = ctx.shape(i)?;
@@ -284,27 +281,13 @@ fn concat(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
             }
         }
         total = &total + &s[axis];
-        match &f.value {
-            Some(Known::Int(v)) => {
-                if let Some(x) = ints.as_mut() {
-                    x.extend(v.iter().cloned())
-                }
-                floats = None;
-            }
-            Some(Known::Float(v)) => {
-                if let Some(x) = floats.as_mut() {
-                    x.extend(v.iter().copied())
-                }
-                ints = None;
-            }
-            None => {
-                ints = None;
-                floats = None;
-            }
+        match (&f.value, parts.as_mut()) {
+            (Some(k), Some(p)) => p.push(k),
+            _ => parts = None,
         }
     }
     out[axis] = total;
-    let value = ints.map(Known::Int).or(floats.map(Known::Float));
+    let value = parts.and_then(|p| Known::concat(&p));
     Ok(vec![known_fact(t, out, value)])
 }
 
@@ -356,7 +339,7 @@ fn split(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         let mut parts = Vec::new();
         for sz in &sizes {
             let n = usize::try_from(sz.as_const()?).ok()?;
-            parts.push(pick(k, &(at..at + n).collect::<Vec<_>>())?);
+            parts.push(k.pick(&(at..at + n).collect::<Vec<_>>())?);
             at += n;
         }
         (at == k.len()).then_some(parts)
@@ -497,7 +480,7 @@ fn fold_slice(f: &Fact, out: &[Expr], plan: &[(usize, Expr, i64)]) -> Option<Kno
         step[*ax] = *st;
     }
     let idx = strided_index(&src, &dst, |axis, i| start[axis] + i as i64 * step[axis])?;
-    pick(k, &idx)
+    k.pick(&idx)
 }
 
 /// Row-major source indices for each destination coordinate mapped through `map(axis, i)`.
@@ -534,22 +517,6 @@ pub(super) fn strided_index(
     Some(res)
 }
 
-/// The elements at `idx` of known contents; `None` when an index is out of range (contents that
-/// do not match the shape, as an invalid model can give), so the value stays unknown.
-pub(super) fn pick(k: &Known, idx: &[usize]) -> Option<Known> {
-    Some(match k {
-        Known::Int(v) => Known::Int(
-            idx.iter()
-                .map(|&j| v.get(j).cloned())
-                .collect::<Option<_>>()?,
-        ),
-        Known::Float(v) => Known::Float(
-            idx.iter()
-                .map(|&j| v.get(j).copied())
-                .collect::<Option<_>>()?,
-        ),
-    })
-}
 
 fn transpose(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let s = ctx.shape(0)?;
@@ -598,7 +565,7 @@ fn transpose(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
                 coord[q] = 0;
             }
         }
-        pick(k, &idx)
+        k.pick(&idx)
     })();
     Ok(vec![known_fact(ctx.dtype(0)?, out, value)])
 }
@@ -647,7 +614,7 @@ fn fold_tile(f: &Fact, out: &[Expr]) -> Option<Known> {
             coord[q] = 0;
         }
     }
-    pick(k, &idx)
+    k.pick(&idx)
 }
 /// `Pad`: each padded axis grows by its two amounts (negative amounts crop). Amounts from the
 /// `pads` attribute (opset 2) or the `pads` input, known symbolically when computed from shapes; an

@@ -331,8 +331,8 @@ fn fold_reduce(op: &str, f: &Fact, axes: &[usize]) -> Option<Known> {
                 .collect::<Option<Vec<_>>>()
                 .map(Known::Int)
         }
-        // Floats are never symbolic: the kernel folds them.
-        Known::Float(_) => None,
+        // Floats are the kernel's to fold.
+        Known::Float(_) | Known::Ratio(_) => None,
     }
 }
 

@@ -44,6 +44,12 @@ impl TestGraph {
             .add_initializer(TensorData::from_i64(name, dims.to_vec(), values))
     }
 
+    /// An f32 initializer.
+    pub fn floats(&mut self, name: &str, dims: &[u64], values: &[f32]) -> ValueId {
+        self.g
+            .add_initializer(TensorData::from_f32(name, dims.to_vec(), values))
+    }
+
     /// Adds a node named `name`; `None` inputs are omitted optional inputs.
     pub fn node(
         &mut self,
