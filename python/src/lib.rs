@@ -294,7 +294,7 @@ fn run(
     }
     let res = py.allow_threads(|| {
         let plan = match &plan {
-            Some(text) => Some(read_plan(text, "plan", &l.model.graph, &l.facts)?),
+            Some(text) => Some(read_plan(text, "plan", &l.model, &l.facts)?),
             None => None,
         };
         let req = RunRequest {

@@ -26,10 +26,24 @@ pub struct InspectArgs {
     /// Print JSON instead of the report.
     #[arg(long)]
     pub json: bool,
+    /// Infer at these dims, e.g. `--dim H=800` (repeatable): where shape arithmetic has no formula
+    /// over the symbols (float arithmetic on sizes), the nodes it sizes get facts at that point.
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
 }
 
 pub fn inspect(a: InspectArgs) -> Result<()> {
     let (model, facts) = load(&a.model)?;
+    let dims = crate::units::parse_dims(&a.dims).map_err(|e| anyhow::anyhow!(e))?;
+    for k in dims.keys() {
+        if !facts.symbols.declared.contains(k) {
+            crate::usage_bail!(
+                "--dim {k}: the model declares no symbol '{k}' (its symbols: {})",
+                facts.symbols.declared.join(", ")
+            );
+        }
+    }
+    let facts = crate::estimate::facts_at(&model, &facts, &dims)?.into_owned();
     let s = summarize(&model, &facts);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
@@ -107,6 +121,15 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
                 u.op,
                 u.reason
             ));
+        }
+        if dims.is_empty()
+            && !facts.symbols.declared.is_empty()
+            && facts.skipped.iter().all(|k| k.unknown_input)
+        {
+            out.push_str(
+                "  (contents no formula over the symbols gives, such as float arithmetic on sizes, \
+                 are known at a point: give every symbol with --dim)\n",
+            );
         }
     }
     print!("{out}");

@@ -152,10 +152,20 @@ fn check_dims(
     if !missing.is_empty() {
         let names: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
         let flags: Vec<String> = names.iter().map(|s| format!("--dim {s}=...")).collect();
+        let data_dependent = names
+            .iter()
+            .filter(|n| facts.symbols.introduced.iter().any(|s| s.name == **n))
+            .count();
         crate::usage_bail!(
-            "missing dims: {} (give {})",
+            "missing dims: {} (give {}){}",
             names.join(", "),
-            flags.join(" ")
+            flags.join(" "),
+            if data_dependent > 0 {
+                "; sizes made from the data are known once it runs: `memplan run --json` lists \
+                 them under \"dims\""
+            } else {
+                ""
+            }
         );
     }
     Ok(())
@@ -247,6 +257,23 @@ impl EstimateOutcome {
 
 /// Refuses a model with nodes that have no shape rule, naming the first; `what` is the verb
 /// (`estimate`, `plan`, `run`).
+/// The facts at `dims`: the model's symbolic `facts`, or, where those lack facts for want of
+/// known contents (shape arithmetic with no formula over the symbols) and `dims` names every
+/// declared symbol, the facts inferred at that point ([`memplan_ir::infer_model_at`]).
+pub fn facts_at<'a>(
+    model: &Model,
+    facts: &'a Facts,
+    dims: &BTreeMap<String, i64>,
+) -> Result<std::borrow::Cow<'a, Facts>> {
+    if memplan_ir::wants_point(facts, dims) {
+        Ok(std::borrow::Cow::Owned(memplan_ir::infer_model_at(
+            model, dims,
+        )?))
+    } else {
+        Ok(std::borrow::Cow::Borrowed(facts))
+    }
+}
+
 pub fn check_inferred(facts: &Facts, what: &str) -> Result<()> {
     if let Some(s) = facts.skipped.first() {
         return Err(anyhow::Error::new(crate::UnsupportedError(format!(
@@ -265,6 +292,7 @@ pub fn estimate_model(
     facts: &Facts,
     req: &EstimateRequest,
 ) -> Result<EstimateOutcome> {
+    let facts = &*facts_at(model, facts, &req.dims)?;
     check_inferred(facts, "estimate")?;
     check_dims(
         facts,
@@ -304,6 +332,7 @@ pub fn estimate_model(
 /// The exact peak at `dims` (every symbol given), by the symbolic peak formula over the graph's
 /// own order: what `estimate` reports as `peak_bytes` at those dims.
 pub fn peak_at(model: &Model, facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<u64> {
+    let facts = &*facts_at(model, facts, dims)?;
     check_inferred(facts, "estimate")?;
     check_dims(facts, dims, None, None)?;
     let an = Analysis::new(&model.graph, facts, &facts.order)?;

@@ -129,7 +129,8 @@ pub fn max_fitting_optimized(
             plan: opts.clone(),
             ..FitOptions::new(budget)
         };
-        let fit = memplan_plan::fit_budget(model, &facts, &d, &fo)?;
+        let at = crate::estimate::facts_at(model, &facts, &d)?;
+        let fit = memplan_plan::fit_budget(model, &at, &d, &fo)?;
         Ok(fit.outcome.report.peak_bytes_after)
     };
     let mut lo = start.max(1);
@@ -324,6 +325,8 @@ pub fn optimize_model(
     label: &str,
     req: &OptimizeRequest,
 ) -> Result<Optimized> {
+    let at = crate::estimate::facts_at(&model, facts, &req.dims)?.into_owned();
+    let facts = &at;
     check_inferred(facts, "plan")?;
     check_dims(facts, &req.dims)?;
     let opts = Options {
@@ -390,8 +393,9 @@ pub fn optimize_model(
 
 pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     let (model, facts) = load(&a.model)?;
-    check_inferred(&facts, "plan")?;
     let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
+    let facts = crate::estimate::facts_at(&model, &facts, &dims)?.into_owned();
+    check_inferred(&facts, "plan")?;
     check_dims(&facts, &dims)?;
     let budget = a
         .budget
@@ -426,6 +430,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         plan = renumbered;
         // The plan must hold for the model as it reads back from disk.
         let (back, back_facts) = load(path)?;
+        let back_facts = crate::estimate::facts_at(&back, &back_facts, &plan.dims)?;
         memplan_plan::check(&back.graph, &back_facts, &plan)
             .with_context(|| format!("the plan for the written model {}", path.display()))?;
     }

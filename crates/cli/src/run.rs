@@ -400,11 +400,18 @@ pub struct Executed {
 }
 
 /// Checks a plan (JSON) against the model it is to run; errors are prefixed with `label`.
-pub fn read_plan(text: &str, label: &str, g: &Graph, facts: &Facts) -> Result<memplan_plan::Plan> {
+pub fn read_plan(
+    text: &str,
+    label: &str,
+    model: &memplan_ir::Model,
+    facts: &Facts,
+) -> Result<memplan_plan::Plan> {
     let plan =
         memplan_plan::Plan::from_json(text).map_err(|e| anyhow!("{label}: not a plan: {e}"))?;
+    let facts = &*crate::estimate::facts_at(model, facts, &plan.dims)?;
     // A context, not a formatted message, so the checker's error stays in the chain for callers.
-    memplan_plan::check(g, facts, &plan).with_context(|| format!("{label}: invalid plan"))?;
+    memplan_plan::check(&model.graph, facts, &plan)
+        .with_context(|| format!("{label}: invalid plan"))?;
     Ok(plan)
 }
 
@@ -418,7 +425,6 @@ pub fn run_model(
     mut given: BTreeMap<String, Tensor>,
     req: &RunRequest,
 ) -> Result<Executed> {
-    crate::estimate::check_inferred(facts, "run")?;
     let g = &model.graph;
     // Dims from the given inputs' shapes, then the request's, feed the random inputs' shapes.
     let mut all_dims = bound_dims(g, &given);
@@ -432,6 +438,8 @@ pub fn run_model(
         }
         all_dims.insert(k.clone(), *v);
     }
+    let facts = &*crate::estimate::facts_at(model, facts, &all_dims)?;
+    crate::estimate::check_inferred(facts, "run")?;
     if !req.force {
         check_memory(label, g, facts, &all_dims, req.plan.as_ref())?;
     }
@@ -520,7 +528,6 @@ impl Executed {
 
 pub fn run(a: RunArgs) -> Result<()> {
     let (model, facts) = crate::commands::load(&a.model)?;
-    crate::estimate::check_inferred(&facts, "run")?;
     let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
     if let Some(t) = a.threads {
         if t == 0 {
@@ -569,7 +576,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Some(read_plan(&text, &p.display().to_string(), g, &facts)?)
+            Some(read_plan(&text, &p.display().to_string(), &model, &facts)?)
         }
         None => None,
     };

@@ -405,7 +405,7 @@ fn execute(
     plan: Option<&Plan>,
     opset: i64,
 ) -> Result<RunResult, ExecError> {
-    let dims = bind_inputs(graph, &inputs)?;
+    let mut dims = bind_inputs(graph, &inputs)?;
     let timeline = memplan_sim::Timeline::build(graph, facts, schedule)
         .map_err(|e| ExecError::Schedule(e.to_string()))?;
     let stats = MemStats::new();
@@ -641,6 +641,7 @@ fn execute(
                     msg: format!("produced {} outputs, output {slot} is missing", outs.len()),
                 })?;
                 t.freeze();
+                bind_data_dependent(facts, *v, &t, &mut dims);
                 values[v.index()] = Some(t);
             }
         }
@@ -671,6 +672,25 @@ fn execute(
         scratch_mismatches,
         node_seconds,
     })
+}
+
+/// Binds the data-dependent symbols (`symbols.introduced`: a `NonZero` count, a loop's trip
+/// count) that value `v`'s inferred shape has as whole dims to the sizes the run made, so that the
+/// run's dims say what it did (the estimate at those dims is then exact).
+fn bind_data_dependent(facts: &Facts, v: ValueId, t: &Tensor, dims: &mut BTreeMap<String, i64>) {
+    let Some(shape) = facts.values.get(v.index()).and_then(|f| f.shape.as_ref()) else {
+        return;
+    };
+    if t.seq.is_some() || shape.len() != t.shape.len() {
+        return;
+    }
+    for (d, &have) in shape.iter().zip(&t.shape) {
+        if let Some(name) = d.as_sym() {
+            if !dims.contains_key(name) && facts.symbols.introduced.iter().any(|s| s.name == name) {
+                dims.insert(name.to_string(), have as i64);
+            }
+        }
+    }
 }
 
 /// Puts every output with a planned range (`want[slot]`) at that range: an output the op made

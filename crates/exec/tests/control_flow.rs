@@ -486,8 +486,8 @@ fn if_with_a_known_condition_ignores_an_invalid_untaken_branch() {
 fn check_planned(g: &Graph, inputs: impl Fn() -> BTreeMap<String, Tensor>) -> u64 {
     let facts = memplan_ir::infer_graph(g, 18).unwrap();
     let plain = memplan_exec::run(g, &facts, inputs(), &RunOptions::default()).unwrap();
-    let out = memplan_plan::optimize(g, &facts, &plain.dims, &memplan_plan::Options::default())
-        .unwrap();
+    let out =
+        memplan_plan::optimize(g, &facts, &plain.dims, &memplan_plan::Options::default()).unwrap();
     let p = out.plan;
     let planned = memplan_exec::run_planned(g, &facts, inputs(), &p, 18).unwrap();
     for ((name, a), (_, b)) in plain.outputs.iter().zip(&planned.outputs) {
@@ -500,7 +500,12 @@ fn check_planned(g: &Graph, inputs: impl Fn() -> BTreeMap<String, Tensor>) -> u6
         p.arena_bytes + p.resident_bytes + p.heap_bytes
     );
     assert_eq!(out.report.peak_bytes_after, rep.planned_peak_bytes);
-    assert_eq!(planned.peak_bytes, rep.planned_peak_bytes, "{}", p.to_json());
+    assert_eq!(
+        planned.peak_bytes,
+        rep.planned_peak_bytes,
+        "{}",
+        p.to_json()
+    );
     p.heap_bytes
 }
 

@@ -96,3 +96,74 @@ fn float_shape_arithmetic_infers_what_the_kernels_compute() {
         }
     }
 }
+
+/// Float arithmetic with a symbolic divisor (`floor(h * (64 / w))`, torchvision's detection
+/// resize) has no exact formula: inference leaves the node it sizes without facts, for want of
+/// contents, and `infer_model_at` gives the facts at a point, which equal what the run makes.
+#[test]
+fn shape_arithmetic_without_a_formula_is_inferred_at_a_point() {
+    memplan_exec::install_const_folder();
+    let mut g = Graph::default();
+    let x = g.add_input(
+        "x",
+        DeclType::tensor(
+            DataType::F32,
+            vec![DeclDim::Param("H".into()), DeclDim::Param("W".into())],
+        ),
+    );
+    let s = op(&mut g, "s", "Shape", &[x]);
+    let sf = cast(&mut g, "sf", s, DataType::F32);
+    let (i0, i1) = (
+        g.add_initializer(TensorData::from_i64("i0", vec![], &[0])),
+        g.add_initializer(TensorData::from_i64("i1", vec![], &[1])),
+    );
+    let hf = g
+        .add_node("hf", "Gather", &[Some(sf), Some(i0)], &["hf"], vec![])
+        .1[0];
+    let wf = g
+        .add_node("wf", "Gather", &[Some(sf), Some(i1)], &["wf"], vec![])
+        .1[0];
+    let c64 = g.add_initializer(TensorData::from_f32("c64", vec![], &[64.0]));
+    let scale = op(&mut g, "scale", "Div", &[c64, wf]);
+    let size = op(&mut g, "size", "Mul", &[hf, scale]);
+    let fl = op(&mut g, "fl", "Floor", &[size]);
+    let n = cast(&mut g, "n", fl, DataType::I64);
+    let axes = g.add_initializer(TensorData::from_i64("axes", vec![1], &[0]));
+    let n1 = op(&mut g, "n1", "Unsqueeze", &[n, axes]);
+    let y = op(&mut g, "y", "ConstantOfShape", &[n1]);
+    g.outputs.push(y);
+    let model = memplan_ir::Model {
+        graph: g,
+        ..Default::default()
+    };
+    let symbolic = memplan_ir::infer_model(&model).unwrap();
+    assert!(!symbolic.skipped.is_empty());
+    assert!(symbolic.skipped.iter().all(|s| s.unknown_input));
+    let h_only = BTreeMap::from([("H".to_string(), 5)]);
+    assert!(!memplan_ir::wants_point(&symbolic, &h_only));
+    for (h, w) in [(5i64, 7i64), (64, 64), (3, 48), (100, 3)] {
+        let dims = BTreeMap::from([("H".to_string(), h), ("W".to_string(), w)]);
+        assert!(memplan_ir::wants_point(&symbolic, &dims));
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        assert!(facts.skipped.is_empty(), "{:?}", facts.skipped);
+        assert_eq!(facts.symbols.declared, ["H", "W"]);
+        let shape = facts.get(y).shape.clone().unwrap();
+        let x = Tensor::from_vec::<f32>(
+            &[h as usize, w as usize],
+            &vec![0.0; (h * w) as usize],
+            None,
+        )
+        .unwrap();
+        let r = run(
+            &model.graph,
+            &facts,
+            BTreeMap::from([("x".to_string(), x)]),
+            &RunOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(shape[0].as_const(), Some(r.outputs[0].1.shape[0] as i64));
+        let t = memplan_sim::Timeline::build(&model.graph, &facts, &facts.order).unwrap();
+        let est = memplan_sim::peak::concrete_peak(&t, &r.dims).unwrap();
+        assert_eq!(est.peak_bytes, r.peak_bytes, "H={h} W={w}");
+    }
+}

@@ -710,6 +710,8 @@ pub struct Skipped {
     pub node: NodeId,
     pub label: String,
     pub reason: String,
+    /// Skipped for want of known input contents or facts (not for an op without a rule).
+    pub unknown_input: bool,
 }
 
 /// A declared output dim name that inference proved equal to an expression of the input symbols.
@@ -779,6 +781,75 @@ pub fn infer_model_with(
         model.onnx_opset().unwrap_or(crate::ops::DEFAULT_OPSET),
         given,
     )
+}
+
+/// [`infer_model`] at one point: every tensor input's symbolic dims that `dims` names are fixed at
+/// those values. For a graph whose shape arithmetic has no formula over its symbols (float
+/// arithmetic on sizes that is not a [`Ratio`], as torchvision's detection transform computes its
+/// resize target), the facts there are what the kernels compute. The fixed symbols stay listed as
+/// declared, so the same dims still name them.
+pub fn infer_model_at(model: &Model, dims: &BTreeMap<String, i64>) -> Result<Facts, InferError> {
+    use crate::graph::{DeclDim, TypeDecl};
+    let g = &model.graph;
+    let mut given = BTreeMap::new();
+    // Every declared symbol, fixed or not: given facts declare none.
+    let mut fixed: Vec<String> = Vec::new();
+    for &v in &g.inputs {
+        let val = g.value(v);
+        if !matches!(val.kind, crate::graph::ValueKind::Input) {
+            continue;
+        }
+        let Some(TypeDecl::Tensor {
+            elem: Some(elem),
+            shape: Some(shape),
+        }) = val.decl.as_ref().map(|d| &d.ty)
+        else {
+            continue;
+        };
+        let mut at = Vec::with_capacity(shape.len());
+        for e in shape {
+            match &e.dim {
+                DeclDim::Value(x) => at.push(Expr::int(*x)),
+                DeclDim::Param(p) => {
+                    at.push(dims.get(p).map_or_else(|| Expr::sym(p), |&x| Expr::int(x)));
+                    if !fixed.contains(p) {
+                        fixed.push(p.clone());
+                    }
+                }
+                DeclDim::Unknown => break,
+            }
+        }
+        if at.len() == shape.len() {
+            given.insert(val.name.clone(), Fact::new(*elem, at));
+        }
+    }
+    let mut f = infer_model_with(model, &given)?;
+    for p in fixed {
+        if !f.symbols.declared.contains(&p) {
+            f.symbols.declared.push(p);
+        }
+    }
+    Ok(f)
+}
+
+/// Whether `facts` lack facts only for want of known input contents (shape arithmetic with no
+/// formula over the symbols) and `dims` names every declared symbol: then [`infer_model_at`]
+/// gives the facts at that point.
+pub fn wants_point(facts: &Facts, dims: &BTreeMap<String, i64>) -> bool {
+    !facts.skipped.is_empty()
+        && facts.skipped.iter().all(|s| s.unknown_input)
+        && facts.symbols.declared.iter().all(|d| dims.contains_key(d))
+}
+
+/// The facts to plan or run `model` at `dims`: [`infer_model`]'s, or [`infer_model_at`]'s where
+/// [`wants_point`] says the symbolic ones leave nodes without facts that the point gives.
+pub fn infer_model_for(model: &Model, dims: &BTreeMap<String, i64>) -> Result<Facts, InferError> {
+    let f = infer_model(model)?;
+    if wants_point(&f, dims) {
+        infer_model_at(model, dims)
+    } else {
+        Ok(f)
+    }
 }
 
 /// [`infer_graph`] with the facts of some graph inputs given by name (see [`infer_model_with`]).
@@ -951,6 +1022,7 @@ fn infer_scoped(
                 skipped.push(Skipped {
                     node: nid,
                     label,
+                    unknown_input: matches!(e, OpError::Unknown(_)),
                     reason: e.to_string(),
                 });
                 // Outputs keep what the file declares, with declared symbols only.

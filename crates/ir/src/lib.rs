@@ -24,7 +24,7 @@ pub use graph::{
     OpsetImport, SparseTensorData, TypeDecl, Value, ValueId, ValueKind,
 };
 pub use infer::{
-    infer_graph, infer_graph_with, infer_model, infer_model_with, Fact, Facts, Known, SeqFact,
-    SeqKind,
+    infer_graph, infer_graph_with, infer_model, infer_model_at, infer_model_for, infer_model_with,
+    wants_point, Fact, Facts, Known, SeqFact, SeqKind,
 };
 pub use tensor::{DataOrigin, TensorData, TensorStorage};

@@ -645,8 +645,11 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
                 outs += size_of(o)?;
             }
         }
-        let body = body_scratch_bytes(graph, facts, nd, &plan.dims)
-            .map_err(|why| PlanError::Scratch { node: label(nd), why })?;
+        let body =
+            body_scratch_bytes(graph, facts, nd, &plan.dims).map_err(|why| PlanError::Scratch {
+                node: label(nd),
+                why,
+            })?;
         heap = heap.max(body + outs);
     }
     if heap != plan.heap_bytes {

@@ -35,7 +35,7 @@ mod rewrite;
 use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::graph::{Model, NodeId, ValueId};
-use memplan_ir::infer::{infer_model, Facts};
+use memplan_ir::infer::{infer_model_for, Facts};
 
 use predict::{predict, Base, Prediction};
 pub use rewrite::apply;
@@ -173,13 +173,13 @@ pub fn simulate(
     dims: &BTreeMap<String, i64>,
     assemble: bool,
 ) -> Result<u64, ChunkError> {
-    let (m, facts) = sorted(model)?;
+    let (m, facts) = sorted(model, dims)?;
     Ok(Base::new(&m.graph, &facts, dims, assemble)?.peak)
 }
 
-/// The model with its node list in topological order, and its facts.
-fn sorted(model: &Model) -> Result<(Model, Facts), ChunkError> {
-    let infer = |m: &Model| infer_model(m).map_err(|e| ChunkError::Infer(e.to_string()));
+/// The model with its node list in topological order, and its facts at `dims`.
+fn sorted(model: &Model, dims: &BTreeMap<String, i64>) -> Result<(Model, Facts), ChunkError> {
+    let infer = |m: &Model| infer_model_for(m, dims).map_err(|e| ChunkError::Infer(e.to_string()));
     let facts = infer(model)?;
     if facts.order.iter().enumerate().all(|(i, n)| n.index() == i) {
         return Ok((model.clone(), facts));
@@ -431,10 +431,10 @@ pub fn chunk_to_budget(
     dims: &BTreeMap<String, i64>,
     opts: &ChunkOptions,
 ) -> Result<Chunked, ChunkError> {
-    let (mut cur, mut facts) = sorted(model)?;
+    let (mut cur, mut facts) = sorted(model, dims)?;
     let unfrozen = cur.clone();
     if let Some(m) = freeze::freeze_shape_values(&cur, &facts, dims) {
-        facts = infer_model(&m).map_err(|e| ChunkError::Infer(e.to_string()))?;
+        facts = infer_model_for(&m, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
         cur = m;
     }
     let mut steps: Vec<ChunkStep> = Vec::new();
@@ -506,7 +506,7 @@ pub fn chunk_to_budget(
             .map(|n| n.name.clone())
             .collect();
         made.extend(new);
-        facts = infer_model(&next).map_err(|e| ChunkError::Infer(e.to_string()))?;
+        facts = infer_model_for(&next, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
         cur = next;
         steps.push(step);
     }
@@ -561,7 +561,7 @@ mod tests {
     fn predictions_are_the_simulated_peak_of_the_rewrite() {
         let mut checked = 0;
         for (name, model, dims) in corpus() {
-            let (m, facts) = sorted(&model).unwrap();
+            let (m, facts) = sorted(&model, &dims).unwrap();
             for assemble in [false, true] {
                 let opts = ChunkOptions {
                     assemble,
@@ -572,7 +572,7 @@ mod tests {
                 let cands = candidates(&base, &opts, &frozen, &mut 0);
                 for c in &cands {
                     let out = apply(&m, &facts, &dims, &c.region).unwrap();
-                    let f2 = infer_model(&out).unwrap();
+                    let f2 = memplan_ir::infer_model(&out).unwrap();
                     let b2 = Base::new(&out.graph, &f2, &dims, assemble).unwrap();
                     let first_diff = (0..b2.per_step.len())
                         .find(|&s| c.pred.per_step.get(s) != Some(&b2.per_step[s]));
@@ -612,7 +612,7 @@ mod tests {
             assert!(!v.name.is_empty(), "an unnamed value");
             assert!(names.insert(v.name.clone()), "'{}' twice", v.name);
         }
-        let facts = infer_model(&out.model).unwrap();
+        let facts = memplan_ir::infer_model(&out.model).unwrap();
         assert!(facts.skipped.is_empty());
         assert_eq!(simulate(&out.model, &dims, true).unwrap(), out.peak_after);
     }

@@ -217,8 +217,8 @@ fn chunk_and_plan(
         copts.budget = Some(target);
         let c = chunk_to_budget(model, dims, &copts)?;
         candidates += c.evaluated;
-        let facts =
-            memplan_ir::infer_model(&c.model).map_err(|e| FitError::Infer(e.to_string()))?;
+        let facts = memplan_ir::infer_model_for(&c.model, dims)
+            .map_err(|e| FitError::Infer(e.to_string()))?;
         let out = optimize(&c.model.graph, &facts, dims, &opts.plan)?;
         let planned = out.report.peak_bytes_after;
         let summary = ChunkSummary {

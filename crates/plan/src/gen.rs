@@ -368,7 +368,8 @@ pub fn check_random(e: &mut impl Entropy, max_nodes: usize) -> Result<Coverage, 
     };
     let out = crate::optimize(g, &facts, dims, &opts).map_err(|x| format!("optimize: {x}"))?;
     let r = &out.report;
-    if r.arena_bytes < r.arena_lower_bound || r.peak_bytes_after != r.arena_bytes + r.resident_bytes + r.heap_bytes
+    if r.arena_bytes < r.arena_lower_bound
+        || r.peak_bytes_after != r.arena_bytes + r.resident_bytes + r.heap_bytes
     {
         return Err(format!("inconsistent report: {r:?}"));
     }

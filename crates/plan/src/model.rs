@@ -112,7 +112,9 @@ impl Problem {
         for (i, b) in t.buffers.iter().enumerate() {
             match (b.alloc, b.category, b.value, b.producer) {
                 (None, ..) => resident += sizes[i],
-                (Some(_), Category::Scratch, _, Some(p)) if memplan_ir::ops::control::is_control(&graph.node(p).op) => {
+                (Some(_), Category::Scratch, _, Some(p))
+                    if memplan_ir::ops::control::is_control(&graph.node(p).op) =>
+                {
                     body_scratch[p.index()] += sizes[i]
                 }
                 (Some(_), Category::Scratch, _, Some(p)) => scratch[p.index()] += sizes[i],

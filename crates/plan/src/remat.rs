@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::graph::{Graph, Model, NodeId, ValueId, ValueKind};
-use memplan_ir::infer::{infer_model, Facts};
+use memplan_ir::infer::{infer_model_for, Facts};
 use memplan_sim::peak::concrete_peak;
 use memplan_sim::{Category, Timeline};
 
@@ -176,7 +176,7 @@ pub fn rematerialize(
     if !steps.is_empty() {
         // The facts carried through the rounds are the originals' copied to the clones; inference
         // of the final graph checks them.
-        facts = infer_model(&model).map_err(|e| RematError::Infer(e.to_string()))?;
+        facts = infer_model_for(&model, dims).map_err(|e| RematError::Infer(e.to_string()))?;
     }
     Ok(Outcome {
         model,

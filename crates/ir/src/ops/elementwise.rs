@@ -272,7 +272,9 @@ fn ratio_arith(op: &str, x: &Ratio, y: &Ratio) -> Option<Ratio> {
             let (a, b) = (x.num_over(l), y.num_over(l));
             Some(ratio(if op == "Add" { &a + &b } else { &a - &b }, l, true))
         }
-        "Mul" if x.exact && y.exact => Some(ratio(&x.num * &y.num, x.den.checked_mul(y.den)?, true)),
+        "Mul" if x.exact && y.exact => {
+            Some(ratio(&x.num * &y.num, x.den.checked_mul(y.den)?, true))
+        }
         "Div" if x.exact => {
             let c = y.num.as_const().filter(|&c| c != 0)?;
             let num = &x.num * &Expr::int(y.den * c.signum());
@@ -466,7 +468,11 @@ fn variadic(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
                 "Max" | "Min" if m.exact && x.exact => {
                     let l = lcm(&m, x)?;
                     let (p, q) = (m.num_over(l), x.num_over(l));
-                    let e = if op == "Max" { Expr::max(&p, &q) } else { Expr::min(&p, &q) };
+                    let e = if op == "Max" {
+                        Expr::max(&p, &q)
+                    } else {
+                        Expr::min(&p, &q)
+                    };
                     ratio(e, l, true)
                 }
                 _ => return None,
@@ -525,7 +531,8 @@ fn compare(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         fold(ctx, &shape, &fi)
     } else {
         // A bool of ratios: its elements are constants, read back as integers.
-        fold_ratio(ctx, &shape, &fr).and_then(|k| k.as_consts())
+        fold_ratio(ctx, &shape, &fr)
+            .and_then(|k| k.as_consts())
             .map(|v| Known::Int(v.into_iter().map(Expr::int).collect()))
     };
     Ok(vec![fact(DataType::Bool, shape, value)])
@@ -748,7 +755,10 @@ mod tests {
         let f = t.run(18).unwrap();
         let n: crate::Expr = "N".parse().unwrap();
         let int = |v| f.get(v).value.clone().and_then(|k| k.as_exprs());
-        assert_eq!(int(back), Some(vec![&n.ceil_div(&2.into()) * &crate::Expr::int(2)]));
+        assert_eq!(
+            int(back),
+            Some(vec![&n.ceil_div(&2.into()) * &crate::Expr::int(2)])
+        );
         assert_eq!(int(h2), Some(vec![n.clone()]));
         assert_eq!(int(fqi), Some(vec![n.floor_div(&3.into())]));
         // Rounded once: no exact product, and no value.

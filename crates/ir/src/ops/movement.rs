@@ -517,7 +517,6 @@ pub(super) fn strided_index(
     Some(res)
 }
 
-
 fn transpose(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let s = ctx.shape(0)?;
     let r = s.len();
