@@ -4,8 +4,10 @@
 //! exporters. Per model file, at the
 //! manifest's sizes:
 //!
-//! - `inspect`: no unsupported ops;
-//! - `estimate` equals the measured peak of `run` to the byte, with no kernel scratch mismatches;
+//! - `inspect`: no unsupported ops (at the first size's dims where the symbolic facts lack only
+//!   contents: shape arithmetic with no formula over the symbols);
+//! - `estimate` equals the measured peak of `run` to the byte, with no kernel scratch mismatches
+//!   (at the run's dims where sizes come from the data);
 //! - `run` matches onnxruntime's outputs (`tests/wide/ort`, rtol 1e-4, atol 1e-5), except for
 //!   models whose manifest entry says their outputs are random (`compare_outputs: false`);
 //! - at the first size, `optimize --budget` at the resident bytes (weights, inputs) plus half the
