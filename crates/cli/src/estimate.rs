@@ -119,6 +119,8 @@ fn check_dims(
     solve: Option<&str>,
 ) -> Result<()> {
     let free = model_symbols(facts);
+    crate::units::check_declared_positive(dims, &facts.symbols.declared)
+        .map_err(|e| anyhow::Error::new(crate::UsageError(e)))?;
     let known = |k: &str| free.iter().any(|s| s == k);
     let list = || {
         if free.is_empty() {

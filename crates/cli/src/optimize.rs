@@ -209,6 +209,8 @@ pub fn optimized_fit_line(o: &OptimizedFit) -> String {
 
 /// Every symbol of the model must be given, and every given name must be a symbol.
 fn check_dims(facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<()> {
+    crate::units::check_declared_positive(dims, &facts.symbols.declared)
+        .map_err(|e| anyhow::Error::new(crate::UsageError(e)))?;
     let mut syms = facts.symbols.declared.clone();
     syms.extend(facts.symbols.introduced.iter().map(|s| s.name.clone()));
     let list = if syms.is_empty() {

@@ -438,6 +438,8 @@ pub fn run_model(
         }
         all_dims.insert(k.clone(), *v);
     }
+    crate::units::check_declared_positive(&req.dims, &facts.symbols.declared)
+        .map_err(|e| anyhow::Error::new(crate::UsageError(e)))?;
     let facts = &*crate::estimate::facts_at(model, facts, &all_dims)?;
     crate::estimate::check_inferred(facts, "run")?;
     if !req.force {

@@ -51,15 +51,33 @@ pub fn parse_dims(items: &[String]) -> Result<BTreeMap<String, i64>, String> {
             .trim()
             .replace('_', "")
             .parse()
-            .map_err(|_| format!("--dim '{it}': value must be a positive integer"))?;
-        if v < 1 {
-            return Err(format!("--dim '{it}': value must be >= 1"));
+            .map_err(|_| format!("--dim '{it}': value must be a nonnegative integer"))?;
+        if v < 0 {
+            return Err(format!("--dim '{it}': value must be >= 0"));
         }
         if m.insert(k.to_string(), v).is_some() {
             return Err(format!("--dim {k} is given twice"));
         }
     }
     Ok(m)
+}
+
+/// A declared dim (an input's size) is at least 1; 0 is a value only sizes made from the data
+/// (a count, a branch taken) can have.
+pub fn check_declared_positive(
+    dims: &BTreeMap<String, i64>,
+    declared: &[String],
+) -> Result<(), String> {
+    for k in declared {
+        if let Some(&v) = dims.get(k) {
+            if v < 1 {
+                return Err(format!(
+                    "--dim '{k}={v}': value must be >= 1 (0 only for sizes made from the data)"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -89,7 +107,11 @@ mod tests {
         assert_eq!(d.get("N"), Some(&512));
         assert_eq!(d.get("S"), Some(&3));
         assert!(parse_dims(&["N".into()]).is_err());
-        assert!(parse_dims(&["N=0".into()]).is_err());
+        assert!(parse_dims(&["N=-1".into()]).is_err());
         assert!(parse_dims(&["N=1".into(), "N=2".into()]).is_err());
+        // 0 parses (a count made from the data may be 0); a declared dim must be >= 1.
+        let z = parse_dims(&["N=0".into(), "c=0".into()]).unwrap();
+        assert!(check_declared_positive(&z, &["N".to_string()]).is_err());
+        assert!(check_declared_positive(&z, &["M".to_string()]).is_ok());
     }
 }

@@ -406,6 +406,12 @@ fn execute(
     opset: i64,
 ) -> Result<RunResult, ExecError> {
     let mut dims = bind_inputs(graph, &inputs)?;
+    // Input dims the file leaves unnamed have fresh symbols: bound by the tensors given.
+    for &v in &graph.inputs {
+        if let Some(t) = inputs.get(&graph.value(v).name) {
+            bind_data_dependent(facts, v, t, &mut dims);
+        }
+    }
     let timeline = memplan_sim::Timeline::build(graph, facts, schedule)
         .map_err(|e| ExecError::Schedule(e.to_string()))?;
     let stats = MemStats::new();
@@ -483,6 +489,8 @@ fn execute(
         }
     }
 
+    // Sizes made from the data that control-flow bodies meet (see `bind_data_dependent`).
+    let bound = std::sync::Mutex::new(BTreeMap::new());
     for (s, &nid) in schedule.iter().enumerate() {
         let node = graph.node(nid);
         let label = || node.label(nid);
@@ -604,11 +612,28 @@ fn execute(
                         stats: &stats,
                         opset,
                         dims: &dims,
+                        bound: &bound,
                     };
                     ops::control::run(&cctx, &ins).map_err(node_err)?
                 }
             },
         };
+        // The branch an `If` took binds its branch symbol; sizes its bodies made bind theirs.
+        if node.op == "If" {
+            let branch = facts.control.get(&nid).and_then(|c| c.branch.as_ref());
+            if let (Some(name), Some(Some(c))) = (branch.and_then(|b| b.as_data_sym()), ins.first())
+            {
+                if c.numel() == 1 {
+                    let taken = c.bytes().iter().any(|&b| b != 0);
+                    dims.entry(name.to_string()).or_insert(i64::from(taken));
+                }
+            }
+        }
+        if is_cf {
+            for (k, v) in std::mem::take(&mut *bound.lock().unwrap_or_else(|e| e.into_inner())) {
+                dims.entry(k).or_insert(v);
+            }
+        }
         drop(ins);
         let held = stats.take_scratch_high();
         // A control-flow node's scratch is its bodies' memory, not kernel scratch.
@@ -651,6 +676,11 @@ fn execute(
             values[v.index()] = None;
         }
     }
+    // A size made from the data that this run never made (a count inside the branch not
+    // taken) is 0: nothing it sizes was allocated.
+    for sym in &facts.symbols.introduced {
+        dims.entry(sym.name.clone()).or_insert(0);
+    }
     let seconds = start.elapsed().as_secs_f64();
     let peak_bytes = stats.peak();
 
@@ -674,10 +704,15 @@ fn execute(
     })
 }
 
-/// Binds the data-dependent symbols (`symbols.introduced`: a `NonZero` count, a loop's trip
-/// count) that value `v`'s inferred shape has as whole dims to the sizes the run made, so that the
-/// run's dims say what it did (the estimate at those dims is then exact).
-fn bind_data_dependent(facts: &Facts, v: ValueId, t: &Tensor, dims: &mut BTreeMap<String, i64>) {
+/// Binds the symbols for sizes made from the data (a `NonZero` count, a branch taken) that value
+/// `v`'s inferred shape has as whole dims to the sizes the run made, so that the run's dims say
+/// what it did (the estimate at those dims is then exact). The first binding stands.
+pub(crate) fn bind_data_dependent(
+    facts: &Facts,
+    v: ValueId,
+    t: &Tensor,
+    dims: &mut BTreeMap<String, i64>,
+) {
     let Some(shape) = facts.values.get(v.index()).and_then(|f| f.shape.as_ref()) else {
         return;
     };
@@ -685,10 +720,8 @@ fn bind_data_dependent(facts: &Facts, v: ValueId, t: &Tensor, dims: &mut BTreeMa
         return;
     }
     for (d, &have) in shape.iter().zip(&t.shape) {
-        if let Some(name) = d.as_sym() {
-            if !dims.contains_key(name) && facts.symbols.introduced.iter().any(|s| s.name == name) {
-                dims.insert(name.to_string(), have as i64);
-            }
+        if let Some(name) = d.as_data_sym() {
+            dims.entry(name.to_string()).or_insert(have as i64);
         }
     }
 }

@@ -51,3 +51,99 @@ fn a_run_binds_the_sizes_it_makes_from_the_data() {
         assert_eq!(est.peak_bytes, r.peak_bytes);
     }
 }
+
+fn attr(name: &str, value: memplan_ir::AttrValue) -> memplan_ir::Attribute {
+    memplan_ir::Attribute {
+        name: name.into(),
+        value,
+        doc: String::new(),
+    }
+}
+
+/// A branch on "the selection is empty" (`Equal(ReduceProd(Shape(NonZero(x))), 0)`, how
+/// torchvision's detection heads guard their box decoding): a count made from the data may be 0,
+/// so inference must not decide the condition, and both an empty and a non-empty selection run,
+/// with the estimate at the run's dims (the branch taken included) equal to the measured peak.
+#[test]
+fn a_count_made_from_the_data_may_be_zero() {
+    use memplan_ir::{AttrValue, TensorData};
+    memplan_exec::install_const_folder();
+    let branch = |name: &str, v: f32| {
+        let mut b = Graph {
+            name: name.into(),
+            ..Graph::default()
+        };
+        let t = TensorData::from_f32(format!("{name}_v"), vec![2], &[v, v]);
+        let o = b
+            .add_node(
+                name,
+                "Constant",
+                &[],
+                &[&format!("{name}_out")],
+                vec![attr("value", AttrValue::Tensor(t))],
+            )
+            .1[0];
+        b.outputs.push(o);
+        b
+    };
+    let mut g = Graph::default();
+    let x = g.add_input(
+        "x",
+        DeclType::tensor(DataType::F32, vec![DeclDim::Param("N".into())]),
+    );
+    let nz = g.add_node("nz", "NonZero", &[Some(x)], &["nz"], vec![]).1[0];
+    let s = g.add_node("s", "Shape", &[Some(nz)], &["s"], vec![]).1[0];
+    let p = g
+        .add_node(
+            "p",
+            "ReduceProd",
+            &[Some(s)],
+            &["p"],
+            vec![attr("keepdims", AttrValue::Int(0))],
+        )
+        .1[0];
+    let zero = g.add_initializer(TensorData::from_i64("zero", vec![], &[0]));
+    let e = g
+        .add_node("e", "Equal", &[Some(p), Some(zero)], &["e"], vec![])
+        .1[0];
+    let out = g
+        .add_node(
+            "if",
+            "If",
+            &[Some(e)],
+            &["out"],
+            vec![
+                attr(
+                    "then_branch",
+                    AttrValue::Graph(Box::new(branch("then", 0.0))),
+                ),
+                attr(
+                    "else_branch",
+                    AttrValue::Graph(Box::new(branch("else", 1.0))),
+                ),
+            ],
+        )
+        .1[0];
+    g.outputs.push(out);
+    let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+    assert_eq!(
+        facts.get(e).value,
+        None,
+        "the emptiness of a selection was decided"
+    );
+    for (v, want) in [(vec![0.0f32; 5], 0.0f32), (vec![0.0, 2.0, 0.0], 1.0)] {
+        let n = v.len();
+        let x = Tensor::from_vec::<f32>(&[n], &v, None).unwrap();
+        let r = run(
+            &g,
+            &facts,
+            BTreeMap::from([("x".to_string(), x)]),
+            &RunOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(r.outputs[0].1.to_f32_vec().unwrap(), [want, want]);
+        let t = memplan_sim::Timeline::build(&g, &facts, &facts.order).unwrap();
+        let est = memplan_sim::peak::concrete_peak(&t, &r.dims).unwrap();
+        assert_eq!(est.peak_bytes, r.peak_bytes, "{:?}", r.dims);
+    }
+}

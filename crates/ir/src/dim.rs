@@ -97,6 +97,9 @@ impl PartialOrd for Mono {
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum AtomRepr {
     Sym(Arc<str>),
+    /// A symbol for a size made from the data (a count, an iteration number, a branch taken):
+    /// at least 0, where a declared symbol is at least 1.
+    Data(Arc<str>),
     FloorDiv(Arc<(Expr, Expr)>),
     Mod(Arc<(Expr, Expr)>),
     Max(Arc<[Expr]>),
@@ -230,7 +233,7 @@ pub struct Term {
 impl Atom {
     fn from_repr(a: &AtomRepr) -> Atom {
         match a {
-            AtomRepr::Sym(s) => Atom::Sym(s.to_string()),
+            AtomRepr::Sym(s) | AtomRepr::Data(s) => Atom::Sym(s.to_string()),
             AtomRepr::FloorDiv(p) => Atom::FloorDiv(p.0.clone(), p.1.clone()),
             AtomRepr::Mod(p) => Atom::Mod(p.0.clone(), p.1.clone()),
             AtomRepr::Max(xs) => Atom::Max(xs.to_vec()),
@@ -274,6 +277,20 @@ impl Expr {
         Expr::from_atom(AtomRepr::Sym(Arc::from(name)))
     }
 
+    /// The name, when this is a lone symbol for a size made from the data.
+    pub fn as_data_sym(&self) -> Option<&str> {
+        match self.single_atom() {
+            Some(AtomRepr::Data(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A symbol for a size made from the data (see `AtomRepr::Data`): at least 0, so no proof
+    /// takes it to be positive (a count of zero, an empty selection).
+    pub fn data_sym(name: &str) -> Expr {
+        Expr::from_atom(AtomRepr::Data(Arc::from(name)))
+    }
+
     pub fn zero() -> Expr {
         Expr::int(0)
     }
@@ -310,16 +327,18 @@ impl Expr {
     /// `Some(name)` when the expression is exactly one symbol (coefficient 1, power 1).
     pub fn as_sym(&self) -> Option<&str> {
         match self.single_atom() {
-            Some(AtomRepr::Sym(s)) => Some(s),
+            Some(AtomRepr::Sym(s) | AtomRepr::Data(s)) => Some(s),
             _ => None,
         }
     }
 
     /// True when no atom is a floor division, remainder, max, min or overflow.
     pub fn is_polynomial(&self) -> bool {
-        self.terms_cow()
-            .iter()
-            .all(|(m, _)| m.factors.iter().all(|(a, _)| matches!(a, AtomRepr::Sym(_))))
+        self.terms_cow().iter().all(|(m, _)| {
+            m.factors
+                .iter()
+                .all(|(a, _)| matches!(a, AtomRepr::Sym(_) | AtomRepr::Data(_)))
+        })
     }
 
     /// The polynomial view, largest total degree first; the constant term, if nonzero, comes last.
@@ -344,8 +363,8 @@ impl Expr {
         for (m, _) in self.terms_cow().iter() {
             for (a, p) in &m.factors {
                 match a {
-                    AtomRepr::Sym(s) if &**s == sym => deg = deg.max(*p),
-                    AtomRepr::Sym(_) | AtomRepr::Overflow => {}
+                    AtomRepr::Sym(s) | AtomRepr::Data(s) if &**s == sym => deg = deg.max(*p),
+                    AtomRepr::Sym(_) | AtomRepr::Data(_) | AtomRepr::Overflow => {}
                     _ => {
                         if Expr::from_atom(a.clone()).symbols().contains(sym) {
                             return None;
@@ -475,7 +494,13 @@ fn is_simple_operand(e: &Expr) -> bool {
         Repr::Const(c) => *c >= 0,
         Repr::Poly(_) => matches!(
             e.single_atom(),
-            Some(AtomRepr::Sym(_) | AtomRepr::Max(_) | AtomRepr::Min(_) | AtomRepr::Overflow)
+            Some(
+                AtomRepr::Sym(_)
+                    | AtomRepr::Data(_)
+                    | AtomRepr::Max(_)
+                    | AtomRepr::Min(_)
+                    | AtomRepr::Overflow
+            )
         ),
     }
 }
@@ -491,7 +516,7 @@ fn fmt_operand(f: &mut fmt::Formatter<'_>, e: &Expr) -> fmt::Result {
 /// Writes an atom; floor divisions and remainders get parentheses unless `bare`.
 fn fmt_atom(f: &mut fmt::Formatter<'_>, a: &AtomRepr, bare: bool) -> fmt::Result {
     match a {
-        AtomRepr::Sym(s) => f.write_str(s),
+        AtomRepr::Sym(s) | AtomRepr::Data(s) => f.write_str(s),
         AtomRepr::Overflow => f.write_str("<overflow>"),
         AtomRepr::FloorDiv(p) | AtomRepr::Mod(p) => {
             let op = if matches!(a, AtomRepr::FloorDiv(_)) {
@@ -719,7 +744,7 @@ impl Expr {
         for (m, _) in self.terms_cow().iter() {
             for (a, _) in &m.factors {
                 match a {
-                    AtomRepr::Sym(s) => {
+                    AtomRepr::Sym(s) | AtomRepr::Data(s) => {
                         if !out.contains(&**s) {
                             out.insert(s.to_string());
                         }
@@ -760,7 +785,9 @@ impl Expr {
             let mut t = Expr::int(*c);
             for (a, p) in &m.factors {
                 let ae = match a {
-                    AtomRepr::Sym(s) => f(s).unwrap_or_else(|| Expr::from_atom(a.clone())),
+                    AtomRepr::Sym(s) | AtomRepr::Data(s) => {
+                        f(s).unwrap_or_else(|| Expr::from_atom(a.clone()))
+                    }
                     AtomRepr::FloorDiv(q) => {
                         q.0.substitute_with(f).floor_div(&q.1.substitute_with(f))
                     }

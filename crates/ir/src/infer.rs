@@ -700,7 +700,7 @@ impl SymbolTable {
             name: name.clone(),
             reason,
         });
-        Expr::sym(&name)
+        Expr::data_sym(&name)
     }
 }
 

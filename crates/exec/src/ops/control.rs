@@ -51,6 +51,9 @@ pub(crate) struct CtlCtx<'a> {
     pub opset: i64,
     /// The run's symbol values (for the shape of a scan output no iteration made).
     pub dims: &'a std::collections::BTreeMap<String, i64>,
+    /// Sizes made from the data that the bodies met, bound by their first value (see
+    /// `interp::bind_data_dependent`); the interpreter adds them to the run's dims.
+    pub bound: &'a std::sync::Mutex<std::collections::BTreeMap<String, i64>>,
 }
 
 fn body_err(g: &Graph, e: ExecError) -> OpFail {
@@ -220,6 +223,7 @@ fn run_nodes(
                     stats: ctx.stats,
                     opset: ctx.opset,
                     dims: ctx.dims,
+                    bound: ctx.bound,
                 };
                 run(&sub, &ins).map_err(fail)?
             } else {
@@ -246,6 +250,10 @@ fn run_nodes(
                         outs.len()
                     )))
                 })?;
+                {
+                    let mut b = ctx.bound.lock().unwrap_or_else(|e| e.into_inner());
+                    crate::interp::bind_data_dependent(facts, *v, &t, &mut b);
+                }
                 values[v.index()] = Some(t);
             }
         }

@@ -65,7 +65,9 @@ impl Expr {
 
 fn eval_atom(a: &AtomRepr, env: &dyn Fn(&str) -> Option<i64>) -> Result<i64, EvalError> {
     match a {
-        AtomRepr::Sym(s) => env(s).ok_or_else(|| EvalError::UnboundSymbol(s.to_string())),
+        AtomRepr::Sym(s) | AtomRepr::Data(s) => {
+            env(s).ok_or_else(|| EvalError::UnboundSymbol(s.to_string()))
+        }
         AtomRepr::FloorDiv(p) => py_floor_div(p.0.eval(env)?, p.1.eval(env)?),
         AtomRepr::Mod(p) => py_mod(p.0.eval(env)?, p.1.eval(env)?),
         AtomRepr::Max(xs) | AtomRepr::Min(xs) => {

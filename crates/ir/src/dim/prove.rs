@@ -1,4 +1,4 @@
-//! Sign proofs over all symbol values >= 1.
+//! Sign proofs over all symbol values >= 1 (symbols for sizes made from the data: >= 0).
 //!
 //! The core test shifts every atom with a known lower bound of 1 (every symbol, and some opaque atoms) by
 //! `x = 1 + x'` with `x' >= 0`, expands in `i128`, and reads the signs of the coefficients: all `>= 0` proves
@@ -34,6 +34,7 @@ fn expr_bound(e: &Expr) -> Bound {
 fn atom_bound(a: &AtomRepr) -> Bound {
     match a {
         AtomRepr::Sym(_) => Bound::Pos,
+        AtomRepr::Data(_) => Bound::NonNeg,
         // A divisor proven `>= 0` is `>= 1`: divisors are nonzero wherever a proof applies.
         AtomRepr::FloorDiv(p) => {
             if p.1.prove_nonneg() != Some(true) {
