@@ -3,9 +3,26 @@
 
 use std::collections::BTreeMap;
 
-use memplan_exec::{run, RunOptions, Tensor};
+use memplan_exec::{run, RunOptions, RunResult, Tensor};
 use memplan_ir::graph::{DeclDim, DeclType, Graph};
+use memplan_ir::infer::Facts;
 use memplan_ir::DataType;
+
+/// Runs `g` on `x` and checks the estimate at the run's dims against the measured peak.
+fn run_exact(g: &Graph, facts: &Facts, x: &[f32]) -> RunResult {
+    let t = Tensor::from_vec::<f32>(&[x.len()], x, None).unwrap();
+    let r = run(
+        g,
+        facts,
+        BTreeMap::from([("x".to_string(), t)]),
+        &RunOptions::default(),
+    )
+    .unwrap();
+    let tl = memplan_sim::Timeline::build(g, facts, &facts.order).unwrap();
+    let est = memplan_sim::peak::concrete_peak(&tl, &r.dims).unwrap();
+    assert_eq!(est.peak_bytes, r.peak_bytes, "{:?}", r.dims);
+    r
+}
 
 #[test]
 fn a_run_binds_the_sizes_it_makes_from_the_data() {
@@ -36,19 +53,9 @@ fn a_run_binds_the_sizes_it_makes_from_the_data() {
         let v: Vec<f32> = (0..n)
             .map(|i| f32::from(u8::from(i % every == 0)))
             .collect();
-        let x = Tensor::from_vec::<f32>(&[n], &v, None).unwrap();
-        let r = run(
-            &g,
-            &facts,
-            BTreeMap::from([("x".to_string(), x)]),
-            &RunOptions::default(),
-        )
-        .unwrap();
+        let r = run_exact(&g, &facts, &v);
         let count = v.iter().filter(|&&e| e != 0.0).count();
         assert_eq!(r.dims.get(&sym), Some(&(count as i64)), "{:?}", r.dims);
-        let t = memplan_sim::Timeline::build(&g, &facts, &facts.order).unwrap();
-        let est = memplan_sim::peak::concrete_peak(&t, &r.dims).unwrap();
-        assert_eq!(est.peak_bytes, r.peak_bytes);
     }
 }
 
@@ -132,18 +139,7 @@ fn a_count_made_from_the_data_may_be_zero() {
         "the emptiness of a selection was decided"
     );
     for (v, want) in [(vec![0.0f32; 5], 0.0f32), (vec![0.0, 2.0, 0.0], 1.0)] {
-        let n = v.len();
-        let x = Tensor::from_vec::<f32>(&[n], &v, None).unwrap();
-        let r = run(
-            &g,
-            &facts,
-            BTreeMap::from([("x".to_string(), x)]),
-            &RunOptions::default(),
-        )
-        .unwrap();
+        let r = run_exact(&g, &facts, &v);
         assert_eq!(r.outputs[0].1.to_f32_vec().unwrap(), [want, want]);
-        let t = memplan_sim::Timeline::build(&g, &facts, &facts.order).unwrap();
-        let est = memplan_sim::peak::concrete_peak(&t, &r.dims).unwrap();
-        assert_eq!(est.peak_bytes, r.peak_bytes, "{:?}", r.dims);
     }
 }

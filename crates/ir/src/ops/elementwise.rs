@@ -178,6 +178,17 @@ pub fn broadcast_index(src: &[usize], out: &[usize]) -> Vec<usize> {
 /// are folded by the executor's kernel instead (see [`crate::fold`]), so `fi` only needs to be
 /// right where a symbol flows; floats are never symbolic and are left to the kernel.
 fn fold(ctx: &InferCtx, shape: &[Expr], fi: &dyn Fn(&[Expr]) -> Option<Expr>) -> Option<Known> {
+    fold_elems(ctx, shape, &|k| k.as_exprs(), fi).map(Known::Int)
+}
+
+/// The elementwise fold both [`fold`] and [`fold_ratio`] run: every input broadcast to `shape`
+/// (concrete), read as elements by `read`, and `f` applied per output element.
+fn fold_elems<T: Clone>(
+    ctx: &InferCtx,
+    shape: &[Expr],
+    read: &dyn Fn(Known) -> Option<Vec<T>>,
+    f: &dyn Fn(&[T]) -> Option<T>,
+) -> Option<Vec<T>> {
     let conc: Vec<usize> = shape
         .iter()
         .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
@@ -185,14 +196,14 @@ fn fold(ctx: &InferCtx, shape: &[Expr], fi: &dyn Fn(&[Expr]) -> Option<Expr>) ->
     let n: usize = conc.iter().product();
     let mut cols = Vec::new();
     for i in 0..ctx.num_inputs() {
-        cols.push(known_broadcast(ctx, i, &conc)?.as_exprs()?);
+        cols.push(read(known_broadcast(ctx, i, &conc)?)?);
     }
     let mut out = Vec::with_capacity(n);
     for j in 0..n {
-        let args: Vec<Expr> = cols.iter().map(|c| c[j].clone()).collect();
-        out.push(fi(&args)?);
+        let args: Vec<T> = cols.iter().map(|c: &Vec<T>| c[j].clone()).collect();
+        out.push(f(&args)?);
     }
-    Some(Known::Int(out))
+    Some(out)
 }
 
 /// Folds a float elementwise op whose inputs hold symbols (shape arithmetic done in floats, see
@@ -213,21 +224,7 @@ fn fold_ratio(
     if !symbolic {
         return None;
     }
-    let conc: Vec<usize> = shape
-        .iter()
-        .map(|d| d.as_const().and_then(|c| usize::try_from(c).ok()))
-        .collect::<Option<_>>()?;
-    let n: usize = conc.iter().product();
-    let mut cols = Vec::new();
-    for i in 0..ctx.num_inputs() {
-        cols.push(known_broadcast(ctx, i, &conc)?.as_ratios()?);
-    }
-    let mut out = Vec::with_capacity(n);
-    for j in 0..n {
-        let args: Vec<Ratio> = cols.iter().map(|c| c[j].clone()).collect();
-        out.push(fr(&args)?);
-    }
-    Known::of_ratios(out)
+    fold_elems(ctx, shape, &|k| k.as_ratios(), fr).and_then(Known::of_ratios)
 }
 
 fn gcd(a: i64, b: i64) -> i64 {
