@@ -43,7 +43,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
             );
         }
     }
-    let facts = crate::estimate::facts_at(&model, &facts, &dims)?.into_owned();
+    let facts = crate::estimate::facts_at(&model, &facts, &dims)?;
     let s = summarize(&model, &facts);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&s)?);

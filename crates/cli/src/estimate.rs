@@ -112,7 +112,7 @@ fn model_symbols(facts: &Facts) -> Vec<String> {
 }
 
 /// Every symbol must be given (the swept one by the sweep), and every given name must be a symbol.
-fn check_dims(
+pub(crate) fn check_dims(
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
     sweep: Option<&str>,

@@ -207,33 +207,6 @@ pub fn optimized_fit_line(o: &OptimizedFit) -> String {
     }
 }
 
-/// Every symbol of the model must be given, and every given name must be a symbol.
-fn check_dims(facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<()> {
-    crate::units::check_declared_positive(dims, &facts.symbols.declared)
-        .map_err(|e| anyhow::Error::new(crate::UsageError(e)))?;
-    let mut syms = facts.symbols.declared.clone();
-    syms.extend(facts.symbols.introduced.iter().map(|s| s.name.clone()));
-    let list = if syms.is_empty() {
-        "none".to_string()
-    } else {
-        syms.join(", ")
-    };
-    for k in dims.keys() {
-        if !syms.contains(k) {
-            crate::usage_bail!("--dim {k}: the model has no symbol '{k}' (its symbols: {list})");
-        }
-    }
-    let missing: Vec<String> = syms
-        .iter()
-        .filter(|s| !dims.contains_key(*s))
-        .map(|s| format!("--dim {s}=..."))
-        .collect();
-    if !missing.is_empty() {
-        crate::usage_bail!("missing dims: give {}", missing.join(" "));
-    }
-    Ok(())
-}
-
 /// Exit status of `optimize --budget` when the budget is not met (the lowest plan reached is still
 /// written): distinct from errors (1) and usage errors (2).
 pub const EXIT_BUDGET_NOT_MET: u8 = 3;
@@ -327,10 +300,9 @@ pub fn optimize_model(
     label: &str,
     req: &OptimizeRequest,
 ) -> Result<Optimized> {
-    let at = crate::estimate::facts_at(&model, facts, &req.dims)?.into_owned();
-    let facts = &at;
+    let facts = &*crate::estimate::facts_at(&model, facts, &req.dims)?;
     check_inferred(facts, "plan")?;
-    check_dims(facts, &req.dims)?;
+    crate::estimate::check_dims(facts, &req.dims, None, None)?;
     let opts = Options {
         exact_work: req.exact_work,
         ..Options::default()
@@ -396,9 +368,9 @@ pub fn optimize_model(
 pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     let (model, facts) = load(&a.model)?;
     let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
-    let facts = crate::estimate::facts_at(&model, &facts, &dims)?.into_owned();
+    let facts = crate::estimate::facts_at(&model, &facts, &dims)?;
     check_inferred(&facts, "plan")?;
-    check_dims(&facts, &dims)?;
+    crate::estimate::check_dims(&facts, &dims, None, None)?;
     let budget = a
         .budget
         .as_deref()

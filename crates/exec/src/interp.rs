@@ -618,17 +618,7 @@ fn execute(
                 }
             },
         };
-        // The branch an `If` took binds its branch symbol; sizes its bodies made bind theirs.
-        if node.op == "If" {
-            let branch = facts.control.get(&nid).and_then(|c| c.branch.as_ref());
-            if let (Some(name), Some(Some(c))) = (branch.and_then(|b| b.as_data_sym()), ins.first())
-            {
-                if c.numel() == 1 {
-                    let taken = c.bytes().iter().any(|&b| b != 0);
-                    dims.entry(name.to_string()).or_insert(i64::from(taken));
-                }
-            }
-        }
+        // What a control-flow node's bodies made (and the branch an `If` took) binds theirs.
         if is_cf {
             for (k, v) in std::mem::take(&mut *bound.lock().unwrap_or_else(|e| e.into_inner())) {
                 dims.entry(k).or_insert(v);

@@ -70,6 +70,16 @@ impl DataType {
         DataType::ALL.iter().copied().find(|d| *d as i32 == code)
     }
 
+    /// The type INT attribute `name` names by its code, or the line saying it names none (0,
+    /// UNDEFINED, among them): the one rule of `ir`'s `InferCtx::attr_dtype` and `exec`'s
+    /// `OpCtx::dtype`.
+    pub fn from_attr(name: &str, code: i64) -> Result<DataType, String> {
+        i32::try_from(code)
+            .ok()
+            .and_then(DataType::from_onnx)
+            .ok_or_else(|| format!("attribute '{name}' is {code}, not a data type"))
+    }
+
     /// The ONNX `TensorProto.DataType` code.
     pub fn onnx_code(self) -> i32 {
         self as i32

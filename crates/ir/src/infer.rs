@@ -119,54 +119,46 @@ impl Known {
 
     /// The elements at `idx`, in that order; `None` when an index is out of range.
     pub fn pick(&self, idx: &[usize]) -> Option<Known> {
+        fn at<T: Clone>(v: &[T], idx: &[usize]) -> Option<Vec<T>> {
+            idx.iter().map(|&j| v.get(j).cloned()).collect()
+        }
         Some(match self {
-            Known::Int(v) => Known::Int(
-                idx.iter()
-                    .map(|&j| v.get(j).cloned())
-                    .collect::<Option<_>>()?,
-            ),
-            Known::Float(v) => Known::Float(
-                idx.iter()
-                    .map(|&j| v.get(j).copied())
-                    .collect::<Option<_>>()?,
-            ),
-            Known::Ratio(v) => Known::Ratio(
-                idx.iter()
-                    .map(|&j| v.get(j).cloned())
-                    .collect::<Option<_>>()?,
-            ),
+            Known::Int(v) => Known::Int(at(v, idx)?),
+            Known::Float(v) => Known::Float(at(v, idx)?),
+            Known::Ratio(v) => Known::Ratio(at(v, idx)?),
         })
     }
 
     /// The parts one after the other: integers stay integers, floats stay floats, and floats
     /// mixed with ratios become ratios.
     pub fn concat(parts: &[&Known]) -> Option<Known> {
-        if parts.iter().all(|k| matches!(k, Known::Int(_))) {
-            let mut v = Vec::new();
-            for k in parts {
-                if let Known::Int(x) = k {
-                    v.extend(x.iter().cloned());
-                }
-            }
+        let ints: Option<Vec<Expr>> = parts
+            .iter()
+            .map(|k| match k {
+                Known::Int(x) => Some(x.as_slice()),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat());
+        let floats: Option<Vec<f64>> = parts
+            .iter()
+            .map(|k| match k {
+                Known::Float(x) => Some(x.as_slice()),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.concat());
+        if let Some(v) = ints {
             return Some(Known::Int(v));
         }
-        if parts.iter().all(|k| matches!(k, Known::Float(_))) {
-            let mut v = Vec::new();
-            for k in parts {
-                if let Known::Float(x) = k {
-                    v.extend(x.iter().copied());
-                }
-            }
+        if let Some(v) = floats {
             return Some(Known::Float(v));
         }
         if !parts.iter().any(|k| matches!(k, Known::Ratio(_))) {
             return None;
         }
-        let mut v = Vec::new();
-        for k in parts {
-            v.extend(k.as_ratios()?);
-        }
-        Some(Known::Ratio(v))
+        let ratios: Vec<Vec<Ratio>> = parts.iter().map(|k| k.as_ratios()).collect::<Option<_>>()?;
+        Some(Known::Ratio(ratios.concat()))
     }
 
     /// The contents as concrete integers, when every element is a constant.
@@ -575,16 +567,9 @@ impl<'a> InferCtx<'a> {
     /// The data type named by INT attribute `name` (an ONNX `TensorProto.DataType` code); `None`
     /// when absent. A code that names no type (0, undefined, among them) is an error.
     pub fn attr_dtype(&self, name: &str) -> Result<Option<DataType>, OpError> {
-        match self.attr_opt_int(name)? {
-            None => Ok(None),
-            Some(c) => i32::try_from(c)
-                .ok()
-                .and_then(DataType::from_onnx)
-                .map(Some)
-                .ok_or_else(|| {
-                    OpError::BadAttr(format!("attribute '{name}' is {c}, not a data type"))
-                }),
-        }
+        self.attr_opt_int(name)?
+            .map(|c| DataType::from_attr(name, c).map_err(OpError::BadAttr))
+            .transpose()
     }
 
     /// TYPE_PROTO attribute `name`.
@@ -793,7 +778,7 @@ pub fn infer_model_at(model: &Model, dims: &BTreeMap<String, i64>) -> Result<Fac
     let g = &model.graph;
     let mut given = BTreeMap::new();
     // Every declared symbol, fixed or not: given facts declare none.
-    let mut fixed: Vec<String> = Vec::new();
+    let mut declared: Vec<String> = Vec::new();
     for &v in &g.inputs {
         let val = g.value(v);
         if !matches!(val.kind, crate::graph::ValueKind::Input) {
@@ -812,8 +797,8 @@ pub fn infer_model_at(model: &Model, dims: &BTreeMap<String, i64>) -> Result<Fac
                 DeclDim::Value(x) => at.push(Expr::int(*x)),
                 DeclDim::Param(p) => {
                     at.push(dims.get(p).map_or_else(|| Expr::sym(p), |&x| Expr::int(x)));
-                    if !fixed.contains(p) {
-                        fixed.push(p.clone());
+                    if !declared.contains(p) {
+                        declared.push(p.clone());
                     }
                 }
                 DeclDim::Unknown => break,
@@ -824,7 +809,7 @@ pub fn infer_model_at(model: &Model, dims: &BTreeMap<String, i64>) -> Result<Fac
         }
     }
     let mut f = infer_model_with(model, &given)?;
-    for p in fixed {
+    for p in declared {
         if !f.symbols.declared.contains(&p) {
             f.symbols.declared.push(p);
         }

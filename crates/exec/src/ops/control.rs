@@ -315,11 +315,13 @@ fn run_if(
         .copied()
         .flatten()
         .ok_or_else(|| OpFail::Invalid("the condition is required".into()))?;
-    let name = if truth(c, "condition")? {
-        "then_branch"
-    } else {
-        "else_branch"
-    };
+    let taken = truth(c, "condition")?;
+    // A condition not known at inference time is a branch symbol: the run binds it.
+    if let Some(sym) = cf.branch.as_ref().and_then(|b| b.as_data_sym()) {
+        let mut b = ctx.bound.lock().unwrap_or_else(|e| e.into_inner());
+        b.entry(sym.to_string()).or_insert(i64::from(taken));
+    }
+    let name = if taken { "then_branch" } else { "else_branch" };
     let k = memplan_ir::ops::control::body_index(ctx.node, name)
         .ok_or_else(|| OpFail::Invalid(format!("the '{name}' attribute is missing")))?;
     let (Some(g), Some(f)) = (bodies.get(k), cf.bodies.get(k)) else {

@@ -193,16 +193,9 @@ impl OpCtx<'_> {
     /// The data type named by INT attribute `name` (an ONNX `TensorProto.DataType` code); `None`
     /// when absent. A code that names no type is an error (as `InferCtx::attr_dtype` in `ir`).
     pub fn dtype(&self, name: &str) -> Result<Option<DataType>, OpFail> {
-        match self.opt_int(name)? {
-            None => Ok(None),
-            Some(c) => i32::try_from(c)
-                .ok()
-                .and_then(DataType::from_onnx)
-                .map(Some)
-                .ok_or_else(|| {
-                    OpFail::Invalid(format!("attribute '{name}' is {c}, not a data type"))
-                }),
-        }
+        self.opt_int(name)?
+            .map(|c| DataType::from_attr(name, c).map_err(OpFail::Invalid))
+            .transpose()
     }
 
     pub fn float(&self, name: &str, default: f32) -> Result<f32, OpFail> {
