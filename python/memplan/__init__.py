@@ -384,13 +384,17 @@ def optimize(
     chunks: Optional[list[int]] = None,
     recompute: bool = False,
     exact_work: Optional[int] = None,
+    narrow: bool = True,
 ) -> Optimized:
     """``memplan optimize``: a checked plan at ``dims`` (memory-aware order, in-place reuse, one
-    arena); with ``budget``, regions are first chunked (standard ONNX) until the plan fits, or the
-    lowest plan reached is returned with ``fits`` False."""
+    arena); with ``budget``, tensors proven to hold few values (masks) are first stored narrow
+    (``narrow=False`` turns it off), then regions are chunked (standard ONNX) until the plan fits,
+    or the lowest plan reached is returned with ``fits`` False."""
     m = load(model)
     b = None if budget is None else parse_size(budget)
-    loaded, plan, report = _core.optimize(m._loaded, _dims(dims), b, list(chunks or []), recompute, exact_work)
+    loaded, plan, report = _core.optimize(
+        m._loaded, _dims(dims), b, list(chunks or []), recompute, exact_work, narrow
+    )
     return Optimized(Model(loaded), Plan(plan), json.loads(report))
 
 

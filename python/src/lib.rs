@@ -229,7 +229,7 @@ fn peak_at(py: Python<'_>, model: &LoadedModel, dims: BTreeMap<String, i64>) -> 
 /// `memplan optimize`: the model with its nodes in the planned order (read back and checked
 /// against the plan, as `-o` does), the plan's JSON, and the report's JSON.
 #[pyfunction]
-#[pyo3(signature = (model, dims, budget=None, chunks=Vec::new(), recompute=false, exact_work=None))]
+#[pyo3(signature = (model, dims, budget=None, chunks=Vec::new(), recompute=false, exact_work=None, narrow=true))]
 fn optimize(
     py: Python<'_>,
     model: &LoadedModel,
@@ -238,12 +238,14 @@ fn optimize(
     chunks: Vec<usize>,
     recompute: bool,
     exact_work: Option<usize>,
+    narrow: bool,
 ) -> PyResult<(LoadedModel, String, String)> {
     let l = model.inner.clone();
     let mut req = OptimizeRequest {
         budget,
         chunks,
         recompute,
+        narrow,
         ..OptimizeRequest::new(dims)
     };
     if let Some(w) = exact_work {

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import memplan
-from conftest import MODELS, SMALL_CASES, cli, cli_json, dim_flags, npz_inputs
+from conftest import MODELS, ROOT, SMALL_CASES, cli, cli_json, dim_flags, npz_inputs
 
 IGNORED = {"model", "output", "plan", "plan_ms"}  # file names and wall time
 
@@ -145,3 +145,21 @@ def test_plan_forms_and_save(tmp_path):
     with pytest.raises(memplan.PlanError):
         other = memplan.optimize(MODELS / "of3_tri_mul_out.onnx", {"N": 24})
         memplan.run(model_file, dims={"N": 24}, random=True, plan=other.plan)
+
+
+def test_narrow_stores_a_mask_narrow_and_can_be_turned_off():
+    """The dynamo export of transformers' LlamaModel keeps a float causal mask across its layers:
+    under a budget just below its peak it is stored as bool, outputs stay bit-identical."""
+    path = ROOT / "tests" / "wide" / "models" / "llama_decoder.onnx"
+    dims = {"B": 1, "S": 256}
+    plain = memplan.run(path, dims=dims, random=True)
+    opt = memplan.optimize(path, dims, budget=plain.peak_bytes - 1)
+    steps = opt.report["narrowing"]["steps"]
+    assert [s["stored_as"] for s in steps] == ["bool"]
+    assert steps[0]["bytes"] == 4 * 256 * 256 and steps[0]["narrow_bytes"] == 256 * 256
+    res = memplan.run(opt, dims=dims, random=True)
+    assert res.peak_bytes == opt.peak_bytes_after
+    for k, v in plain.outputs.items():
+        assert v.tobytes() == res.outputs[k].tobytes(), k
+    off = memplan.optimize(path, dims, budget=plain.peak_bytes - 1, narrow=False)
+    assert "narrowing" not in off.report

@@ -61,6 +61,11 @@ pub struct OptimizeArgs {
     /// outputs stay bit-identical.
     #[arg(long)]
     pub recompute: bool,
+    /// With --budget: do not narrow. By default a tensor proven to hold only a few values (a 0/1
+    /// or 0/-inf mask, small integers) that is live at the peak is stored in one byte per element
+    /// and widened exactly where it is read; the report gives the proof.
+    #[arg(long)]
+    pub no_narrow: bool,
     /// Work for the exact schedule search: frontier states explored over all windows (a bound on
     /// work, not time, so the same input gives the same plan on any machine).
     #[arg(long, default_value_t = memplan_plan::DEFAULT_EXACT_WORK, value_name = "STATES")]
@@ -87,6 +92,8 @@ struct JsonReport<'a> {
     chunking: Option<&'a ChunkSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     recompute: Option<&'a memplan_plan::remat::Report>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    narrowing: Option<&'a memplan_plan::narrow::Report>,
     #[serde(flatten)]
     report: &'a Report,
 }
@@ -222,6 +229,8 @@ pub struct OptimizeRequest {
     pub chunks: Vec<usize>,
     pub cost: CostModel,
     pub recompute: bool,
+    /// Store tensors proven to hold few values narrow (with a budget).
+    pub narrow: bool,
     /// Frontier states the exact schedule search explores.
     pub exact_work: usize,
 }
@@ -235,6 +244,7 @@ impl OptimizeRequest {
             chunks: Vec::new(),
             cost: CostModel::default(),
             recompute: false,
+            narrow: true,
             exact_work: memplan_plan::DEFAULT_EXACT_WORK,
         }
     }
@@ -249,6 +259,7 @@ pub struct Optimized {
     pub report: Report,
     pub chunking: Option<ChunkSummary>,
     pub recompute: Option<memplan_plan::remat::Report>,
+    pub narrowing: Option<memplan_plan::narrow::Report>,
     pub budget: Option<u64>,
     /// With a budget: whether the planned peak fits it.
     pub fits: Option<bool>,
@@ -286,6 +297,7 @@ impl Optimized {
             floor: self.floor.as_ref(),
             chunking: self.chunking.as_ref(),
             recompute: self.recompute.as_ref(),
+            narrowing: self.narrowing.as_ref(),
             report: &self.report,
         };
         Ok(serde_json::to_value(&j)?)
@@ -325,11 +337,11 @@ pub fn optimize_model(
         ),
         None => None,
     };
-    let (model, out, chunking, recompute) = match req.budget {
+    let (model, out, chunking, recompute, narrowing) = match req.budget {
         None => {
             let out = memplan_plan::optimize(&model.graph, facts, dims, &opts)
                 .with_context(|| label.to_string())?;
-            (model, out, None, None)
+            (model, out, None, None, None)
         }
         Some(b) => {
             let mut chunk = ChunkOptions {
@@ -343,11 +355,18 @@ pub fn optimize_model(
                 plan: opts.clone(),
                 chunk,
                 recompute: req.recompute.then(memplan_plan::remat::Options::default),
+                narrow: req.narrow.then(memplan_plan::narrow::Options::default),
                 ..FitOptions::new(b)
             };
             let fit = memplan_plan::fit_budget(&model, facts, dims, &fo)
                 .with_context(|| label.to_string())?;
-            (fit.model, fit.outcome, fit.chunking, fit.recompute)
+            (
+                fit.model,
+                fit.outcome,
+                fit.chunking,
+                fit.recompute,
+                fit.narrowing,
+            )
         }
     };
     let plan_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -358,6 +377,7 @@ pub fn optimize_model(
         report: out.report,
         chunking,
         recompute,
+        narrowing,
         budget: req.budget,
         fits,
         floor,
@@ -389,6 +409,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         chunks: a.chunks.clone(),
         cost,
         recompute: a.recompute,
+        narrow: !a.no_narrow,
         exact_work: a.exact_work,
         ..OptimizeRequest::new(dims.clone())
     };
@@ -511,6 +532,22 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
                 String::new()
             }
         ));
+    }
+    if let Some(n) = &opt.narrowing {
+        for st in &n.steps {
+            s.push_str(&format!(
+                "narrowed   '{}' ({}, {}) stored as {} ({}), widened for {} reader(s); proof:\n",
+                st.value,
+                st.dtype,
+                human(st.bytes),
+                st.stored_as,
+                human(st.narrow_bytes),
+                st.readers
+            ));
+            for line in &st.proof {
+                s.push_str(&format!("             {line}\n"));
+            }
+        }
     }
     if let Some(c) = &chunking {
         s.push_str(&format!(

@@ -1,6 +1,6 @@
 //! Chunked random graphs run bit-identically: the property of `support/fitted.rs` (a random DAG
 //! fitted to half its peak by `fit_budget`, run from its plan, same output bits as the original,
-//! measured peak = planned) over a fixed set of seeds.
+//! measured peak = planned) over a fixed set of seeds, some of them chunked, some narrowed.
 
 #[path = "support/fitted.rs"]
 mod fitted;
@@ -12,16 +12,25 @@ const GRAPHS: u64 = 120;
 
 #[test]
 fn fitted_random_graphs_are_bit_identical() {
-    let mut chunked = 0;
+    let (mut chunked, mut narrowed) = (0, 0);
     for seed in 0..GRAPHS {
         match fitted::check_fitted(&mut SplitMix(seed), 40) {
-            Ok(c) => chunked += usize::from(c),
+            Ok(l) => {
+                chunked += usize::from(l.chunked);
+                narrowed += usize::from(l.narrowed);
+            }
             Err(e) => panic!("seed {seed}: {e}"),
         }
     }
-    eprintln!("{GRAPHS} random graphs fitted to half their peak, {chunked} of them chunked");
+    eprintln!(
+        "{GRAPHS} random graphs fitted to half their peak, {chunked} of them chunked, {narrowed} narrowed"
+    );
     assert!(
         chunked >= GRAPHS as usize / 10,
         "only {chunked} of {GRAPHS} graphs were chunked: the property is barely exercised"
+    );
+    assert!(
+        narrowed >= 3,
+        "only {narrowed} of {GRAPHS} graphs were narrowed: the property is barely exercised"
     );
 }

@@ -16,6 +16,7 @@ pub mod infer;
 pub mod ops;
 pub mod summary;
 pub mod tensor;
+pub mod value_set;
 
 pub use dim::Expr;
 pub use dtype::DataType;

@@ -1,11 +1,14 @@
 //! The budget loop: one entry, [`fit_budget`], that makes a model fit a memory budget with the
 //! levers of this crate and returns the (possibly rewritten) model, its facts and a checked plan.
 //!
-//! 1. With [`FitOptions::recompute`], values read again after the graph-order peak are recomputed
+//! 1. With [`FitOptions::narrow`] (the default), tensors proven to hold few values (0/1 masks) are
+//!    stored in one byte per element while the graph-order peak exceeds the budget
+//!    ([`crate::narrow`]); exact, so outputs stay bit-identical.
+//! 2. With [`FitOptions::recompute`], values read again after the graph-order peak are recomputed
 //!    ([`crate::remat`]) until the graph-order peak fits.
-//! 2. The model is planned ([`crate::optimize`]). If the planned peak (arena plus resident weights
+//! 3. The model is planned ([`crate::optimize`]). If the planned peak (arena plus resident weights
 //!    and inputs: the peak the budget applies to) fits, that is the answer.
-//! 3. Otherwise regions are chunked ([`crate::chunk`]) to a target, the result is planned, and while
+//! 4. Otherwise regions are chunked ([`crate::chunk`]) to a target, the result is planned, and while
 //!    the planned peak still exceeds the budget the target is lowered by the excess and chunking
 //!    starts again from the original model (three rounds at most). The plan kept is the one with
 //!    the lowest planned peak, so a budget that cannot be met still gets the lowest plan reached.
@@ -19,6 +22,7 @@ use memplan_ir::graph::Model;
 use memplan_ir::infer::Facts;
 
 use crate::chunk::{chunk_to_budget, ChunkError, ChunkOptions, ChunkStep};
+use crate::narrow::{self, NarrowError};
 use crate::remat::{self, RematError};
 use crate::{optimize, OptimizeError, Options, Outcome, Pass};
 
@@ -31,6 +35,8 @@ pub struct FitOptions {
     pub plan: Options,
     /// Chunking options; its `budget` is set by the loop.
     pub chunk: ChunkOptions,
+    /// Store tensors proven to hold few values narrow first (on by default).
+    pub narrow: Option<narrow::Options>,
     /// Recompute values read after the peak first (training graphs).
     pub recompute: Option<remat::Options>,
 }
@@ -42,6 +48,7 @@ impl FitOptions {
             budget,
             plan: Options::default(),
             chunk: ChunkOptions::default(),
+            narrow: Some(narrow::Options::default()),
             recompute: None,
         }
     }
@@ -82,6 +89,8 @@ pub struct Fit {
     /// Whether the planned peak is within the budget.
     pub fits: bool,
     pub chunking: Option<ChunkSummary>,
+    /// Present when a value was narrowed.
+    pub narrowing: Option<narrow::Report>,
     pub recompute: Option<remat::Report>,
 }
 
@@ -92,6 +101,8 @@ pub enum FitError {
     Plan(#[from] OptimizeError),
     #[error("recomputation: {0}")]
     Remat(#[from] RematError),
+    #[error("narrowing: {0}")]
+    Narrow(#[from] NarrowError),
     #[error("chunking: {0}")]
     Chunk(#[from] ChunkError),
     #[error("the chunked model: {0}")]
@@ -110,6 +121,26 @@ pub fn fit_budget(
     let mut facts = facts.clone();
     let mut recompute = None;
     let mut recompute_passes = Vec::new();
+    let mut narrowing = None;
+    let mut graph_order_peak = None;
+    if let Some(no) = &opts.narrow {
+        let n = narrow::narrow(&model, &facts, dims, budget, no)?;
+        graph_order_peak = Some(n.report.peak_bytes_before);
+        for s in &n.report.steps {
+            recompute_passes.push(Pass {
+                name: format!(
+                    "narrow '{}': {} stored as {} ({} -> {} bytes, widened for {} reader(s))",
+                    s.value, s.dtype, s.stored_as, s.bytes, s.narrow_bytes, s.readers
+                ),
+                peak_bytes: s.peak_bytes,
+            });
+        }
+        if !n.report.steps.is_empty() {
+            model = n.model;
+            facts = n.facts;
+            narrowing = Some(n.report);
+        }
+    }
     if let Some(ro) = &opts.recompute {
         let r = remat::rematerialize(&model, &facts, dims, budget, ro)?;
         for (i, s) in r.report.steps.iter().enumerate() {
@@ -124,20 +155,23 @@ pub fn fit_budget(
                 peak_bytes: s.peak_bytes,
             });
         }
+        graph_order_peak.get_or_insert(r.report.peak_bytes_before);
         model = r.model;
         facts = r.facts;
         recompute = Some(r.report);
     }
     let mut out = optimize(&model.graph, &facts, dims, &opts.plan)?;
-    if let Some(r) = &recompute {
+    if !recompute_passes.is_empty() {
+        // The passes start from the graph order of the model as given, then each rewrite.
+        let before = graph_order_peak.unwrap_or(out.report.peak_bytes_before);
         let mut passes = vec![Pass {
             name: "graph order".into(),
-            peak_bytes: r.peak_bytes_before,
+            peak_bytes: before,
         }];
         passes.extend(recompute_passes);
         passes.extend(out.report.passes.iter().skip(1).cloned());
         out.report.passes = passes;
-        out.report.peak_bytes_before = r.peak_bytes_before;
+        out.report.peak_bytes_before = before;
     }
     if out.report.peak_bytes_after <= budget {
         return Ok(Fit {
@@ -146,6 +180,7 @@ pub fn fit_budget(
             outcome: out,
             fits: true,
             chunking: None,
+            narrowing,
             recompute,
         });
     }
@@ -183,6 +218,7 @@ pub fn fit_budget(
                 steps: Vec::new(),
                 ..summary
             }),
+            narrowing,
             recompute,
         });
     }
@@ -197,6 +233,7 @@ pub fn fit_budget(
         facts: chunked_facts,
         outcome: o,
         chunking: Some(summary),
+        narrowing,
         recompute,
     })
 }

@@ -308,6 +308,31 @@ pub fn random_graph(e: &mut impl Entropy, max_nodes: usize) -> RandomGraph {
                     cols: 1,
                 }
             }
+            8 if i + 2 <= nodes && r(2) == 0 => {
+                // A 0/1 mask as exporters write one: Cast(Greater(x, 0), float).
+                let zero = weight(&mut g, &mut weights, vec![1, 1], 0.0);
+                let c = g
+                    .add_node(
+                        format!("n{i}"),
+                        "Greater",
+                        &[Some(a.v), Some(zero)],
+                        &[&format!("v{i}")],
+                        vec![],
+                    )
+                    .1[0];
+                i += 1;
+                T {
+                    v: g.add_node(
+                        format!("n{i}"),
+                        "Cast",
+                        &[Some(c)],
+                        &[&format!("v{i}")],
+                        vec![int("to", DataType::F32.onnx_code() as i64)],
+                    )
+                    .1[0],
+                    ..a
+                }
+            }
             _ => T {
                 v: node(&mut g, "Softmax", &[a.v], vec![int("axis", -1)]),
                 ..a

@@ -20,6 +20,7 @@ pub mod floor;
 pub mod gen;
 pub mod inplace;
 pub mod model;
+pub mod narrow;
 pub mod place;
 pub mod plan;
 pub mod remat;
@@ -447,6 +448,21 @@ fn build_plan(graph: &Graph, p: &Problem, ev: &Evaluated, dims: &BTreeMap<String
         resident_bytes: p.resident,
         heap_bytes: p.body_heap,
     }
+}
+
+/// Facts of a graph whose nodes were put in `schedule` order by [`reorder`]: the order is the node
+/// list, and control-flow facts follow their nodes to their new ids.
+pub fn reorder_facts(facts: &mut Facts, schedule: &[NodeId]) {
+    let new_id: std::collections::BTreeMap<NodeId, NodeId> = schedule
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (n, NodeId::from_index(i)))
+        .collect();
+    facts.control = std::mem::take(&mut facts.control)
+        .into_iter()
+        .filter_map(|(n, c)| Some((*new_id.get(&n)?, c)))
+        .collect();
+    facts.order = (0..schedule.len()).map(NodeId::from_index).collect();
 }
 
 /// `graph` with its node list in `schedule` order (value producers renumbered to match).

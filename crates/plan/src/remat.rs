@@ -284,7 +284,7 @@ fn rewrite(
     for (&orig, &copy) in &c.memo {
         f2.values[copy.index()] = facts.get(orig).clone();
     }
-    f2.order = (0..out.graph.nodes.len()).map(NodeId::from_index).collect();
+    crate::reorder_facts(&mut f2, &schedule);
     Some((out, f2, nodes, work))
 }
 

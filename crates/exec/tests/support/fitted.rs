@@ -2,7 +2,8 @@
 //! includes this file by path): a random DAG of the planner's generator (`memplan_plan::gen`),
 //! fitted to half its peak by `memplan_plan::fit_budget` (chunking, then planning), runs from its
 //! checked plan with the same output bits as the plain run of the original graph, and the measured
-//! peak is the planned one, and not below `memplan_plan::floor`.
+//! peak is the planned one, and not below `memplan_plan::floor`. The generator's 0/1 masks
+//! (`Cast(Greater(x, 0))`) make narrowing part of the property.
 
 use std::collections::BTreeMap;
 
@@ -45,8 +46,15 @@ pub fn bits(outs: &[(String, Tensor)]) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// Checks one random graph drawn from `e`; `Ok(true)` when the fitted graph was chunked.
-pub fn check_fitted(e: &mut impl Entropy, max_nodes: usize) -> Result<bool, String> {
+/// Which levers a fitted graph used.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Levers {
+    pub chunked: bool,
+    pub narrowed: bool,
+}
+
+/// Checks one random graph drawn from `e`, and says which levers the fit used.
+pub fn check_fitted(e: &mut impl Entropy, max_nodes: usize) -> Result<Levers, String> {
     let dims = BTreeMap::from([("N".to_string(), ROWS)]);
     let model = Model {
         graph: random_graph(e, max_nodes).graph,
@@ -85,5 +93,8 @@ pub fn check_fitted(e: &mut impl Entropy, max_nodes: usize) -> Result<bool, Stri
             planned.peak_bytes
         ));
     }
-    Ok(fit.chunking.is_some_and(|c| !c.steps.is_empty()))
+    Ok(Levers {
+        chunked: fit.chunking.is_some_and(|c| !c.steps.is_empty()),
+        narrowed: fit.narrowing.is_some(),
+    })
 }

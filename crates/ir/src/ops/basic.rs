@@ -10,15 +10,25 @@ use super::axes;
 use super::{Mem, OpDef, ONE, TWO};
 
 pub const DEFS: &[OpDef] = &[
-    OpDef::new("Identity", ONE, identity, Mem::ALIAS).flow(axes::first_input),
+    OpDef::new("Identity", ONE, identity, Mem::ALIAS)
+        .flow(axes::first_input)
+        .selects(&[0]),
     OpDef::new("Shape", ONE, shape, Mem::NEW),
     OpDef::new("Size", ONE, size, Mem::NEW),
     OpDef::new("Constant", (0, 0), constant, Mem::NEW),
     OpDef::new("ConstantOfShape", ONE, constant_of_shape, Mem::NEW),
-    OpDef::new("Reshape", TWO, reshape, Mem::ALIAS).flow(axes::reshape),
-    OpDef::new("Flatten", ONE, flatten, Mem::ALIAS).flow(axes::reshape),
-    OpDef::new("Squeeze", (1, 2), squeeze, Mem::ALIAS).flow(axes::reshape),
-    OpDef::new("Unsqueeze", (1, 2), unsqueeze, Mem::ALIAS).flow(axes::reshape),
+    OpDef::new("Reshape", TWO, reshape, Mem::ALIAS)
+        .flow(axes::reshape)
+        .selects(&[0]),
+    OpDef::new("Flatten", ONE, flatten, Mem::ALIAS)
+        .flow(axes::reshape)
+        .selects(&[0]),
+    OpDef::new("Squeeze", (1, 2), squeeze, Mem::ALIAS)
+        .flow(axes::reshape)
+        .selects(&[0]),
+    OpDef::new("Unsqueeze", (1, 2), unsqueeze, Mem::ALIAS)
+        .flow(axes::reshape)
+        .selects(&[0]),
     OpDef::new("EyeLike", ONE, eye_like, Mem::NEW),
 ];
 

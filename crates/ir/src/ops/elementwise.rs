@@ -12,80 +12,216 @@ use super::{Mem, OpDef, ONE, THREE, TWO, VARIADIC};
 
 pub const DEFS: &[OpDef] = &[
     // Arithmetic (same type out, foldable).
-    OpDef::new("Add", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Sub", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Mul", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Div", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Mod", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Pow", TWO, pow, Mem::UNARY).flow(axes::broadcast),
-    OpDef::new("BitShift", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("BitwiseAnd", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("BitwiseOr", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("BitwiseXor", TWO, arith, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("PRelu", TWO, arith, Mem::UNARY).flow(axes::broadcast),
+    OpDef::new("Add", TWO, arith, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Sub", TWO, arith, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Mul", TWO, arith, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Div", TWO, arith, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Mod", TWO, arith, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Pow", TWO, pow, Mem::UNARY)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("BitShift", TWO, arith, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("BitwiseAnd", TWO, arith, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("BitwiseOr", TWO, arith, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("BitwiseXor", TWO, arith, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("PRelu", TWO, arith, Mem::UNARY)
+        .flow(axes::broadcast)
+        .pointwise(),
     // Variadic.
-    OpDef::new("Max", VARIADIC, variadic, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Min", VARIADIC, variadic, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Sum", VARIADIC, variadic, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Mean", VARIADIC, variadic, Mem::ELEMENTWISE).flow(axes::broadcast),
+    OpDef::new("Max", VARIADIC, variadic, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Min", VARIADIC, variadic, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Sum", VARIADIC, variadic, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Mean", VARIADIC, variadic, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
     // Comparisons and logic (bool out).
-    OpDef::new("Equal", TWO, compare, Mem::NEW).flow(axes::broadcast),
-    OpDef::new("Less", TWO, compare, Mem::NEW).flow(axes::broadcast),
-    OpDef::new("LessOrEqual", TWO, compare, Mem::NEW).flow(axes::broadcast),
-    OpDef::new("Greater", TWO, compare, Mem::NEW).flow(axes::broadcast),
-    OpDef::new("GreaterOrEqual", TWO, compare, Mem::NEW).flow(axes::broadcast),
-    OpDef::new("And", TWO, compare, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Or", TWO, compare, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Xor", TWO, compare, Mem::ELEMENTWISE).flow(axes::broadcast),
-    OpDef::new("Not", ONE, not, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("IsNaN", ONE, is_class, Mem::NEW).flow(axes::first_input),
-    OpDef::new("IsInf", ONE, is_class, Mem::NEW).flow(axes::first_input),
-    OpDef::new("Where", THREE, where_, WHERE_MEM).flow(axes::broadcast),
-    OpDef::new("Cast", ONE, cast, Mem::NEW).flow(axes::first_input),
-    OpDef::new("CastLike", TWO, cast_like, Mem::NEW).flow(cast_like_flow),
+    OpDef::new("Equal", TWO, compare, Mem::NEW)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Less", TWO, compare, Mem::NEW)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("LessOrEqual", TWO, compare, Mem::NEW)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Greater", TWO, compare, Mem::NEW)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("GreaterOrEqual", TWO, compare, Mem::NEW)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("And", TWO, compare, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Or", TWO, compare, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Xor", TWO, compare, Mem::ELEMENTWISE)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Not", ONE, not, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("IsNaN", ONE, is_class, Mem::NEW)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("IsInf", ONE, is_class, Mem::NEW)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Where", THREE, where_, WHERE_MEM)
+        .flow(axes::broadcast)
+        .pointwise(),
+    OpDef::new("Cast", ONE, cast, Mem::NEW)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("CastLike", TWO, cast_like, Mem::NEW)
+        .flow(cast_like_flow)
+        .pointwise(),
     // The same bits read as another type of the same width.
-    OpDef::new("BitCast", ONE, bitcast, Mem::NEW).flow(axes::first_input),
+    OpDef::new("BitCast", ONE, bitcast, Mem::NEW)
+        .flow(axes::first_input)
+        .pointwise(),
     // Unary, same type and shape.
-    OpDef::new("Neg", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Abs", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Sign", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Floor", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Ceil", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Round", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Reciprocal", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Sqrt", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Exp", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Log", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Tanh", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Sigmoid", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("HardSigmoid", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("HardSwish", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Erf", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Relu", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("LeakyRelu", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Elu", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Selu", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Celu", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Gelu", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Mish", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Softplus", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Softsign", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("ThresholdedRelu", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Shrink", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Sin", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Cos", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Tan", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Asin", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Acos", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Atan", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Sinh", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Cosh", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Asinh", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Acosh", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("Atanh", ONE, unary, Mem::UNARY).flow(axes::first_input),
-    OpDef::new("BitwiseNot", ONE, unary, Mem::UNARY),
+    OpDef::new("Neg", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Abs", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Sign", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Floor", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Ceil", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Round", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Reciprocal", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Sqrt", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Exp", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Log", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Tanh", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Sigmoid", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("HardSigmoid", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("HardSwish", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Erf", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Relu", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("LeakyRelu", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Elu", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Selu", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Celu", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Gelu", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Mish", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Softplus", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Softsign", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("ThresholdedRelu", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Shrink", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Sin", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Cos", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Tan", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Asin", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Acos", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Atan", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Sinh", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Cosh", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Asinh", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Acosh", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("Atanh", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
+    OpDef::new("BitwiseNot", ONE, unary, Mem::UNARY).pointwise(),
     // Min and max (inputs 1, 2 from opset 11) are scalars, read whole.
-    OpDef::new("Clip", (1, 3), unary, Mem::UNARY).flow(axes::first_input),
+    OpDef::new("Clip", (1, 3), unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
 ];
 
 /// `Where` may write into either value input.

@@ -12,9 +12,13 @@ use super::basic::known_fact;
 use super::{Mem, OpDef, ONE, THREE, TWO};
 
 pub const DEFS: &[OpDef] = &[
-    OpDef::new("Gather", TWO, gather, Mem::NEW).flow(gather_flow),
-    OpDef::new("GatherElements", TWO, gather_elements, Mem::NEW).flow(gather_elements_flow),
-    OpDef::new("GatherND", TWO, gather_nd, Mem::NEW),
+    OpDef::new("Gather", TWO, gather, Mem::NEW)
+        .flow(gather_flow)
+        .selects(&[0]),
+    OpDef::new("GatherElements", TWO, gather_elements, Mem::NEW)
+        .flow(gather_elements_flow)
+        .selects(&[0]),
+    OpDef::new("GatherND", TWO, gather_nd, Mem::NEW).selects(&[0]),
     OpDef::new("ScatterND", THREE, scatter, Mem::OVERWRITE),
     OpDef::new("ScatterElements", THREE, scatter, Mem::OVERWRITE),
     // The deprecated name of ScatterElements (before opset 11).

@@ -137,6 +137,24 @@ pub struct OpDef {
     pub mem: Mem,
     /// Axis flow for chunking (see [`axes`]); `None`: nothing may be split through the op.
     pub flow: Option<axes::FlowFn>,
+    /// Which input elements an output element's value comes from (see [`Values`]): what the value
+    /// sets of [`crate::value_set`] propagate through.
+    pub values: Values,
+}
+
+/// How an op's output element values relate to its input element values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Values {
+    /// Nothing is claimed.
+    Opaque,
+    /// Pointwise: each output element is the op applied to the corresponding (broadcast) element of
+    /// each input, the same function for every element (the elementwise family).
+    Pointwise,
+    /// Every element of every output is a copy of an element of one of these inputs (movement,
+    /// gathers, views).
+    Selects(&'static [usize]),
+    /// Every element of every output is a copy of an element of some input (`Concat`).
+    SelectsAny,
 }
 
 impl OpDef {
@@ -148,6 +166,31 @@ impl OpDef {
             infer,
             mem,
             flow: None,
+            values: Values::Opaque,
+        }
+    }
+
+    /// The same op, pointwise (see [`Values::Pointwise`]).
+    pub const fn pointwise(self) -> OpDef {
+        OpDef {
+            values: Values::Pointwise,
+            ..self
+        }
+    }
+
+    /// The same op, its outputs made of elements of `inputs` (see [`Values::Selects`]).
+    pub const fn selects(self, inputs: &'static [usize]) -> OpDef {
+        OpDef {
+            values: Values::Selects(inputs),
+            ..self
+        }
+    }
+
+    /// The same op, its outputs made of elements of its inputs (see [`Values::SelectsAny`]).
+    pub const fn selects_any(self) -> OpDef {
+        OpDef {
+            values: Values::SelectsAny,
+            ..self
         }
     }
 

@@ -11,19 +11,27 @@ use super::elementwise::broadcast_index;
 use super::{Mem, OpDef, View, ONE, THREE, TWO, VARIADIC};
 
 pub const DEFS: &[OpDef] = &[
-    OpDef::new("Transpose", ONE, transpose, Mem::NEW).flow(transpose_flow),
-    OpDef::new("Slice", (3, 5), slice, SLICE_MEM).flow(slice_flow),
-    OpDef::new("Split", (1, 2), split, Mem::NEW),
-    OpDef::new("Concat", VARIADIC, concat, Mem::NEW).flow(concat_flow),
-    OpDef::new("Expand", TWO, expand, Mem::NEW).flow(axes::first_input),
-    OpDef::new("Tile", TWO, tile, Mem::NEW),
+    OpDef::new("Transpose", ONE, transpose, Mem::NEW)
+        .flow(transpose_flow)
+        .selects(&[0]),
+    OpDef::new("Slice", (3, 5), slice, SLICE_MEM)
+        .flow(slice_flow)
+        .selects(&[0]),
+    OpDef::new("Split", (1, 2), split, Mem::NEW).selects(&[0]),
+    OpDef::new("Concat", VARIADIC, concat, Mem::NEW)
+        .flow(concat_flow)
+        .selects_any(),
+    OpDef::new("Expand", TWO, expand, Mem::NEW)
+        .flow(axes::first_input)
+        .selects(&[0]),
+    OpDef::new("Tile", TWO, tile, Mem::NEW).selects(&[0]),
     OpDef::new("Pad", (1, 4), pad, Mem::NEW).flow(pad_flow),
     OpDef::new("Trilu", (1, 2), same_as_input, Mem::OVERWRITE),
     OpDef::new("Range", THREE, range, Mem::NEW),
     // Output 0 is the input with each batch entry's first `sequence_lens` steps reversed.
     OpDef::new("ReverseSequence", TWO, same_as_input, Mem::OVERWRITE),
-    OpDef::new("SpaceToDepth", ONE, space_depth, Mem::NEW),
-    OpDef::new("DepthToSpace", ONE, space_depth, Mem::NEW),
+    OpDef::new("SpaceToDepth", ONE, space_depth, Mem::NEW).selects(&[0]),
+    OpDef::new("DepthToSpace", ONE, space_depth, Mem::NEW).selects(&[0]),
 ];
 
 /// `SpaceToDepth` `[N, C, H, W] -> [N, C*b*b, H/b, W/b]` and `DepthToSpace` back (`b` = `blocksize`).
