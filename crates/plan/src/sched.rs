@@ -477,7 +477,9 @@ mod tests {
         (p, rg.graph, facts, rg.dims)
     }
 
-    /// The simulator's peak (resident excluded) for an order, as an independent measure.
+    /// The simulator's peak (resident excluded) for an order, as an independent measure, with the
+    /// concatenations the problem assembles in place assembled (their output taken when the first
+    /// part is made).
     fn sim_peak(
         g: &memplan_ir::Graph,
         facts: &memplan_ir::Facts,
@@ -485,7 +487,7 @@ mod tests {
         order: &[u32],
     ) -> u64 {
         let ids: Vec<memplan_ir::NodeId> = order.iter().map(|&v| memplan_ir::NodeId(v)).collect();
-        let t = memplan_sim::Timeline::build(g, facts, &ids).unwrap();
+        let t = memplan_sim::Timeline::build_assembled(g, facts, &ids).unwrap();
         let cp = memplan_sim::peak::concrete_peak(&t, dims).unwrap();
         cp.peak_bytes - cp.resident
     }

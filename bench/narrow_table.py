@@ -1,0 +1,112 @@
+"""Narrowing on real exports: which wide-corpus models hold a tensor of few values (a mask) live at
+the peak, and what storing it in one byte per element gives.
+
+For every wide-corpus model (both exports) whose symbols are a batch B and a sequence S, at B=1 and
+S = --seq: the graph-order peak (`memplan estimate`), then `memplan optimize --budget` one byte
+below it, with and without narrowing (`--no-narrow`). For the models where narrowing stores
+something: the narrowed values (bytes before and after), the graph-order peak after narrowing, the
+planned peak with and without narrowing, the measured peak of the narrowed plan's run (`memplan
+run --plan`, random inputs), whether its outputs are bit-identical to the plain run's, and the wall
+time of the narrowed plan's run over the plan without narrowing (whole process, 2 threads, median
+of --repeat alternating runs). Prints a Markdown table.
+
+Usage: .venv/bin/python bench/narrow_table.py [--seq 2048] [--repeat 5] [--memplan target/release/memplan]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WIDE = os.path.join(REPO, "tests/wide")
+OUT = os.path.join(REPO, "bench/out/narrow")
+
+
+def run(args):
+    return subprocess.run(args, capture_output=True, text=True)
+
+
+def js(args):
+    r = run(args)
+    if r.returncode not in (0, 3):
+        raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def mib(b):
+    return f"{b / 2**20:.1f} MiB"
+
+
+def timed(args):
+    t = time.perf_counter()
+    r = run(args)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--memplan", default=os.path.join(REPO, "target/release/memplan"))
+    a = ap.parse_args()
+    m = a.memplan
+    os.makedirs(OUT, exist_ok=True)
+    manifest = json.load(open(os.path.join(WIDE, "manifest.json")))["models"]
+    rows, scanned = [], 0
+    for stem, e in sorted(manifest.items()):
+        if sorted(e.get("symbols", [])) != ["B", "S"]:
+            continue
+        for exp in e["exports"].values():
+            if not isinstance(exp, dict) or "file" not in exp:
+                continue
+            path = os.path.join(WIDE, "models", exp["file"])
+            dims = ["--dim", "B=1", "--dim", f"S={a.seq}"]
+            scanned += 1
+            try:
+                est = js([m, "estimate", path, *dims, "--json"])["peak_bytes"]
+                budget = f"{est - 1}B"
+                base = os.path.join(OUT, exp["file"][: -len(".onnx")])
+                on = js([m, "optimize", path, *dims, "--budget", budget, "-o", base + ".n.onnx",
+                         "--plan-out", base + ".n.json", "--json"])
+            except RuntimeError as err:
+                print(f"skipped {exp['file']}: {err}")
+                continue
+            n = on.get("narrowing")
+            if not n:
+                continue
+            off = js([m, "optimize", path, *dims, "--budget", budget, "--no-narrow", "-o", base + ".o.onnx",
+                      "--plan-out", base + ".o.json", "--json"])
+            ref = base + ".ref.npz"
+            js([m, "run", path, *dims, "--random", "--out", ref, "--json"])
+            got = js([m, "run", base + ".n.onnx", "--plan", base + ".n.json", *dims, "--random",
+                      "--compare", ref, "--exact", "--json"])
+            identical = got["compared"] and not got["mismatches"]
+            t_on, t_off = [], []
+            for _ in range(a.repeat):
+                for plan, acc in (("n", t_on), ("o", t_off)):
+                    acc.append(timed([m, "run", f"{base}.{plan}.onnx", "--plan", f"{base}.{plan}.json", *dims,
+                                      "--random", "--threads", "2", "--json"]))
+            values = "; ".join(
+                f"`{s['value']}` {s['dtype']} {mib(s['bytes'])} -> {s['stored_as']} {mib(s['narrow_bytes'])}"
+                for s in n["steps"]
+            )
+            rows.append(
+                f"| {exp['file']} | {values} | {mib(n['peak_bytes_before'])} | {mib(n['peak_bytes_after'])} "
+                f"| {mib(off['peak_bytes_after'])} | {mib(on['peak_bytes_after'])} | {mib(got['peak_bytes'])} "
+                f"| {'yes' if identical else 'NO'} | {statistics.median(t_on) / statistics.median(t_off):.2f}x |"
+            )
+    print(f"{scanned} exports scanned at B=1, S={a.seq}; {len(rows)} narrowed.\n")
+    print("| model | narrowed | graph-order peak | after narrowing | planned, no narrowing | planned, narrowed "
+          "| measured (planned run) | bit-identical | time vs no narrowing |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|")
+    for r in rows:
+        print(r)
+
+
+if __name__ == "__main__":
+    main()
