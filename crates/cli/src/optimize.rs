@@ -61,6 +61,16 @@ pub struct OptimizeArgs {
     /// outputs stay bit-identical.
     #[arg(long)]
     pub recompute: bool,
+    /// Device memory budget, e.g. 4GiB: fit the model to it as --budget does, then move buffers
+    /// idle across the peak to a host tier (copied out after their last use before the peak, back
+    /// before their next use) until the device tier (arena plus weights and inputs) fits. ONNX
+    /// cannot say where a tensor lives: the plan carries it, and `memplan run --plan` performs the
+    /// copies and measures both tiers.
+    #[arg(long, value_name = "SIZE", conflicts_with = "budget")]
+    pub device_budget: Option<String>,
+    /// With --device-budget: the host link's bandwidth in GB/s, for the predicted transfer time.
+    #[arg(long, value_name = "GB/S", default_value_t = memplan_plan::offload::DEFAULT_BANDWIDTH / 1e9)]
+    pub host_bandwidth: f64,
     /// With --budget: do not narrow. By default a tensor proven to hold only a few values (a 0/1
     /// or 0/-inf mask, small integers) that is live at the peak is stored in one byte per element
     /// and widened exactly where it is read; the report gives the proof.
@@ -94,6 +104,8 @@ struct JsonReport<'a> {
     recompute: Option<&'a memplan_plan::remat::Report>,
     #[serde(skip_serializing_if = "Option::is_none")]
     narrowing: Option<&'a memplan_plan::narrow::Report>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offload: Option<&'a memplan_plan::offload::Report>,
     #[serde(flatten)]
     report: &'a Report,
 }
@@ -231,6 +243,10 @@ pub struct OptimizeRequest {
     pub recompute: bool,
     /// Store tensors proven to hold few values narrow (with a budget).
     pub narrow: bool,
+    /// Fit to this device budget, then move idle buffers to a host tier until it fits.
+    pub device_budget: Option<u64>,
+    /// Host link bandwidth, bytes per second.
+    pub host_bandwidth: f64,
     /// Frontier states the exact schedule search explores.
     pub exact_work: usize,
 }
@@ -245,6 +261,8 @@ impl OptimizeRequest {
             cost: CostModel::default(),
             recompute: false,
             narrow: true,
+            device_budget: None,
+            host_bandwidth: memplan_plan::offload::DEFAULT_BANDWIDTH,
             exact_work: memplan_plan::DEFAULT_EXACT_WORK,
         }
     }
@@ -260,6 +278,7 @@ pub struct Optimized {
     pub chunking: Option<ChunkSummary>,
     pub recompute: Option<memplan_plan::remat::Report>,
     pub narrowing: Option<memplan_plan::narrow::Report>,
+    pub offload: Option<memplan_plan::offload::Report>,
     pub budget: Option<u64>,
     /// With a budget: whether the planned peak fits it.
     pub fits: Option<bool>,
@@ -298,6 +317,7 @@ impl Optimized {
             chunking: self.chunking.as_ref(),
             recompute: self.recompute.as_ref(),
             narrowing: self.narrowing.as_ref(),
+            offload: self.offload.as_ref(),
             report: &self.report,
         };
         Ok(serde_json::to_value(&j)?)
@@ -312,6 +332,16 @@ pub fn optimize_model(
     label: &str,
     req: &OptimizeRequest,
 ) -> Result<Optimized> {
+    if req.device_budget.is_some() && req.budget.is_some() {
+        crate::usage_bail!("--device-budget is the budget: give it or --budget, not both");
+    }
+    if !(req.host_bandwidth > 0.0 && req.host_bandwidth.is_finite()) {
+        crate::usage_bail!("--host-bandwidth must be a positive number of GB/s");
+    }
+    let req = &OptimizeRequest {
+        budget: req.budget.or(req.device_budget),
+        ..req.clone()
+    };
     let facts = &*crate::estimate::facts_at(&model, facts, &req.dims)?;
     check_inferred(facts, "plan")?;
     crate::estimate::check_dims(facts, &req.dims, None, None)?;
@@ -369,6 +399,32 @@ pub fn optimize_model(
             )
         }
     };
+    let (mut out, mut offload) = (out, None);
+    if let Some(db) = req.device_budget {
+        if out.report.peak_bytes_after > db {
+            let facts = memplan_ir::infer_model_for(&model, dims).map_err(|e| anyhow!("{e}"))?;
+            let (plan, rep) = memplan_plan::offload::offload(
+                &model.graph,
+                &facts,
+                &out.plan,
+                db,
+                req.host_bandwidth,
+            )
+            .with_context(|| label.to_string())?;
+            out.report.passes.push(memplan_plan::Pass {
+                name: format!(
+                    "offload: {} buffer(s) to the host tier ({} B at most there)",
+                    rep.moved.len(),
+                    rep.host_bytes
+                ),
+                peak_bytes: rep.device_peak_after,
+            });
+            out.report.peak_bytes_after = rep.device_peak_after;
+            out.report.arena_bytes = plan.arena_bytes;
+            out.plan = plan;
+            offload = Some(rep);
+        }
+    }
     let plan_ms = t0.elapsed().as_secs_f64() * 1e3;
     let fits = req.budget.map(|b| out.report.peak_bytes_after <= b);
     Ok(Optimized {
@@ -378,6 +434,7 @@ pub fn optimize_model(
         chunking,
         recompute,
         narrowing,
+        offload,
         budget: req.budget,
         fits,
         floor,
@@ -397,7 +454,13 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         .map(parse_size)
         .transpose()
         .map_err(|e| anyhow!("--budget: {e}"))?;
-    if budget.is_none() && a.cost_model.is_some() {
+    let device_budget = a
+        .device_budget
+        .as_deref()
+        .map(parse_size)
+        .transpose()
+        .map_err(|e| anyhow!("--device-budget: {e}"))?;
+    if budget.is_none() && device_budget.is_none() && a.cost_model.is_some() {
         bail!("--cost-model applies to chunking, which --budget asks for");
     }
     let cost = match &a.cost_model {
@@ -410,6 +473,8 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         cost,
         recompute: a.recompute,
         narrow: !a.no_narrow,
+        device_budget,
+        host_bandwidth: a.host_bandwidth * 1e9,
         exact_work: a.exact_work,
         ..OptimizeRequest::new(dims.clone())
     };
@@ -503,7 +568,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
             human(r.heap_bytes)
         ));
     }
-    if let (Some(b), Some(f)) = (budget, fits) {
+    if let (Some(b), Some(f)) = (opt.budget, fits) {
         s.push_str(&format!(
             "budget     {}: {}\n",
             human(b),
@@ -522,7 +587,15 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
             human(fl.bytes),
             human(fl.resident_bytes),
             fl.held_by,
-            fl.values.join(", "),
+            if fl.values.len() > 8 {
+                format!(
+                    "{}, and {} more",
+                    fl.values[..8].join(", "),
+                    fl.values.len() - 8
+                )
+            } else {
+                fl.values.join(", ")
+            },
             if fits == Some(false) {
                 format!(
                     "; the lowest plan is {} above it",
@@ -531,6 +604,18 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
             } else {
                 String::new()
             }
+        ));
+    }
+    if let Some(o) = &opt.offload {
+        s.push_str(&format!(
+            "offload    {} buffer(s) moved to the host tier while idle: device tier {} -> {}, host tier {} at most; {} copied out and back, predicted +{:.1} ms at {:.0} GB/s (this executor copies synchronously: not overlapped with compute)\n",
+            o.moved.len(),
+            human(o.device_peak_before),
+            human(o.device_peak_after),
+            human(o.host_bytes),
+            human(o.transfer_bytes),
+            o.predicted_seconds * 1e3,
+            o.bandwidth / 1e9
         ));
     }
     if let Some(n) = &opt.narrowing {

@@ -523,6 +523,11 @@ impl Executed {
             j["inplace_done"] = r.inplace_done.into();
             j["inplace_copied"] = r.inplace_copied.clone().into();
             j["plan_misses"] = r.misses.clone().into();
+            if r.transfers > 0 {
+                j["host_peak_bytes"] = r.host_peak_bytes.into();
+                j["host_transfers"] = r.transfers.into();
+                j["host_transfer_seconds"] = (r.transfer_nanos as f64 * 1e-9).into();
+            }
         }
         j
     }
@@ -662,6 +667,14 @@ pub fn run(a: RunArgs) -> Result<()> {
                 r.inplace_done,
                 r.inplace_copied.len()
             );
+            if r.transfers > 0 {
+                println!(
+                    "host tier     {} at most  ({} copies out and back, {:.1} ms; the device tier is the peak above)",
+                    human(r.host_peak_bytes),
+                    r.transfers,
+                    r.transfer_nanos as f64 * 1e-6
+                );
+            }
             for m in r
                 .inplace_copied
                 .iter()

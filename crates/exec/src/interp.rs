@@ -231,6 +231,11 @@ pub struct PlanReport {
     pub inplace_copied: Vec<String>,
     /// Allocations that did not fit the plan (went to the counted heap), one line each, naming the node.
     pub misses: Vec<String>,
+    /// The host tier: the most bytes its copies held at once (the plan's `host_bytes`), the
+    /// copies made (out and back), and the time they took, in nanoseconds.
+    pub host_peak_bytes: u64,
+    pub transfers: usize,
+    pub transfer_nanos: u64,
 }
 
 /// Where a planned run puts things.
@@ -245,6 +250,10 @@ struct Placed<'p> {
     inplace: Vec<Option<(usize, (usize, usize))>>,
     /// Per node: a `Concat` assembled in place (its inputs already fill its output's range).
     assembled: Vec<bool>,
+    /// Per step: values copied to the host tier after it, and values copied back to their device
+    /// range `(offset, len)` before it (see [`memplan_plan::Offload`]).
+    to_host: Vec<Vec<ValueId>>,
+    to_device: Vec<Vec<(ValueId, (usize, usize))>>,
 }
 
 impl<'p> Placed<'p> {
@@ -341,6 +350,23 @@ impl<'p> Placed<'p> {
                 }
             }
         }
+        let steps = plan.schedule.len();
+        let (mut to_host, mut to_device) = (vec![Vec::new(); steps], vec![Vec::new(); steps]);
+        for o in &plan.offloads {
+            let v = by_name.get(o.value.as_str()).copied();
+            match v {
+                Some(v) if o.out_after < steps && o.in_before < steps => {
+                    to_host[o.out_after].push(v);
+                    to_device[o.in_before].push((v, (usize_of(o.offset)?, usize_of(o.size)?)));
+                }
+                _ => {
+                    return Err(ExecError::Plan(format!(
+                        "offload of '{}' names no value or step of the graph",
+                        o.value
+                    )))
+                }
+            }
+        }
         Ok(Placed {
             plan,
             arena,
@@ -348,7 +374,65 @@ impl<'p> Placed<'p> {
             scratch,
             inplace,
             assembled,
+            to_host,
+            to_device,
         })
+    }
+}
+
+/// The host tier of a planned run: copies of offloaded values, counted apart from the device
+/// tier (the arena and resident tensors that `MemStats` measures).
+#[derive(Default)]
+struct HostTier {
+    held: BTreeMap<ValueId, (Tensor, Vec<u8>)>,
+    now: u64,
+    peak: u64,
+    transfers: usize,
+    nanos: u64,
+}
+
+impl HostTier {
+    /// Copies `t` to host memory; its device range is free from now on.
+    fn out(&mut self, v: ValueId, t: Tensor) {
+        let start = Instant::now();
+        let bytes = t.bytes().to_vec();
+        self.nanos += start.elapsed().as_nanos() as u64;
+        self.transfers += 1;
+        self.now += bytes.len() as u64;
+        self.peak = self.peak.max(self.now);
+        self.held.insert(v, (t, bytes));
+    }
+
+    /// Copies `v` back to the device range `(off, len)`; the host copy is kept until
+    /// [`HostTier::release`] after the step.
+    fn back(
+        &mut self,
+        v: ValueId,
+        arena: &Arc<Arena>,
+        (off, len): (usize, usize),
+    ) -> Result<Tensor, String> {
+        let (t, bytes) = self.held.get(&v).ok_or("it is not on the host")?;
+        if bytes.len() != len {
+            return Err(format!("{} B on the host, {len} B planned", bytes.len()));
+        }
+        let start = Instant::now();
+        // SAFETY: `(off, len)` is the value's planned device range from this step on; the checker
+        // verified that no other buffer live now overlaps it (arena invariant).
+        unsafe { arena.range_mut(off, len) }.copy_from_slice(bytes);
+        self.nanos += start.elapsed().as_nanos() as u64;
+        self.transfers += 1;
+        let mut back = Tensor::arena_range(t.dtype, &t.shape, arena.clone(), off, len, false);
+        back.seq = t.seq.clone();
+        Ok(back)
+    }
+
+    /// Drops the host copies of values copied back before this step.
+    fn release(&mut self, back: &[(ValueId, (usize, usize))]) {
+        for (v, _) in back {
+            if let Some((_, bytes)) = self.held.remove(v) {
+                self.now -= bytes.len() as u64;
+            }
+        }
     }
 }
 
@@ -491,9 +575,18 @@ fn execute(
 
     // Sizes made from the data that control-flow bodies meet (see `bind_data_dependent`).
     let bound = std::sync::Mutex::new(BTreeMap::new());
+    let mut host = HostTier::default();
     for (s, &nid) in schedule.iter().enumerate() {
         let node = graph.node(nid);
         let label = || node.label(nid);
+        if let Some(p) = &placed {
+            for &(v, range) in &p.to_device[s] {
+                values[v.index()] =
+                    Some(host.back(v, &p.arena, range).map_err(|msg| {
+                        ExecError::Plan(format!("'{}': {msg}", graph.value(v).name))
+                    })?);
+            }
+        }
         let is_cf = ops::control::is_control(node);
         let f = match ops::lookup(node) {
             Some(f) => Some(f),
@@ -665,6 +758,23 @@ fn execute(
         for &v in &frees[s] {
             values[v.index()] = None;
         }
+        if let Some(p) = &placed {
+            host.release(&p.to_device[s]);
+            for &v in &p.to_host[s] {
+                let t = values[v.index()].take().ok_or_else(|| {
+                    ExecError::Plan(format!(
+                        "'{}' is not live after step {s} to move to the host",
+                        graph.value(v).name
+                    ))
+                })?;
+                host.out(v, t);
+            }
+        }
+    }
+    if let Some(r) = report.as_mut() {
+        r.host_peak_bytes = host.peak;
+        r.transfers = host.transfers;
+        r.transfer_nanos = host.nanos;
     }
     // A size made from the data that this run never made (a count inside the branch not
     // taken) is 0: nothing it sizes was allocated.

@@ -1,6 +1,7 @@
 //! Chunked random graphs run bit-identically: the property of `support/fitted.rs` (a random DAG
 //! fitted to half its peak by `fit_budget`, run from its plan, same output bits as the original,
-//! measured peak = planned) over a fixed set of seeds, some of them chunked, some narrowed.
+//! measured peak = planned) over a fixed set of seeds, some of them chunked, some narrowed, and
+//! then offloaded to a smaller device budget.
 
 #[path = "support/fitted.rs"]
 mod fitted;
@@ -12,18 +13,19 @@ const GRAPHS: u64 = 120;
 
 #[test]
 fn fitted_random_graphs_are_bit_identical() {
-    let (mut chunked, mut narrowed) = (0, 0);
+    let (mut chunked, mut narrowed, mut offloaded) = (0, 0, 0);
     for seed in 0..GRAPHS {
         match fitted::check_fitted(&mut SplitMix(seed), 40) {
             Ok(l) => {
                 chunked += usize::from(l.chunked);
                 narrowed += usize::from(l.narrowed);
+                offloaded += usize::from(l.offloaded);
             }
             Err(e) => panic!("seed {seed}: {e}"),
         }
     }
     eprintln!(
-        "{GRAPHS} random graphs fitted to half their peak, {chunked} of them chunked, {narrowed} narrowed"
+        "{GRAPHS} random graphs fitted to half their peak, {chunked} of them chunked, {narrowed} narrowed, {offloaded} offloaded"
     );
     assert!(
         chunked >= GRAPHS as usize / 10,
@@ -32,5 +34,9 @@ fn fitted_random_graphs_are_bit_identical() {
     assert!(
         narrowed >= 3,
         "only {narrowed} of {GRAPHS} graphs were narrowed: the property is barely exercised"
+    );
+    assert!(
+        offloaded >= GRAPHS as usize / 10,
+        "only {offloaded} of {GRAPHS} graphs were offloaded: the property is barely exercised"
     );
 }

@@ -109,6 +109,14 @@ pub enum PlanError {
     Resident { plan: u64, want: u64 },
     #[error("heap bytes: the plan says {plan} B but its control-flow bodies take {want} B")]
     Heap { plan: u64, want: u64 },
+    #[error("offload of '{value}': {why}")]
+    Offload { value: String, why: String },
+    #[error("host tier: the plan says {plan} B but its offloads hold {want} B at once")]
+    Host { plan: u64, want: u64 },
+    #[error(
+        "device tier: arena + resident + heap = {peak} B exceeds the device budget {budget} B"
+    )]
+    DeviceBudget { peak: u64, budget: u64 },
 }
 
 /// Where a value's bytes live.
@@ -559,23 +567,25 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
     // Rule 4: no overlap among buffers live at the same step. Sweep the steps keeping the live
     // buffers ordered by offset; the live set is disjoint except for exempt in-place pairs, so only
     // the neighbours of a new buffer can collide with it.
+    // (Rule 8 first: an offloaded buffer is two device pieces, before and after its time on the
+    // host.)
+    let pieces = offloads(graph, plan, &span, &reads, &pos, &exempt, &by_name)?;
     let mut starts: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut ends: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (bi, b) in plan.buffers.iter().enumerate() {
-        if b.size == 0 {
+    for (pi, pc) in pieces.iter().enumerate() {
+        if pc.size == 0 {
             continue;
         }
-        let (f, l) = span[bi];
-        starts[f].push(bi);
-        ends[l].push(bi);
+        starts[pc.first].push(pi);
+        ends[pc.last].push(pi);
     }
     let mut live: BTreeSet<(u64, usize)> = BTreeSet::new();
     for s in 0..n {
-        for &bi in &starts[s] {
-            let b = &plan.buffers[bi];
-            let (lo, hi) = (b.offset, b.offset + b.size);
-            let collide = |bj: usize| -> Result<(), PlanError> {
-                let c = &plan.buffers[bj];
+        for &pi in &starts[s] {
+            let (bi, lo) = (pieces[pi].buf, pieces[pi].offset);
+            let hi = lo + pieces[pi].size;
+            let collide = |pj: usize| -> Result<(), PlanError> {
+                let (c, bj) = (&pieces[pj], pieces[pj].buf);
                 let overlap = c.offset < hi && lo < c.offset + c.size;
                 if overlap && !exempt.contains(&(bi.min(bj), bi.max(bj))) {
                     return Err(PlanError::Overlap {
@@ -586,33 +596,28 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
                 }
                 Ok(())
             };
-            for &(_, bj) in live.range(..(lo, usize::MAX)).rev() {
-                let c = &plan.buffers[bj];
+            for &(_, pj) in live.range(..(lo, usize::MAX)).rev() {
+                let c = &pieces[pj];
                 if c.offset + c.size <= lo {
                     break;
                 }
-                collide(bj)?;
+                collide(pj)?;
             }
-            for &(off, bj) in live.range((lo, 0)..) {
+            for &(off, pj) in live.range((lo, 0)..) {
                 if off >= hi {
                     break;
                 }
-                collide(bj)?;
+                collide(pj)?;
             }
-            live.insert((lo, bi));
+            live.insert((lo, pi));
         }
-        for &bi in &ends[s] {
-            live.remove(&(plan.buffers[bi].offset, bi));
+        for &pi in &ends[s] {
+            live.remove(&(pieces[pi].offset, pi));
         }
     }
 
     // Rule 6: arena and resident bytes.
-    let want = plan
-        .buffers
-        .iter()
-        .map(|b| b.offset + b.size)
-        .max()
-        .unwrap_or(0);
+    let want = pieces.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
     if want != plan.arena_bytes {
         return Err(PlanError::Arena {
             plan: plan.arena_bytes,
@@ -658,7 +663,143 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
             want: heap,
         });
     }
+    let host = host_peak(&plan.offloads, n);
+    if host != plan.host_bytes {
+        return Err(PlanError::Host {
+            plan: plan.host_bytes,
+            want: host,
+        });
+    }
+    if let Some(budget) = plan.device_budget {
+        let peak = plan.arena_bytes + plan.resident_bytes + plan.heap_bytes;
+        if peak > budget {
+            return Err(PlanError::DeviceBudget { peak, budget });
+        }
+    }
     Ok(())
+}
+
+/// A buffer's stretch of device memory: live over steps `first..=last` at `offset`.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    buf: usize,
+    first: usize,
+    last: usize,
+    offset: u64,
+    size: u64,
+}
+
+/// Rule 8: each offload names a buffer that holds one value (no views, no assembled parts), takes
+/// part in no in-place reuse, is offloaded once, and is read by no node between `out_after` and
+/// `in_before` (strictly), which lie within its lifetime with at least one step between them;
+/// its device range after the gap has the buffer's size and alignment. Returns every buffer's
+/// device pieces (an offloaded one has two).
+#[allow(clippy::too_many_arguments)]
+fn offloads(
+    graph: &Graph,
+    plan: &Plan,
+    span: &[(usize, usize)],
+    reads: &[Vec<ValueId>],
+    pos: &[usize],
+    exempt: &BTreeSet<(usize, usize)>,
+    by_name: &BTreeMap<&str, ValueId>,
+) -> Result<Vec<Piece>, PlanError> {
+    let mut off_of: BTreeMap<usize, &crate::plan::Offload> = BTreeMap::new();
+    for o in &plan.offloads {
+        let bad = |why: String| PlanError::Offload {
+            value: o.value.clone(),
+            why,
+        };
+        let bi = plan
+            .buffers
+            .iter()
+            .position(|b| b.kind != BufferKind::Scratch && b.values.first() == Some(&o.value))
+            .ok_or_else(|| bad("no buffer holds it".into()))?;
+        let b = &plan.buffers[bi];
+        if b.kind != BufferKind::Activation || b.values.len() != 1 {
+            return Err(bad(
+                "only a buffer that holds one value and no graph output may move".into(),
+            ));
+        }
+        if exempt.iter().any(|&(x, y)| x == bi || y == bi) {
+            return Err(bad("its buffer takes part in an in-place reuse".into()));
+        }
+        let (f, l) = span[bi];
+        if !(f <= o.out_after && o.out_after + 1 < o.in_before && o.in_before <= l) {
+            return Err(bad(format!(
+                "steps {}..{} are not a gap within its lifetime {f}..{l}",
+                o.out_after, o.in_before
+            )));
+        }
+        if o.size != b.size || o.offset % plan.align.max(1) != 0 {
+            return Err(bad("its device range after the gap does not fit it".into()));
+        }
+        let v = by_name
+            .get(o.value.as_str())
+            .copied()
+            .ok_or_else(|| bad("no such value".into()))?;
+        for (nd, r) in reads.iter().enumerate() {
+            let s = pos[nd];
+            if s > o.out_after && s < o.in_before && r.contains(&v) {
+                return Err(bad(format!(
+                    "node {} reads it at step {s}, while it is on the host",
+                    graph.nodes[nd].label(memplan_ir::NodeId(nd as u32))
+                )));
+            }
+        }
+        if off_of.insert(bi, o).is_some() {
+            return Err(bad("it is offloaded twice".into()));
+        }
+    }
+    let mut pieces = Vec::with_capacity(plan.buffers.len() + off_of.len());
+    for (bi, b) in plan.buffers.iter().enumerate() {
+        let (first, last) = span[bi];
+        match off_of.get(&bi) {
+            None => pieces.push(Piece {
+                buf: bi,
+                first,
+                last,
+                offset: b.offset,
+                size: b.size,
+            }),
+            Some(o) => {
+                pieces.push(Piece {
+                    buf: bi,
+                    first,
+                    last: o.out_after,
+                    offset: b.offset,
+                    size: b.size,
+                });
+                pieces.push(Piece {
+                    buf: bi,
+                    first: o.in_before,
+                    last,
+                    offset: o.offset,
+                    size: b.size,
+                });
+            }
+        }
+    }
+    Ok(pieces)
+}
+
+/// The most the host tier holds at once: an offloaded buffer's copy is made after step `out_after`
+/// and released after step `in_before` (it is copied back before that step runs), so it counts over
+/// steps `out_after + 1..=in_before`.
+pub fn host_peak(offloads: &[crate::plan::Offload], steps: usize) -> u64 {
+    let mut delta = vec![0i128; steps + 2];
+    for o in offloads {
+        if o.out_after < o.in_before && o.in_before <= steps {
+            delta[o.out_after + 1] += o.size as i128;
+            delta[o.in_before + 1] -= o.size as i128;
+        }
+    }
+    let (mut now, mut peak) = (0i128, 0i128);
+    for d in delta {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak as u64
 }
 
 /// Rule 7: every assembled `Concat` is one the op allows (each input a contiguous run of the

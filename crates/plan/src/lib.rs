@@ -21,6 +21,7 @@ pub mod gen;
 pub mod inplace;
 pub mod model;
 pub mod narrow;
+pub mod offload;
 pub mod place;
 pub mod plan;
 pub mod remat;
@@ -36,7 +37,7 @@ pub use check::{check, PlanError};
 pub use fit::{fit_budget, Fit, FitError, FitOptions};
 pub use floor::{floor, Floor};
 pub use model::Problem;
-pub use plan::{Assembled, Buffer, BufferKind, InPlace, Part, Plan, Step};
+pub use plan::{Assembled, Buffer, BufferKind, InPlace, Offload, Part, Plan, Step};
 
 /// Frontier states the exact schedule search explores by default (all windows together).
 pub const DEFAULT_EXACT_WORK: usize = 2_000_000;
@@ -447,6 +448,9 @@ fn build_plan(graph: &Graph, p: &Problem, ev: &Evaluated, dims: &BTreeMap<String
         arena_bytes,
         resident_bytes: p.resident,
         heap_bytes: p.body_heap,
+        offloads: Vec::new(),
+        host_bytes: 0,
+        device_budget: None,
     }
 }
 

@@ -76,6 +76,21 @@ pub struct Part {
     pub size: u64,
 }
 
+/// A buffer moved to the host tier while it is idle: after step `out_after` (its last use before
+/// the gap) its bytes are copied to host memory and its device range is free; before step
+/// `in_before` (its next use) they are copied back to the device range at `offset`. Between the two
+/// steps nothing reads it. ONNX cannot say where a tensor lives, so the plan does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offload {
+    /// The buffer's value (it has no views and takes part in no in-place reuse or assembly).
+    pub value: String,
+    pub out_after: usize,
+    pub in_before: usize,
+    /// Device offset from `in_before` on (the buffer's `offset` holds until `out_after`).
+    pub offset: u64,
+    pub size: u64,
+}
+
 /// A memory plan at concrete dims.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
@@ -100,6 +115,16 @@ pub struct Plan {
     /// `arena_bytes + resident_bytes + heap_bytes`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub heap_bytes: u64,
+    /// Buffers moved to the host tier while idle (two tiers: the arena is the device tier).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offloads: Vec<Offload>,
+    /// The most bytes the host tier holds at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub host_bytes: u64,
+    /// The device budget the plan was made for: `arena_bytes + resident_bytes + heap_bytes` (the
+    /// device tier's peak) may not exceed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_budget: Option<u64>,
 }
 
 fn is_zero(x: &u64) -> bool {

@@ -3,7 +3,9 @@
 //! fitted to half its peak by `memplan_plan::fit_budget` (chunking, then planning), runs from its
 //! checked plan with the same output bits as the plain run of the original graph, and the measured
 //! peak is the planned one, and not below `memplan_plan::floor`. The generator's 0/1 masks
-//! (`Cast(Greater(x, 0))`) make narrowing part of the property.
+//! (`Cast(Greater(x, 0))`) make narrowing part of the property. The fitted plan is then offloaded
+//! to a device budget below it (`memplan_plan::offload`): the offloaded run's device tier is the
+//! planned one, its host tier holds what the plan says, and its outputs are the same bits.
 
 use std::collections::BTreeMap;
 
@@ -51,6 +53,7 @@ pub fn bits(outs: &[(String, Tensor)]) -> BTreeMap<String, Vec<u8>> {
 pub struct Levers {
     pub chunked: bool,
     pub narrowed: bool,
+    pub offloaded: bool,
 }
 
 /// Checks one random graph drawn from `e`, and says which levers the fit used.
@@ -93,8 +96,42 @@ pub fn check_fitted(e: &mut impl Entropy, max_nodes: usize) -> Result<Levers, St
             planned.peak_bytes
         ));
     }
+    // Offload to a device budget below the fitted plan: the device tier measured is the planned
+    // one, the host tier holds what the plan says, outputs unchanged.
+    let device_budget = planned.resident_bytes
+        + (fit.outcome.report.peak_bytes_after - planned.resident_bytes) * 3 / 4;
+    let (plan, rep) = memplan_plan::offload::offload(
+        &fit.model.graph,
+        &fit.facts,
+        &fit.outcome.plan,
+        device_budget,
+        memplan_plan::offload::DEFAULT_BANDWIDTH,
+    )
+    .map_err(|e| format!("offload: {e}"))?;
+    let moved = !rep.moved.is_empty();
+    if moved {
+        let off = run_planned(&fit.model.graph, &fit.facts, inputs(&model), &plan, 18)
+            .map_err(|e| format!("offloaded run: {e}"))?;
+        if bits(&off.outputs) != bits(&plain.outputs) {
+            return Err("the offloaded plan's outputs differ from the original's".into());
+        }
+        let r = off
+            .plan
+            .as_ref()
+            .ok_or("an offloaded run reports its plan")?;
+        if off.peak_bytes != rep.device_peak_after || r.host_peak_bytes != plan.host_bytes {
+            return Err(format!(
+                "device tier measured {} planned {}, host tier measured {} planned {}",
+                off.peak_bytes, rep.device_peak_after, r.host_peak_bytes, plan.host_bytes
+            ));
+        }
+        if rep.fits != (rep.device_peak_after <= device_budget) {
+            return Err("offload says it fits when it does not, or the reverse".into());
+        }
+    }
     Ok(Levers {
         chunked: fit.chunking.is_some_and(|c| !c.steps.is_empty()),
         narrowed: fit.narrowing.is_some(),
+        offloaded: moved,
     })
 }

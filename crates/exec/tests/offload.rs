@@ -1,0 +1,134 @@
+//! Offload to a host tier: a skip connection idle across the peak moves to the host and comes
+//! back for its reader; the device tier measured is the planned one and below what the plan
+//! without offload needs, the host tier holds what the plan says, the outputs are the same bits,
+//! and the checker refuses offloads that break its rules.
+
+use std::collections::BTreeMap;
+
+use memplan_exec::{run, run_planned, RunOptions, Tensor};
+use memplan_ir::graph::{DeclDim, DeclType, Graph, ValueId};
+use memplan_ir::DataType;
+use memplan_plan::offload::{offload, DEFAULT_BANDWIDTH};
+use memplan_plan::{check, optimize, Options, PlanError};
+
+fn op(g: &mut Graph, op: &str, ins: &[ValueId], out: &str) -> ValueId {
+    let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
+    g.add_node(format!("{out}_node"), op, &ins, &[out], vec![])
+        .1[0]
+}
+
+/// `skip = Relu(x)`, then a chain from it whose peak holds two more `[N, N]` tensors, then
+/// `y = h + skip`.
+fn skip_graph() -> Graph {
+    let mut g = Graph::default();
+    let n = || DeclDim::Param("N".into());
+    let x = g.add_input("x", DeclType::tensor(DataType::F32, vec![n(), n()]));
+    let skip = op(&mut g, "Relu", &[x], "skip");
+    let a = op(&mut g, "Tanh", &[skip], "a");
+    let b = op(&mut g, "Sigmoid", &[a], "b");
+    let c = op(&mut g, "Mul", &[a, b], "c");
+    let d = op(&mut g, "Neg", &[c], "d");
+    let h = op(&mut g, "Add", &[d, b], "h");
+    let y = op(&mut g, "Add", &[h, skip], "y");
+    g.outputs = vec![y];
+    g
+}
+
+#[test]
+fn a_skip_connection_waits_on_the_host() {
+    let g = skip_graph();
+    let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+    let n = 64usize;
+    let dims = BTreeMap::from([("N".to_string(), n as i64)]);
+    let inputs = || {
+        let x: Vec<f32> = (0..n * n)
+            .map(|i| ((i * 31) % 97) as f32 / 40.0 - 1.2)
+            .collect();
+        BTreeMap::from([(
+            "x".to_string(),
+            Tensor::from_vec(&[n, n], &x, None).unwrap(),
+        )])
+    };
+    let plain = run(&g, &facts, inputs(), &RunOptions::default()).unwrap();
+    let out = optimize(&g, &facts, &dims, &Options::default()).unwrap();
+    let planned_peak = out.report.peak_bytes_after;
+    let tensor = (4 * n * n) as u64;
+    let budget = planned_peak - tensor / 2;
+    let (plan, rep) = offload(&g, &facts, &out.plan, budget, DEFAULT_BANDWIDTH).unwrap();
+    assert!(rep.fits, "{rep:?}");
+    assert_eq!(rep.moved.len(), 1, "{rep:?}");
+    assert_eq!(
+        (rep.moved[0].value.as_str(), rep.moved[0].bytes),
+        ("skip", tensor)
+    );
+    assert_eq!(plan.host_bytes, tensor);
+    assert_eq!(rep.transfer_bytes, 2 * tensor);
+    assert!(rep.device_peak_after <= budget && rep.device_peak_before == planned_peak);
+    assert_eq!(plan.device_budget, Some(budget));
+
+    let r = run_planned(&g, &facts, inputs(), &plan, 18).unwrap();
+    assert_eq!(
+        r.peak_bytes, rep.device_peak_after,
+        "device tier: measured = planned"
+    );
+    let pr = r.plan.as_ref().unwrap();
+    assert_eq!(
+        pr.host_peak_bytes, plan.host_bytes,
+        "host tier: measured = planned"
+    );
+    assert_eq!(pr.transfers, 2);
+    assert_eq!(
+        r.outputs[0].1.bytes(),
+        plain.outputs[0].1.bytes(),
+        "bit-identical"
+    );
+
+    // The checker's rule 8 and the tiers' totals.
+    let o = plan.offloads[0].clone();
+    let mut bad = plan.clone();
+    bad.offloads[0].in_before = plan.schedule.len() - 1 + 1;
+    assert!(matches!(
+        check(&g, &facts, &bad),
+        Err(PlanError::Offload { .. })
+    ));
+    let mut bad = plan.clone();
+    bad.offloads[0].out_after = o.in_before - 1;
+    bad.offloads[0].in_before = o.in_before - 1;
+    assert!(matches!(
+        check(&g, &facts, &bad),
+        Err(PlanError::Offload { .. })
+    ));
+    let mut bad = plan.clone();
+    bad.host_bytes += 1;
+    assert!(matches!(
+        check(&g, &facts, &bad),
+        Err(PlanError::Host { .. })
+    ));
+    let mut bad = plan.clone();
+    bad.device_budget = Some(rep.device_peak_after - 1);
+    assert!(matches!(
+        check(&g, &facts, &bad),
+        Err(PlanError::DeviceBudget { .. })
+    ));
+    // Back at the offset of a buffer live at the same time.
+    let mut bad = plan.clone();
+    let live_then = bad
+        .buffers
+        .iter()
+        .find(|b| {
+            b.first <= o.in_before && o.in_before <= b.last && b.values.first() != Some(&o.value)
+        })
+        .map(|b| b.offset)
+        .unwrap();
+    bad.offloads[0].offset = live_then;
+    assert!(check(&g, &facts, &bad).is_err());
+    // Reading it while it is on the host.
+    let mut bad = plan.clone();
+    let reader = bad
+        .schedule
+        .iter()
+        .position(|s| s.name == "y_node")
+        .unwrap();
+    bad.offloads[0].in_before = reader + 1;
+    assert!(check(&g, &facts, &bad).is_err());
+}
