@@ -66,7 +66,7 @@ pub struct OptimizeArgs {
     /// before their next use) until the device tier (arena plus weights and inputs) fits. ONNX
     /// cannot say where a tensor lives: the plan carries it, and `memplan run --plan` performs the
     /// copies and measures both tiers.
-    #[arg(long, value_name = "SIZE", conflicts_with = "budget")]
+    #[arg(long, value_name = "SIZE")]
     pub device_budget: Option<String>,
     /// With --device-budget: the host link's bandwidth in GB/s, for the predicted transfer time.
     #[arg(long, value_name = "GB/S", default_value_t = memplan_plan::offload::DEFAULT_BANDWIDTH / 1e9)]
