@@ -385,15 +385,19 @@ def optimize(
     recompute: bool = False,
     exact_work: Optional[int] = None,
     narrow: bool = True,
+    device_budget: Optional[Size] = None,
 ) -> Optimized:
     """``memplan optimize``: a checked plan at ``dims`` (memory-aware order, in-place reuse, one
     arena); with ``budget``, tensors proven to hold few values (masks) are first stored narrow
     (``narrow=False`` turns it off), then regions are chunked (standard ONNX) until the plan fits,
-    or the lowest plan reached is returned with ``fits`` False."""
+    or the lowest plan reached is returned with ``fits`` False. ``device_budget`` (instead of
+    ``budget``) fits to it the same way, then moves buffers idle across the peak to a host tier
+    until the device tier fits (the plan carries it; :func:`run` performs the copies)."""
     m = load(model)
     b = None if budget is None else parse_size(budget)
+    db = None if device_budget is None else parse_size(device_budget)
     loaded, plan, report = _core.optimize(
-        m._loaded, _dims(dims), b, list(chunks or []), recompute, exact_work, narrow
+        m._loaded, _dims(dims), b, list(chunks or []), recompute, exact_work, narrow, db
     )
     return Optimized(Model(loaded), Plan(plan), json.loads(report))
 

@@ -229,7 +229,7 @@ fn peak_at(py: Python<'_>, model: &LoadedModel, dims: BTreeMap<String, i64>) -> 
 /// `memplan optimize`: the model with its nodes in the planned order (read back and checked
 /// against the plan, as `-o` does), the plan's JSON, and the report's JSON.
 #[pyfunction]
-#[pyo3(signature = (model, dims, budget=None, chunks=Vec::new(), recompute=false, exact_work=None, narrow=true))]
+#[pyo3(signature = (model, dims, budget=None, chunks=Vec::new(), recompute=false, exact_work=None, narrow=true, device_budget=None))]
 fn optimize(
     py: Python<'_>,
     model: &LoadedModel,
@@ -239,6 +239,7 @@ fn optimize(
     recompute: bool,
     exact_work: Option<usize>,
     narrow: bool,
+    device_budget: Option<u64>,
 ) -> PyResult<(LoadedModel, String, String)> {
     let l = model.inner.clone();
     let mut req = OptimizeRequest {
@@ -246,6 +247,7 @@ fn optimize(
         chunks,
         recompute,
         narrow,
+        device_budget,
         ..OptimizeRequest::new(dims)
     };
     if let Some(w) = exact_work {

@@ -18,6 +18,7 @@ pub mod chunk;
 pub mod fit;
 pub mod floor;
 pub mod gen;
+mod greedy;
 pub mod inplace;
 pub mod model;
 pub mod narrow;

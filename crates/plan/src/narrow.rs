@@ -23,11 +23,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use memplan_ir::dtype::DataType;
 use memplan_ir::fold::fact_tensor;
 use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, NodeId, ValueId};
-use memplan_ir::infer::{infer_model_for, Fact, Facts, Known};
+use memplan_ir::infer::{Fact, Facts, Known};
 use memplan_ir::value_set::{explain, value_sets, ValueSet};
 use memplan_ir::Expr;
 use memplan_sim::peak::concrete_peak;
 use memplan_sim::{Category, Timeline};
+
+use crate::greedy::{greedy, Proposal};
 
 /// Bounds of the search.
 #[derive(Clone, Debug)]
@@ -36,6 +38,8 @@ pub struct Options {
     pub candidates: usize,
     /// Values narrowed at most.
     pub max_rounds: usize,
+    /// The least saving worth narrowing for, as a fraction of the graph-order peak.
+    pub min_saving: f64,
 }
 
 impl Default for Options {
@@ -43,6 +47,7 @@ impl Default for Options {
         Options {
             candidates: 16,
             max_rounds: 64,
+            min_saving: 1e-3,
         }
     }
 }
@@ -141,100 +146,110 @@ pub fn narrow(
     budget: u64,
     opts: &Options,
 ) -> Result<Outcome, NarrowError> {
-    let mut model = model.clone();
-    let mut facts = facts.clone();
-    let (_, p) = simulate(&model, &facts, dims)?;
-    let before = p.peak_bytes;
-    let mut peak = before;
-    let mut steps = Vec::new();
+    let before = simulate(model, facts, dims)?.1.peak_bytes;
     let mut done: BTreeSet<String> = BTreeSet::new();
-    for _ in 0..opts.max_rounds {
-        if peak <= budget {
-            break;
-        }
-        let (t, cp) = simulate(&model, &facts, dims)?;
-        let sets = value_sets(&model.graph, &facts);
-        let subgraph_reads = subgraph_reads(&model.graph);
-        // Candidates: values made by a node whose buffer is live at the peak, largest first.
-        let mut cands: Vec<(u64, ValueId, Encoding)> = Vec::new();
-        for e in &cp.live {
-            let b = &t.buffers[e.buf.0 as usize];
-            if b.category == Category::Scratch {
-                continue;
-            }
-            let Some(owner) = b.value else { continue };
-            for v in std::iter::once(owner).chain(views_of(&t, owner)) {
-                let name = &model.graph.value(v).name;
-                if done.contains(name)
-                    || model.graph.producer(v).is_none()
-                    || model.graph.outputs.contains(&v)
-                    || subgraph_reads.contains(&v)
-                {
-                    continue;
-                }
-                let (Some(set), Some(dtype)) = (&sets[v.index()], facts.get(v).dtype) else {
-                    continue;
-                };
-                if let Some(enc) = encoding(dtype, set) {
-                    cands.push((e.bytes, v, enc));
-                }
-            }
-        }
-        cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        cands.truncate(opts.candidates);
-        let mut best: Option<(u64, Model, Facts, Narrowed)> = None;
-        for &(bytes, v, enc) in &cands {
-            let name = model.graph.value(v).name.clone();
-            let Some((m2, f2, readers)) = rewrite(&model, &facts, v, enc) else {
-                done.insert(name);
-                continue;
-            };
-            let (_, p2) = simulate(&m2, &f2, dims)?;
-            if p2.peak_bytes >= peak {
-                continue;
-            }
-            if best.as_ref().is_none_or(|b| p2.peak_bytes < b.0) {
-                let dtype = facts.get(v).dtype.expect("a candidate has a type");
-                let to = match enc {
-                    Encoding::Cast { to } => to,
-                    Encoding::Two { .. } => DataType::Bool,
-                };
-                let elems = bytes / (dtype.bits() as u64 / 8).max(1);
-                let step = Narrowed {
-                    value: name,
-                    dtype: dtype.onnx_name().to_string(),
-                    stored_as: to.onnx_name().to_string(),
-                    bytes,
-                    narrow_bytes: to.bytes_for(elems),
-                    readers,
-                    peak_bytes: p2.peak_bytes,
-                    proof: explain(&model.graph, &sets, v, 12),
-                };
-                best = Some((p2.peak_bytes, m2, f2, step));
-            }
-        }
-        let Some((p2, m2, f2, step)) = best else {
-            break;
-        };
-        done.insert(step.value.clone());
-        model = m2;
-        facts = f2;
-        peak = p2;
-        steps.push(step);
-    }
-    if !steps.is_empty() {
-        // Facts were carried over by hand through the rounds; inference of the result checks them.
-        facts = infer_model_for(&model, dims).map_err(|e| NarrowError::Infer(e.to_string()))?;
-    }
-    Ok(Outcome {
+    let r = greedy(
         model,
         facts,
+        dims,
+        before,
+        budget,
+        opts.max_rounds,
+        |model, facts, peak| {
+            let best = best_narrowing(model, facts, dims, peak, opts, &mut done)?;
+            if let Some((_, _, _, step)) = &best {
+                done.insert(step.value.clone());
+            }
+            Ok(best)
+        },
+        NarrowError::Infer,
+    )?;
+    Ok(Outcome {
+        model: r.model,
+        facts: r.facts,
         report: Report {
             peak_bytes_before: before,
-            peak_bytes_after: peak,
-            steps,
+            peak_bytes_after: r.peak,
+            steps: r.steps,
         },
     })
+}
+
+/// The narrowing of one value live at the graph-order peak that lowers it most (the largest
+/// `opts.candidates` candidates simulated), if any; values in `done` are skipped, and those that
+/// cannot be rewritten join them.
+fn best_narrowing(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    peak: u64,
+    opts: &Options,
+    done: &mut BTreeSet<String>,
+) -> Result<Option<Proposal<Narrowed>>, NarrowError> {
+    let (t, cp) = simulate(model, facts, dims)?;
+    let sets = value_sets(&model.graph, facts);
+    let subgraph_reads = subgraph_reads(&model.graph);
+    // Candidates: values made by a node whose buffer is live at the peak, largest first.
+    let mut cands: Vec<(u64, ValueId, Encoding)> = Vec::new();
+    for e in &cp.live {
+        let b = &t.buffers[e.buf.0 as usize];
+        if b.category == Category::Scratch {
+            continue;
+        }
+        let Some(owner) = b.value else { continue };
+        for v in std::iter::once(owner).chain(views_of(&t, owner)) {
+            let name = &model.graph.value(v).name;
+            if done.contains(name)
+                || model.graph.producer(v).is_none()
+                || model.graph.outputs.contains(&v)
+                || subgraph_reads.contains(&v)
+            {
+                continue;
+            }
+            let (Some(set), Some(dtype)) = (&sets[v.index()], facts.get(v).dtype) else {
+                continue;
+            };
+            if let Some(enc) = encoding(dtype, set) {
+                cands.push((e.bytes, v, enc));
+            }
+        }
+    }
+    cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    cands.truncate(opts.candidates);
+    let mut best: Option<Proposal<Narrowed>> = None;
+    for &(bytes, v, enc) in &cands {
+        let dtype = facts.get(v).dtype.expect("a candidate has a type");
+        let to = match enc {
+            Encoding::Cast { to } => to,
+            Encoding::Two { .. } => DataType::Bool,
+        };
+        let narrow_bytes = to.bytes_for(bytes / (dtype.bits() as u64 / 8).max(1));
+        // Two casts per reader are not worth a saving too small to matter.
+        if (bytes - narrow_bytes) as f64 <= peak as f64 * opts.min_saving {
+            continue;
+        }
+        let name = model.graph.value(v).name.clone();
+        let Some((m2, f2, readers)) = rewrite(model, facts, v, enc) else {
+            done.insert(name);
+            continue;
+        };
+        let (_, p2) = simulate(&m2, &f2, dims)?;
+        if p2.peak_bytes >= peak || best.as_ref().is_some_and(|b| p2.peak_bytes >= b.0) {
+            continue;
+        }
+        let step = Narrowed {
+            value: name,
+            dtype: dtype.onnx_name().to_string(),
+            stored_as: to.onnx_name().to_string(),
+            bytes,
+            narrow_bytes,
+            readers,
+            peak_bytes: p2.peak_bytes,
+            proof: explain(&model.graph, &sets, v, 12),
+        };
+        best = Some((p2.peak_bytes, m2, f2, step));
+    }
+    Ok(best)
 }
 
 /// Values that share `owner`'s buffer (its views), in value order.

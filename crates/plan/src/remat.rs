@@ -16,9 +16,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::graph::{Graph, Model, NodeId, ValueId, ValueKind};
-use memplan_ir::infer::{infer_model_for, Facts};
+use memplan_ir::infer::Facts;
 use memplan_sim::peak::concrete_peak;
 use memplan_sim::{Category, Timeline};
+
+use crate::greedy::{greedy, Proposal};
 
 /// Bounds of the search.
 #[derive(Clone, Debug)]
@@ -102,92 +104,98 @@ pub fn rematerialize(
     budget: u64,
     opts: &Options,
 ) -> Result<Outcome, RematError> {
-    let mut model = model.clone();
-    let mut facts = facts.clone();
-    let (before, _, _) = simulate(&model, &facts, dims)?;
-    let mut peak = before;
-    let mut steps = Vec::new();
+    let (before, _, _) = simulate(model, facts, dims)?;
     let mut tried_out: BTreeSet<String> = BTreeSet::new();
-    for _ in 0..opts.max_rounds {
-        if peak <= budget {
-            break;
-        }
-        let (_, t, cp) = simulate(&model, &facts, dims)?;
-        let Some(step) = cp.peak_step else { break };
-        let order_pos: BTreeMap<NodeId, usize> = t
-            .schedule
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (n, i))
-            .collect();
-        // Candidates: node-made buffers live at the peak, read again after it, largest first.
-        let mut cands: Vec<(u64, ValueId)> = Vec::new();
-        for e in &cp.live {
-            let b = &t.buffers[e.buf.0 as usize];
-            let (Some(v), Some(alloc)) = (b.value, b.alloc) else {
-                continue;
-            };
-            if b.category == Category::Scratch || alloc >= step || b.last.is_none() {
-                continue;
-            }
-            if b.last.is_some_and(|l| l <= step) {
-                continue;
-            }
-            let name = &model.graph.value(v).name;
-            if tried_out.contains(name) {
-                continue;
-            }
-            cands.push((e.bytes, v));
-        }
-        cands.truncate(opts.candidates);
-        let mut best: Option<(f64, u64, Model, Facts, Recomputed)> = None;
-        for &(bytes, v) in &cands {
-            let Some((m2, f2, nodes, work)) =
-                rewrite(&model, &facts, &t, &order_pos, v, step, dims, opts.depth)
-            else {
-                tried_out.insert(model.graph.value(v).name.clone());
-                continue;
-            };
-            let (p2, _, _) = simulate(&m2, &f2, dims)?;
-            if p2 >= peak {
-                tried_out.insert(model.graph.value(v).name.clone());
-                continue;
-            }
-            let score = (peak - p2) as f64 / (work as f64 + 1.0);
-            if best.as_ref().is_none_or(|b| score > b.0) {
-                let r = Recomputed {
-                    value: model.graph.value(v).name.clone(),
-                    bytes,
-                    nodes,
-                    work_bytes: work,
-                    peak_bytes: p2,
-                };
-                best = Some((score, p2, m2, f2, r));
-            }
-        }
-        let Some((_, p2, m2, f2, r)) = best else {
-            break;
-        };
-        model = m2;
-        facts = f2;
-        peak = p2;
-        steps.push(r);
-    }
-    if !steps.is_empty() {
-        // The facts carried through the rounds are the originals' copied to the clones; inference
-        // of the final graph checks them.
-        facts = infer_model_for(&model, dims).map_err(|e| RematError::Infer(e.to_string()))?;
-    }
-    Ok(Outcome {
+    // The facts carried through the rounds are the originals' copied to the clones.
+    let r = greedy(
         model,
         facts,
+        dims,
+        before,
+        budget,
+        opts.max_rounds,
+        |model, facts, peak| best_recompute(model, facts, dims, peak, opts, &mut tried_out),
+        RematError::Infer,
+    )?;
+    Ok(Outcome {
+        model: r.model,
+        facts: r.facts,
         report: Report {
             peak_bytes_before: before,
-            peak_bytes_after: peak,
+            peak_bytes_after: r.peak,
             budget_bytes: budget,
-            steps,
+            steps: r.steps,
         },
     })
+}
+
+/// The recomputation of one value live at the graph-order peak and read after it that lowers the
+/// peak most per recomputed byte (the first `opts.candidates` candidates simulated), if any;
+/// values in `tried_out` are skipped, and those that do not help join them.
+fn best_recompute(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    peak: u64,
+    opts: &Options,
+    tried_out: &mut BTreeSet<String>,
+) -> Result<Option<Proposal<Recomputed>>, RematError> {
+    let (_, t, cp) = simulate(model, facts, dims)?;
+    let Some(step) = cp.peak_step else {
+        return Ok(None);
+    };
+    let order_pos: BTreeMap<NodeId, usize> = t
+        .schedule
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (n, i))
+        .collect();
+    // Candidates: node-made buffers live at the peak, read again after it, largest first.
+    let mut cands: Vec<(u64, ValueId)> = Vec::new();
+    for e in &cp.live {
+        let b = &t.buffers[e.buf.0 as usize];
+        let (Some(v), Some(alloc)) = (b.value, b.alloc) else {
+            continue;
+        };
+        if b.category == Category::Scratch || alloc >= step || b.last.is_none() {
+            continue;
+        }
+        if b.last.is_some_and(|l| l <= step) {
+            continue;
+        }
+        let name = &model.graph.value(v).name;
+        if tried_out.contains(name) {
+            continue;
+        }
+        cands.push((e.bytes, v));
+    }
+    cands.truncate(opts.candidates);
+    let mut best: Option<(f64, Proposal<Recomputed>)> = None;
+    for &(bytes, v) in &cands {
+        let Some((m2, f2, nodes, work)) =
+            rewrite(model, facts, &t, &order_pos, v, step, dims, opts.depth)
+        else {
+            tried_out.insert(model.graph.value(v).name.clone());
+            continue;
+        };
+        let (p2, _, _) = simulate(&m2, &f2, dims)?;
+        if p2 >= peak {
+            tried_out.insert(model.graph.value(v).name.clone());
+            continue;
+        }
+        let score = (peak - p2) as f64 / (work as f64 + 1.0);
+        if best.as_ref().is_none_or(|b| score > b.0) {
+            let r = Recomputed {
+                value: model.graph.value(v).name.clone(),
+                bytes,
+                nodes,
+                work_bytes: work,
+                peak_bytes: p2,
+            };
+            best = Some((score, (p2, m2, f2, r)));
+        }
+    }
+    Ok(best.map(|(_, p)| p))
 }
 
 /// The graph with `v` (and its views) recomputed for its readers after `step`, the clones placed
