@@ -76,8 +76,7 @@ pub fn offload(
         if best.0 + fixed <= device_budget {
             break;
         }
-        let blocks = placed_offsets(plan, &chains, &chosen).0;
-        let Some(step) = peak_step(&blocks, n) else {
+        let Some(step) = peak_step(&blocks(plan, &chains, &chosen), n) else {
             break;
         };
         // The largest buffer idle across the peak step (ties: the longer gap, then the first).
@@ -93,8 +92,7 @@ pub fn offload(
             break;
         };
         chosen.insert(bi, gap);
-        let (blocks, offsets) = placed_offsets(plan, &chains, &chosen);
-        best = (place::arena(&blocks, &offsets), offsets);
+        best = place_best(&blocks(plan, &chains, &chosen));
     }
     let (arena, offsets) = best;
     let mut out = plan.clone();
@@ -273,13 +271,9 @@ fn idle_gaps(graph: &Graph, plan: &Plan, chains: &Chains) -> BTreeMap<usize, Vec
     out
 }
 
-/// The placement blocks (one per chain, then each moved buffer's second piece) and the best
-/// placement's offsets.
-fn placed_offsets(
-    plan: &Plan,
-    chains: &Chains,
-    chosen: &BTreeMap<usize, (usize, usize)>,
-) -> (Vec<Block>, Vec<u64>) {
+/// The placement blocks: one per chain (its moved buffer's first piece), then each moved
+/// buffer's second piece.
+fn blocks(plan: &Plan, chains: &Chains, chosen: &BTreeMap<usize, (usize, usize)>) -> Vec<Block> {
     let mut idx: BTreeMap<usize, usize> = BTreeMap::new();
     let mut blocks: Vec<Block> = Vec::with_capacity(chains.roots.len() + chosen.len());
     for &r in &chains.roots {
@@ -306,16 +300,20 @@ fn placed_offsets(
             size: b.size,
         });
     }
+    blocks
+}
+
+/// The smallest arena over the placers, and its offsets.
+fn place_best(blocks: &[Block]) -> (u64, Vec<u64>) {
     let mut best: Option<(u64, Vec<u64>)> = None;
     for placer in place::all() {
-        let off = placer.place(&blocks);
-        let a = place::arena(&blocks, &off);
+        let off = placer.place(blocks);
+        let a = place::arena(blocks, &off);
         if best.as_ref().is_none_or(|(b, _)| a < *b) {
             best = Some((a, off));
         }
     }
-    let offsets = best.map(|(_, o)| o).unwrap_or_default();
-    (blocks, offsets)
+    best.unwrap_or_default()
 }
 
 /// The first step with the most bytes live.
