@@ -16,25 +16,18 @@ Usage: .venv/bin/python bench/narrow_table.py [--seq 2048] [--repeat 5] [--mempl
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
-import time
+
+from benchcli import js as run_json, planned_time_ratio
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIDE = os.path.join(REPO, "tests/wide")
 OUT = os.path.join(REPO, "bench/out/narrow")
 
 
-def run(args):
-    return subprocess.run(args, capture_output=True, text=True)
-
-
-def js(args):
-    r = run(args)
-    if r.returncode not in (0, 3):
-        raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
-    return json.loads(r.stdout)
+def jsok(args):
+    """memplan's JSON; `optimize` exits 3 when a budget is not met, still reporting."""
+    return run_json(args, ok=(0, 3))
 
 
 def mib(b):
@@ -43,31 +36,23 @@ def mib(b):
     return f"{b / 2**20:.1f} MiB"
 
 
-def timed(args):
-    t = time.perf_counter()
-    r = run(args)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
-    return time.perf_counter() - t
-
-
 def narrowed(m, path, seq, file):
     """Optimizes at B=1, S=seq with and without narrowing and runs the narrowed plan; `None`s
     when nothing is narrowed."""
     dims = ["--dim", "B=1", "--dim", f"S={seq}"]
-    est = js([m, "estimate", path, *dims, "--json"])["peak_bytes"]
+    est = jsok([m, "estimate", path, *dims, "--json"])["peak_bytes"]
     budget = f"{est - 1}B"
     base = os.path.join(OUT, file[: -len(".onnx")])
-    on = js([m, "optimize", path, *dims, "--budget", budget, "-o", base + ".n.onnx",
+    on = jsok([m, "optimize", path, *dims, "--budget", budget, "-o", base + ".n.onnx",
              "--plan-out", base + ".n.json", "--json"])
     n = on.get("narrowing")
     if not n:
         return None, None, None, None, None, None
-    off = js([m, "optimize", path, *dims, "--budget", budget, "--no-narrow", "-o", base + ".o.onnx",
+    off = jsok([m, "optimize", path, *dims, "--budget", budget, "--no-narrow", "-o", base + ".o.onnx",
               "--plan-out", base + ".o.json", "--json"])
     ref = base + ".ref.npz"
-    js([m, "run", path, *dims, "--random", "--out", ref, "--json"])
-    got = js([m, "run", base + ".n.onnx", "--plan", base + ".n.json", *dims, "--random",
+    jsok([m, "run", path, *dims, "--random", "--out", ref, "--json"])
+    got = jsok([m, "run", base + ".n.onnx", "--plan", base + ".n.json", *dims, "--random",
               "--compare", ref, "--exact", "--json"])
     return n, on, off, got, base, dims
 
@@ -106,11 +91,7 @@ def main():
                 continue
             seq, n, on, off, got, base, dims = done
             identical = got["compared"] and not got["mismatches"]
-            t_on, t_off = [], []
-            for _ in range(a.repeat):
-                for plan, acc in (("n", t_on), ("o", t_off)):
-                    acc.append(timed([m, "run", f"{base}.{plan}.onnx", "--plan", f"{base}.{plan}.json", *dims,
-                                      "--random", "--threads", "2", "--json"]))
+            ratio = planned_time_ratio(m, base + ".n", base + ".o", [*dims, "--random"], a.repeat)
             values = "; ".join(
                 f"`{s['value']}` {s['dtype']} {mib(s['bytes'])} -> {s['stored_as']} {mib(s['narrow_bytes'])}"
                 for s in n["steps"]
@@ -118,7 +99,7 @@ def main():
             rows.append(
                 f"| {exp['file']} | {seq} | {values} | {mib(n['peak_bytes_before'])} | {mib(n['peak_bytes_after'])} "
                 f"| {mib(off['peak_bytes_after'])} | {mib(on['peak_bytes_after'])} | {mib(got['peak_bytes'])} "
-                f"| {'yes' if identical else 'NO'} | {statistics.median(t_on) / statistics.median(t_off):.2f}x |"
+                f"| {'yes' if identical else 'NO'} | {ratio:.2f}x |"
             )
     print(f"{scanned} exports scanned at B=1, S={a.seq} (or the model's position table); {len(rows)} narrowed.\n")
     print("| model | S | narrowed | graph-order peak | after narrowing | planned, no narrowing | planned, narrowed "

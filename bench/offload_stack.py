@@ -14,36 +14,18 @@ Usage: .venv/bin/python bench/offload_stack.py [--sizes 64] [--repeat 3] [--memp
 """
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import time
+
+from benchcli import js, planned_time_ratio, sh
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(REPO, "bench/out/offload_stack")
 
 
-def sh(args, ok=(0,)):
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode not in ok:
-        raise RuntimeError(f"{' '.join(args)}: {r.stderr.strip()}")
-    return r
-
-
-def js(args, ok=(0,)):
-    return json.loads(sh(args, ok).stdout)
-
-
 def mib(b):
     return f"{b / 2**20:.2f} MiB"
-
-
-def timed(args):
-    t = time.perf_counter()
-    sh(args)
-    return time.perf_counter() - t
 
 
 def main():
@@ -77,17 +59,13 @@ def main():
         got = js([m, "run", base + ".o.onnx", "--plan", base + ".o.json", *d, "--random", "--compare", ref,
                   "--exact", "--threads", "2", "--json"])
         identical = got["compared"] and not got["mismatches"]
-        t_off, t_rec = [], []
-        for _ in range(a.repeat):
-            for plan, acc in (("o", t_off), ("r", t_rec)):
-                acc.append(timed([m, "run", f"{base}.{plan}.onnx", "--plan", f"{base}.{plan}.json", *d,
-                                  "--random", "--threads", "2", "--json"]))
+        ratio = planned_time_ratio(m, base + ".o", base + ".r", [*d, "--random"], a.repeat)
         rows.append(
             f"| {n} | {mib(plain['peak_bytes'])} | {mib(reached)} | {mib(device)} "
             f"| {mib(off.get('device_peak_after', o['peak_bytes_after']))} | {mib(got['peak_bytes'])} "
             f"| {len(off.get('moved', []))} | {mib(off.get('host_bytes', 0))} | {mib(got.get('host_peak_bytes', 0))} "
             f"| {off.get('predicted_seconds', 0) * 1e3:.1f} ms | {got.get('host_transfer_seconds', 0) * 1e3:.1f} ms "
-            f"| {statistics.median(t_off) / statistics.median(t_rec):.2f}x | {'yes' if identical else 'NO'} "
+            f"| {ratio:.2f}x | {'yes' if identical else 'NO'} "
             f"| {opt_s:.0f} s |"
         )
     print("| N | training step (unoptimized) | lowest with recompute + chunking | device budget "

@@ -11,6 +11,7 @@
 //! node list); without it, for the input model. Either way it has passed the independent checker,
 //! and with `-o` it is checked again against the model read back from disk.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -367,11 +368,12 @@ pub fn optimize_model(
         ),
         None => None,
     };
-    let (model, out, chunking, recompute, narrowing) = match req.budget {
+    // The planned model's facts: the given ones, or those of the model a budget rewrote.
+    let (model, planned_facts, out, chunking, recompute, narrowing) = match req.budget {
         None => {
             let out = memplan_plan::optimize(&model.graph, facts, dims, &opts)
                 .with_context(|| label.to_string())?;
-            (model, out, None, None, None)
+            (model, Cow::Borrowed(facts), out, None, None, None)
         }
         Some(b) => {
             let mut chunk = ChunkOptions {
@@ -392,6 +394,7 @@ pub fn optimize_model(
                 .with_context(|| label.to_string())?;
             (
                 fit.model,
+                Cow::Owned(fit.facts),
                 fit.outcome,
                 fit.chunking,
                 fit.recompute,
@@ -402,10 +405,9 @@ pub fn optimize_model(
     let (mut out, mut offload) = (out, None);
     if let Some(db) = req.device_budget {
         if out.report.peak_bytes_after > db {
-            let facts = memplan_ir::infer_model_for(&model, dims).map_err(|e| anyhow!("{e}"))?;
             let (plan, rep) = memplan_plan::offload::offload(
                 &model.graph,
-                &facts,
+                &planned_facts,
                 &out.plan,
                 db,
                 req.host_bandwidth,

@@ -663,7 +663,7 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
             want: heap,
         });
     }
-    let host = host_peak(&plan.offloads, n);
+    let host = host_peak(&plan.offloads);
     if host != plan.host_bytes {
         return Err(PlanError::Host {
             plan: plan.host_bytes,
@@ -786,20 +786,17 @@ fn offloads(
 /// The most the host tier holds at once: an offloaded buffer's copy is made after step `out_after`
 /// and released after step `in_before` (it is copied back before that step runs), so it counts over
 /// steps `out_after + 1..=in_before`.
-pub fn host_peak(offloads: &[crate::plan::Offload], steps: usize) -> u64 {
-    let mut delta = vec![0i128; steps + 2];
-    for o in offloads {
-        if o.out_after < o.in_before && o.in_before <= steps {
-            delta[o.out_after + 1] += o.size as i128;
-            delta[o.in_before + 1] -= o.size as i128;
-        }
-    }
-    let (mut now, mut peak) = (0i128, 0i128);
-    for d in delta {
-        now += d;
-        peak = peak.max(now);
-    }
-    peak as u64
+pub fn host_peak(offloads: &[crate::plan::Offload]) -> u64 {
+    let held: Vec<crate::place::Block> = offloads
+        .iter()
+        .filter(|o| o.out_after < o.in_before)
+        .map(|o| crate::place::Block {
+            first: o.out_after + 1,
+            last: o.in_before,
+            size: o.size,
+        })
+        .collect();
+    crate::place::lower_bound(&held)
 }
 
 /// Rule 7: every assembled `Concat` is one the op allows (each input a contiguous run of the

@@ -120,14 +120,14 @@ pub fn fit_budget(
     let mut model = model.clone();
     let mut facts = facts.clone();
     let mut recompute = None;
-    let mut recompute_passes = Vec::new();
+    let mut rewrite_passes = Vec::new();
     let mut narrowing = None;
     let mut graph_order_peak = None;
     if let Some(no) = &opts.narrow {
         let n = narrow::narrow(&model, &facts, dims, budget, no)?;
         graph_order_peak = Some(n.report.peak_bytes_before);
         for s in &n.report.steps {
-            recompute_passes.push(Pass {
+            rewrite_passes.push(Pass {
                 name: format!(
                     "narrow '{}': {} stored as {} ({} -> {} bytes, widened for {} reader(s))",
                     s.value, s.dtype, s.stored_as, s.bytes, s.narrow_bytes, s.readers
@@ -144,7 +144,7 @@ pub fn fit_budget(
     if let Some(ro) = &opts.recompute {
         let r = remat::rematerialize(&model, &facts, dims, budget, ro)?;
         for (i, s) in r.report.steps.iter().enumerate() {
-            recompute_passes.push(Pass {
+            rewrite_passes.push(Pass {
                 name: format!(
                     "recompute {}: '{}' ({} bytes, {} node(s))",
                     i + 1,
@@ -161,14 +161,14 @@ pub fn fit_budget(
         recompute = Some(r.report);
     }
     let mut out = optimize(&model.graph, &facts, dims, &opts.plan)?;
-    if !recompute_passes.is_empty() {
+    if !rewrite_passes.is_empty() {
         // The passes start from the graph order of the model as given, then each rewrite.
         let before = graph_order_peak.unwrap_or(out.report.peak_bytes_before);
         let mut passes = vec![Pass {
             name: "graph order".into(),
             peak_bytes: before,
         }];
-        passes.extend(recompute_passes);
+        passes.extend(rewrite_passes);
         passes.extend(out.report.passes.iter().skip(1).cloned());
         out.report.passes = passes;
         out.report.peak_bytes_before = before;

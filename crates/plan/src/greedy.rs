@@ -6,6 +6,20 @@ use std::collections::BTreeMap;
 
 use memplan_ir::graph::Model;
 use memplan_ir::infer::{infer_model_for, Facts};
+use memplan_sim::peak::concrete_peak;
+use memplan_sim::{ConcretePeak, SimError, Timeline};
+
+/// The graph-order timeline of `model` and its peak at `dims`: what each round's candidates are
+/// found in and scored by.
+pub(crate) fn simulate(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> Result<(Timeline, ConcretePeak), SimError> {
+    let t = Timeline::build(&model.graph, facts, &facts.order)?;
+    let p = concrete_peak(&t, dims)?;
+    Ok((t, p))
+}
 
 /// A round's best rewrite: the graph-order peak after it, the model and its facts (carried over by
 /// hand), and what it did.

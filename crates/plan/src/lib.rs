@@ -177,20 +177,16 @@ fn evaluate(graph: &Graph, p: &Problem, order: Vec<u32>) -> Evaluated {
         }
     }
     let lower = place::lower_bound(&blocks);
-    let mut best: Option<(u64, Vec<u64>, &'static str)> = None;
-    let mut placements = Vec::new();
-    for placer in place::all() {
-        let off = placer.place(&blocks);
-        let a = place::arena(&blocks, &off);
-        placements.push(Pass {
-            name: placer.name().to_string(),
+    let best = place::best(&blocks);
+    let placements = best
+        .tried
+        .iter()
+        .map(|&(name, a)| Pass {
+            name: name.to_string(),
             peak_bytes: a,
-        });
-        if best.as_ref().is_none_or(|(b, ..)| a < *b) {
-            best = Some((a, off, placer.name()));
-        }
-    }
-    let (arena, offsets, placement) = best.unwrap_or((0, Vec::new(), "none"));
+        })
+        .collect();
+    let (arena, offsets, placement) = (best.arena, best.offsets, best.placer);
     Evaluated {
         order,
         decisions,

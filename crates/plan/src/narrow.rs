@@ -26,10 +26,9 @@ use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, NodeId, ValueId};
 use memplan_ir::infer::{Fact, Facts, Known};
 use memplan_ir::value_set::{explain, value_sets, ValueSet};
 use memplan_ir::Expr;
-use memplan_sim::peak::concrete_peak;
 use memplan_sim::{Category, Timeline};
 
-use crate::greedy::{greedy, Proposal};
+use crate::greedy::{greedy, simulate, Proposal};
 
 /// Bounds of the search.
 #[derive(Clone, Debug)]
@@ -125,17 +124,6 @@ fn encoding(dtype: DataType, set: &ValueSet) -> Option<Encoding> {
         [a, b] if !a.is_nan() && !b.is_nan() && a != b => Some(Encoding::Two { a, b }),
         _ => None,
     }
-}
-
-/// Graph-order peak and its timeline.
-fn simulate(
-    model: &Model,
-    facts: &Facts,
-    dims: &BTreeMap<String, i64>,
-) -> Result<(Timeline, memplan_sim::ConcretePeak), NarrowError> {
-    let t = Timeline::build(&model.graph, facts, &facts.order)?;
-    let p = concrete_peak(&t, dims)?;
-    Ok((t, p))
 }
 
 /// Narrows values until the graph-order peak at `dims` is at most `budget` (or nothing helps).

@@ -67,7 +67,6 @@ pub fn offload(
 ) -> Result<(Plan, Report), PlanError> {
     let fixed = plan.resident_bytes + plan.heap_bytes;
     let before = plan.arena_bytes + fixed;
-    let n = plan.schedule.len();
     let chains = inplace_chains(plan);
     let idle = idle_gaps(graph, plan, &chains);
     let mut chosen: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
@@ -76,7 +75,7 @@ pub fn offload(
         if best.0 + fixed <= device_budget {
             break;
         }
-        let Some(step) = peak_step(&blocks(plan, &chains, &chosen), n) else {
+        let Some((_, step)) = place::live_peak(&blocks(plan, &chains, &chosen)) else {
             break;
         };
         // The largest buffer idle across the peak step (ties: the longer gap, then the first).
@@ -92,7 +91,8 @@ pub fn offload(
             break;
         };
         chosen.insert(bi, gap);
-        best = place_best(&blocks(plan, &chains, &chosen));
+        let placed = place::best(&blocks(plan, &chains, &chosen));
+        best = (placed.arena, placed.offsets);
     }
     let (arena, offsets) = best;
     let mut out = plan.clone();
@@ -139,7 +139,7 @@ pub fn offload(
         })
         .collect();
     out.arena_bytes = arena;
-    out.host_bytes = host_peak(&out.offloads, n);
+    out.host_bytes = host_peak(&out.offloads);
     out.device_budget = Some(device_budget);
     let after = arena + fixed;
     let fits = after <= device_budget;
@@ -237,16 +237,8 @@ fn idle_gaps(graph: &Graph, plan: &Plan, chains: &Chains) -> BTreeMap<usize, Vec
         .value_ids()
         .map(|v| (graph.value(v).name.as_str(), v))
         .collect();
-    let mut uses: BTreeMap<ValueId, BTreeSet<usize>> = BTreeMap::new();
-    for (nd, node) in graph.nodes.iter().enumerate() {
-        let mut r: Vec<ValueId> = node.input_ids().collect();
-        for sub in node.subgraphs() {
-            r.extend(sub.outer_reads_resolved(graph));
-        }
-        for v in r {
-            uses.entry(v).or_default().insert(pos[nd]);
-        }
-    }
+    // Readers through inputs and through subgraphs' outer-scope reads alike.
+    let readers = graph.consumers();
     let mut out = BTreeMap::new();
     for (bi, b) in plan.buffers.iter().enumerate() {
         if b.kind != BufferKind::Activation || b.values.len() != 1 || chains.reused.contains(&bi) {
@@ -256,7 +248,7 @@ fn idle_gaps(graph: &Graph, plan: &Plan, chains: &Chains) -> BTreeMap<usize, Vec
             continue;
         };
         let mut steps: Vec<usize> = vec![b.first];
-        steps.extend(uses.get(&v).into_iter().flatten().copied());
+        steps.extend(readers[v.index()].iter().map(|r| pos[r.index()]));
         steps.sort_unstable();
         steps.dedup();
         let gaps: Vec<(usize, usize)> = steps
@@ -301,34 +293,4 @@ fn blocks(plan: &Plan, chains: &Chains, chosen: &BTreeMap<usize, (usize, usize)>
         });
     }
     blocks
-}
-
-/// The smallest arena over the placers, and its offsets.
-fn place_best(blocks: &[Block]) -> (u64, Vec<u64>) {
-    let mut best: Option<(u64, Vec<u64>)> = None;
-    for placer in place::all() {
-        let off = placer.place(blocks);
-        let a = place::arena(blocks, &off);
-        if best.as_ref().is_none_or(|(b, _)| a < *b) {
-            best = Some((a, off));
-        }
-    }
-    best.unwrap_or_default()
-}
-
-/// The first step with the most bytes live.
-fn peak_step(blocks: &[Block], steps: usize) -> Option<usize> {
-    let mut diff = vec![0i128; steps + 1];
-    for b in blocks.iter().filter(|b| b.size > 0 && b.first <= b.last) {
-        diff[b.first] += b.size as i128;
-        diff[(b.last + 1).min(steps)] -= b.size as i128;
-    }
-    let (mut live, mut best) = (0i128, None::<(i128, usize)>);
-    for (s, d) in diff.iter().take(steps).enumerate() {
-        live += d;
-        if best.is_none_or(|(b, _)| live > b) {
-            best = Some((live, s));
-        }
-    }
-    best.map(|(_, s)| s)
 }

@@ -153,19 +153,53 @@ pub fn arena(blocks: &[Block], offsets: &[u64]) -> u64 {
 
 /// The most bytes live at any step: no placement can use a smaller arena.
 pub fn lower_bound(blocks: &[Block]) -> u64 {
-    let steps = blocks.iter().map(|b| b.last + 1).max().unwrap_or(0);
+    live_peak(blocks).map_or(0, |(bytes, _)| bytes)
+}
+
+/// The most bytes live at once and the first step where they are (`None` without blocks).
+pub fn live_peak(blocks: &[Block]) -> Option<(u64, usize)> {
+    let steps = blocks.iter().map(|b| b.last + 1).max()?;
     let mut diff = vec![0i128; steps + 1];
     for b in blocks {
         diff[b.first] += b.size as i128;
         diff[b.last + 1] -= b.size as i128;
     }
-    let mut live = 0i128;
-    let mut best = 0i128;
-    for d in diff.iter().take(steps) {
+    let (mut live, mut best) = (0i128, (0i128, 0usize));
+    for (s, d) in diff.iter().take(steps).enumerate() {
         live += d;
-        best = best.max(live);
+        if live > best.0 {
+            best = (live, s);
+        }
     }
-    best as u64
+    Some((best.0 as u64, best.1))
+}
+
+/// What [`best`] found: each placer's arena, and the smallest one's offsets.
+pub struct Placement {
+    pub arena: u64,
+    pub offsets: Vec<u64>,
+    pub placer: &'static str,
+    /// Every placer tried, with its arena, in [`all`] order.
+    pub tried: Vec<(&'static str, u64)>,
+}
+
+/// Places `blocks` with every placer and keeps the smallest arena (the first on ties).
+pub fn best(blocks: &[Block]) -> Placement {
+    let mut out = Placement {
+        arena: u64::MAX,
+        offsets: Vec::new(),
+        placer: "none",
+        tried: Vec::new(),
+    };
+    for placer in all() {
+        let off = placer.place(blocks);
+        let a = arena(blocks, &off);
+        out.tried.push((placer.name(), a));
+        if a < out.arena {
+            (out.arena, out.offsets, out.placer) = (a, off, placer.name());
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -17,10 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::graph::{Graph, Model, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
-use memplan_sim::peak::concrete_peak;
 use memplan_sim::{Category, Timeline};
 
-use crate::greedy::{greedy, Proposal};
+use crate::greedy::{greedy, simulate, Proposal};
 
 /// Bounds of the search.
 #[derive(Clone, Debug)]
@@ -85,17 +84,6 @@ pub struct Outcome {
     pub report: Report,
 }
 
-/// Simulated graph-order peak and the timeline it came from.
-fn simulate(
-    model: &Model,
-    facts: &Facts,
-    dims: &BTreeMap<String, i64>,
-) -> Result<(u64, Timeline, memplan_sim::ConcretePeak), RematError> {
-    let t = Timeline::build(&model.graph, facts, &facts.order)?;
-    let p = concrete_peak(&t, dims)?;
-    Ok((p.peak_bytes, t, p))
-}
-
 /// Recomputes values until the graph-order peak at `dims` is at most `budget` (or nothing helps).
 pub fn rematerialize(
     model: &Model,
@@ -104,7 +92,7 @@ pub fn rematerialize(
     budget: u64,
     opts: &Options,
 ) -> Result<Outcome, RematError> {
-    let (before, _, _) = simulate(model, facts, dims)?;
+    let before = simulate(model, facts, dims)?.1.peak_bytes;
     let mut tried_out: BTreeSet<String> = BTreeSet::new();
     // The facts carried through the rounds are the originals' copied to the clones.
     let r = greedy(
@@ -140,7 +128,7 @@ fn best_recompute(
     opts: &Options,
     tried_out: &mut BTreeSet<String>,
 ) -> Result<Option<Proposal<Recomputed>>, RematError> {
-    let (_, t, cp) = simulate(model, facts, dims)?;
+    let (t, cp) = simulate(model, facts, dims)?;
     let Some(step) = cp.peak_step else {
         return Ok(None);
     };
@@ -178,7 +166,7 @@ fn best_recompute(
             tried_out.insert(model.graph.value(v).name.clone());
             continue;
         };
-        let (p2, _, _) = simulate(&m2, &f2, dims)?;
+        let p2 = simulate(&m2, &f2, dims)?.1.peak_bytes;
         if p2 >= peak {
             tried_out.insert(model.graph.value(v).name.clone());
             continue;
