@@ -79,7 +79,7 @@ def main():
             scanned += 1
             # Learned position tables bound the sequence: where S fails, the table's length.
             cfg = e.get("config", {})
-            seqs = [a.seq] + [cfg[k] for k in ("max_position_embeddings", "n_positions") if k in cfg]
+            seqs = [a.seq] + [cfg[k] for k in ("max_position_embeddings", "n_positions") if cfg.get(k, a.seq) < a.seq]
             done = None
             for seq in sorted(set(seqs), reverse=True):
                 try:
