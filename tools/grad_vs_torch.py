@@ -1,20 +1,37 @@
-"""A second implementation of the corpus models' gradients: PyTorch autograd on the model converted
-back to torch by onnx2torch, against `memplan grad` run by memplan's executor.
+"""A second implementation of the corpus models' gradients: PyTorch autograd, against `memplan grad`
+run by memplan's executor.
 
-For each corpus model (both exports) that onnx2torch converts: `memplan grad MODEL --wrt inputs --of
-<first output>` (the gradient of the sum of the output with respect to every float graph input; for
-a model whose inputs are all integers, token ids, `--wrt weights`, each weight matched to the one
-torch tensor of the same shape and bits), run on the corpus inputs of the smaller size; torch: the
-converted module, `output.sum().backward()`. Reports per model the largest error over the tolerance
-`1e-4 |torch| + 1e-4 max|torch| + 1e-6` (at most 1 passes).
+For each corpus model (both exports): `memplan grad MODEL --wrt inputs --of <first output>` (the
+gradient of the sum of the output with respect to every float graph input; for a model whose inputs
+are all integers, token ids, `--wrt weights`), run by `memplan run` on the corpus inputs of the
+smaller size; torch: a second module computing the same function, `output.sum().backward()`.
+Reports per model which torch module was used, the largest forward difference, and the largest
+gradient error over the tolerance `1e-4 |torch| + 1e-4 max|torch| + 1e-6` (at most 1 passes).
 
-Exporters write `Reshape(allowzero=1)`, which onnx2torch does not take; it means the same as
-allowzero=0 unless a shape holds 0, which needs a zero-sized dim, and the corpus inputs have none, so
-the script writes 0. onnx2torch lacks GreaterOrEqual, LessOrEqual and ReduceMax at these opsets; the
-script registers them (one torch function each). Needs torch and onnx2torch (not part of the
-project's dependencies).
+The torch module is, per model:
+- the model converted back to torch by onnx2torch (OpenFold3 pieces, BERT); weights, where
+  differentiated, are matched to the one torch tensor of the same shape and bits;
+- GPT-2 (`gpt2_decoder`): the original transformers `GPT2LMHeadModel`, built with the corpus config
+  (manifest: n_embd 256, 4 heads, 2 layers, vocab 1024, 2048 positions, no KV cache), eval mode,
+  eager attention, its parameters loaded from the ONNX initializers by name (the exports keep the
+  module path under a `model.` prefix; the tied `wte`/`lm_head` weight under either name) or, for an
+  initializer without a module name, by the shape and bits of a parameter or of its transpose (the
+  TorchScript export stores `lm_head` transposed as `onnx::MatMul_*`). A tied parameter's gradient is
+  compared with the sum of the gradients of every initializer it was matched to (transposed back).
+  Initializers memplan differentiates that match no parameter (the dynamo export's folded float
+  scalars) are counted as unmatched;
+- the log-space chain (`logspace_matrix_chain`): `LogspaceChain` below, the program
+  `tools/logspace_chain.py` builds as ONNX, written in torch; its forward output must match
+  onnxruntime's on the corpus inputs within 1e-5 (relative to max|out|) before gradients are
+  compared.
 
-Usage: .venv/bin/python tools/grad_vs_torch.py [--memplan target/release/memplan]
+onnx2torch: exporters write `Reshape(allowzero=1)`, which onnx2torch does not take; it means the same
+as allowzero=0 unless a shape holds 0, which needs a zero-sized dim, and the corpus inputs have none,
+so the script writes 0. onnx2torch lacks GreaterOrEqual, LessOrEqual and ReduceMax at these opsets;
+the script registers them (one torch function each). Needs torch, onnx2torch, transformers and
+onnxruntime (torch, onnx2torch and transformers are not part of the project's dependencies).
+
+Usage: .venv/bin/python tools/grad_vs_torch.py [--memplan target/release/memplan] [STEM ...]
 """
 
 import argparse
@@ -31,6 +48,9 @@ warnings.filterwarnings("ignore")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(REPO, "tests/corpus/models")
 INPUTS = os.path.join(REPO, "tests/corpus/inputs")
+ONNX2TORCH = "onnx2torch conversion"
+TRANSFORMERS = "original transformers module"
+SAME_PROGRAM = "torch module of the same program"
 
 
 def without_allowzero(model):
@@ -89,8 +109,31 @@ def register_missing_converters():
             pass
 
 
+class LogspaceChain(torch.nn.Module):
+    """The corpus `logspace_matrix_chain` program, as `tools/logspace_chain.py` writes it in ONNX:
+    middle = x[..., :-1, :, None] + log(bulk); pairwise log-space matmul left to right, an odd
+    stack's last matrix carried to the next level; logsumexp over c*c with log(p0) and x's last
+    vector. v and c come from the inputs' shapes."""
+
+    @staticmethod
+    def logmatmul(a, b):
+        ma = a.amax(dim=-1, keepdim=True)
+        mb = b.amax(dim=-2, keepdim=True)
+        return torch.log(torch.exp(a - ma) @ torch.exp(b - mb)) + ma + mb
+
+    def forward(self, x, bulk, p0):
+        middle = x[:, :, :-1, :, None] + torch.log(bulk)
+        k = middle.shape[2]
+        while k > 1:
+            pairs = self.logmatmul(middle[:, :, 0:k - 1:2], middle[:, :, 1:k:2])
+            middle = torch.cat([pairs, middle[:, :, k - 1:k]], dim=2) if k % 2 else pairs
+            k = (k + 1) // 2
+        s = middle[:, :, 0] + torch.log(p0)[..., None] + x[:, :, -1, None, :]
+        return torch.logsumexp(s.flatten(-2), dim=-1)
+
+
 def compare(pairs):
-    """(elements, max relative difference, allclose) over (memplan, torch) gradient pairs."""
+    """(elements, max error over tolerance, within tolerance) over (memplan, torch) gradient pairs."""
     worst, elems = 0.0, 0
     for got, want in pairs:
         tol = 1e-4 * np.abs(want) + 1e-6 + 1e-4 * np.abs(want).max()
@@ -99,20 +142,55 @@ def compare(pairs):
     return elems, worst, worst <= 1.0
 
 
-def weights_row(memplan, f, model, module, feeds, names, npz, tmp):
-    """A model whose inputs are all integers (token ids): gradients with respect to its weights.
-    onnx2torch keeps initializers as buffers or module parameters under its own names; each weight
-    is matched to the one torch tensor with the same shape and bits (ambiguous ones are skipped)."""
+def memplan_grads(memplan, f, wrt, npz, tmp):
+    """`memplan grad MODEL --wrt WRT --of <first output>`, run by `memplan run` on npz: (the run's
+    outputs, forward outputs and `<name>_grad` gradients, None) or (None, the error line)."""
+    model = onnx.load(os.path.join(MODELS, f))
     out = model.graph.output[0].name
-    train = os.path.join(tmp, f"{f}.train.onnx")
-    r = subprocess.run([memplan, "grad", os.path.join(MODELS, f), "--wrt", "weights", "--of", out, "-o", train],
+    train = os.path.join(tmp, f"{f}.{wrt}.train.onnx")
+    r = subprocess.run([memplan, "grad", os.path.join(MODELS, f), "--wrt", wrt, "--of", out, "-o", train],
                        capture_output=True, text=True)
     if r.returncode != 0:
-        print(f"| {f} | memplan grad: {r.stderr.strip()[:80]} | | | |")
+        return None, f"memplan grad: {r.stderr.strip()[:80]}"
+    res = os.path.join(tmp, f"{f}.{wrt}.out.npz")
+    r = subprocess.run([memplan, "run", train, "--inputs-npz", npz, "--out", res], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, f"memplan run: {r.stderr.strip()[:80]}"
+    return dict(np.load(res)), None
+
+
+def same_bits(w, tensors, transposed=False):
+    """Names of the torch tensors with w's shape and bits (with its transpose's, if transposed)."""
+    if transposed:
+        if w.ndim != 2:
+            return []
+        w = w.T
+    return [k for k, t in tensors.items()
+            if tuple(t.shape) == w.shape and np.array_equal(t.detach().numpy(), w)]
+
+
+def forward_diff(got, want):
+    return float(np.abs(got - want).max())
+
+
+def row(f, impl, differentiated, fwd, elems, worst, ok):
+    fwd = "" if fwd is None else f"{fwd:.1e}"
+    print(f"| {f} | {impl} | {differentiated} | {fwd} | {elems} | {worst:.2e} | {'yes' if ok else 'NO'} |")
+
+
+def failed(f, impl, why):
+    print(f"| {f} | {impl} | {why} | | | | |")
+
+
+def weights_row(memplan, f, model, module, feeds, names, npz, tmp):
+    """A model whose inputs are all integers (token ids), converted by onnx2torch: gradients with
+    respect to its weights. onnx2torch keeps initializers as buffers or module parameters under its
+    own names; each weight is matched to the one torch tensor with the same shape and bits
+    (ambiguous ones are skipped)."""
+    mine, err = memplan_grads(memplan, f, "weights", npz, tmp)
+    if err:
+        failed(f, ONNX2TORCH, err)
         return
-    res = os.path.join(tmp, f"{f}.out.npz")
-    subprocess.run([memplan, "run", train, "--inputs-npz", npz, "--out", res], check=True, capture_output=True)
-    mine = dict(np.load(res))
     tensors = dict(module.named_parameters())
     tensors.update(dict(module.named_buffers()))
     for t in tensors.values():
@@ -123,14 +201,13 @@ def weights_row(memplan, f, model, module, feeds, names, npz, tmp):
     for name, w in inits.items():
         if f"{name}_grad" not in mine or w.dtype.kind != "f":
             continue
-        same = [k for k, t in tensors.items()
-                if tuple(t.shape) == w.shape and np.array_equal(t.detach().numpy(), w)]
+        same = same_bits(w, tensors)
         if len(same) == 1:
             matched[name] = same[0]
     try:
         y = module(*[torch.tensor(feeds[n]) for n in names])
     except Exception as e:  # noqa: BLE001 - a converter bug is reported, not fatal
-        print(f"| {f} | onnx2torch's module fails: {str(e).splitlines()[0][:80]} | | | |")
+        failed(f, ONNX2TORCH, f"onnx2torch's module fails: {str(e).splitlines()[0][:80]}")
         return
     y = y[0] if isinstance(y, (tuple, list)) else y
     y.sum().backward()
@@ -139,61 +216,168 @@ def weights_row(memplan, f, model, module, feeds, names, npz, tmp):
         g = tensors[k].grad
         want = g.numpy() if g is not None else np.zeros_like(inits[name])
         pairs.append((mine[f"{name}_grad"], want))
-    elems, worst, ok = compare(pairs)
-    print(f"| {f} | {len(matched)} of {sum(1 for k in mine if k.endswith('_grad'))} weights (matched by bits) "
-          f"| {elems} | {worst:.2e} | {'yes' if ok else 'NO'} |")
+    total = sum(1 for k in mine if k.endswith("_grad"))
+    row(f, ONNX2TORCH, f"{len(matched)} of {total} weights (matched by bits)",
+        forward_diff(mine[model.graph.output[0].name], y.detach().numpy()), *compare(pairs))
+
+
+def gpt2_module():
+    """transformers' GPT2LMHeadModel with the corpus config (tests/corpus/manifest.json: n_embd
+    256, 4 heads, 2 layers, vocab 1024; the exports' position table has 2048 rows; no KV cache),
+    eval mode (no dropout), eager attention."""
+    import transformers
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    transformers.logging.set_verbosity_error()
+    cfg = GPT2Config(vocab_size=1024, n_positions=2048, n_embd=256, n_layer=2, n_head=4, use_cache=False,
+                     attn_implementation="eager")
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def gpt2_row(memplan, f, model, feeds, npz, tmp):
+    """GPT-2 against the original transformers module, gradients with respect to the weights."""
+    mine, err = memplan_grads(memplan, f, "weights", npz, tmp)
+    if err:
+        failed(f, TRANSFORMERS, err)
+        return
+    module = gpt2_module()
+    params = dict(module.named_parameters())  # a tied parameter once, under its first name
+    aliases = {}  # every module path of each parameter -> its first name
+    for k, p in module.named_parameters(remove_duplicate=False):
+        aliases[k] = next(n for n, q in params.items() if q is p)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    grads = [k[:-len("_grad")] for k in mine if k.endswith("_grad")]
+    # By name: the exports keep the module path under the wrapper's `model.` prefix.
+    by_name = {}  # initializer -> parameter
+    for name in inits:
+        path = name[len("model."):] if name.startswith("model.") else name
+        if path in aliases:
+            by_name[name] = aliases[path]
+    missing = set(params) - set(by_name.values())
+    for name, k in by_name.items():
+        if inits[name].shape != tuple(params[k].shape):
+            failed(f, TRANSFORMERS, f"initializer {name} {inits[name].shape} vs {k} {tuple(params[k].shape)}")
+            return
+    if missing:
+        failed(f, TRANSFORMERS, f"no initializer named like {', '.join(sorted(missing))}")
+        return
+    with torch.no_grad():
+        for name, k in by_name.items():
+            params[k].copy_(torch.from_numpy(inits[name]))
+    # The rest by bits (a parameter's own or its transpose's): a unique match, or unmatched.
+    matched = {name: (k, False) for name, k in by_name.items() if name in grads}
+    unmatched = []
+    for name in grads:
+        if name in matched:
+            continue
+        w = inits.get(name)
+        hits = [] if w is None else [(k, False) for k in same_bits(w, params)] + \
+            [(k, True) for k in same_bits(w, params, transposed=True)]
+        if len(hits) == 1:
+            matched[name] = hits[0]
+        else:
+            unmatched.append(name)
+    ids = torch.tensor(feeds["input_ids"])
+    mask = torch.tensor(feeds["attention_mask"])
+    y = module(input_ids=ids, attention_mask=mask).logits
+    y.sum().backward()
+    pairs = []
+    for k, p in params.items():
+        mine_k = [mine[f"{n}_grad"].T if t else mine[f"{n}_grad"] for n, (q, t) in matched.items() if q == k]
+        if not mine_k:
+            continue  # not differentiated by memplan: reported through the counts
+        want = p.grad.numpy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
+        pairs.append((sum(mine_k), want))
+    what = f"{len(matched)} of {len(grads)} weights (by name or bits) onto {len(pairs)} of {len(params)} parameters"
+    if unmatched:
+        what += f"; unmatched: {len(unmatched)} ({', '.join(unmatched)})"
+    row(f, TRANSFORMERS, what, forward_diff(mine[model.graph.output[0].name], y.detach().numpy()),
+        *compare(pairs))
+
+
+def logspace_row(memplan, f, model, feeds, npz, tmp):
+    """The log-space chain against `LogspaceChain`, gradients with respect to the float inputs; its
+    forward output is first checked against onnxruntime's."""
+    import onnxruntime as ort
+
+    names = [i.name for i in model.graph.input]
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(os.path.join(MODELS, f), opts, providers=["CPUExecutionProvider"])
+    ref = sess.run(None, {n: feeds[n] for n in names})[0]
+    args = [torch.tensor(feeds[n], requires_grad=True) for n in names]
+    y = LogspaceChain()(*args)
+    fwd = forward_diff(y.detach().numpy(), ref)
+    if fwd > 1e-5 * max(1.0, float(np.abs(ref).max())):
+        failed(f, SAME_PROGRAM, f"forward differs from onnxruntime's by {fwd:.1e}: not the same program")
+        return
+    mine, err = memplan_grads(memplan, f, "inputs", npz, tmp)
+    if err:
+        failed(f, SAME_PROGRAM, err)
+        return
+    y.sum().backward()
+    pairs = [(mine[f"{n}_grad"], t.grad.numpy()) for n, t in zip(names, args)]
+    fwd = max(fwd, forward_diff(mine[model.graph.output[0].name], y.detach().numpy()))
+    row(f, SAME_PROGRAM, ", ".join(names), fwd, *compare(pairs))
+
+
+def onnx2torch_row(memplan, f, model, feeds, npz, tmp):
+    import onnx2torch
+
+    try:
+        module = onnx2torch.convert(without_allowzero(model))
+    except Exception as e:  # noqa: BLE001 - a converter gap is reported, not fatal
+        failed(f, ONNX2TORCH, f"onnx2torch cannot convert it: {str(e).splitlines()[0][:80]}")
+        return
+    names = [i.name for i in model.graph.input]
+    floats = [n for n in names if feeds[n].dtype.kind == "f"]
+    if not floats:
+        weights_row(memplan, f, model, module, feeds, names, npz, tmp)
+        return
+    mine, err = memplan_grads(memplan, f, "inputs", npz, tmp)
+    if err:
+        failed(f, ONNX2TORCH, err)
+        return
+    args = [torch.tensor(feeds[n], requires_grad=feeds[n].dtype.kind == "f") for n in names]
+    y = module(*args)
+    y = y[0] if isinstance(y, (tuple, list)) else y
+    y.sum().backward()
+    pairs = []
+    for n, t in zip(names, args):
+        if n not in floats:
+            continue
+        want = t.grad.numpy() if t.grad is not None else np.zeros_like(feeds[n])
+        pairs.append((mine[f"{n}_grad"], want))
+    row(f, ONNX2TORCH, ", ".join(floats), forward_diff(mine[model.graph.output[0].name], y.detach().numpy()),
+        *compare(pairs))
+
+
+# Models onnx2torch cannot convert (GPT-2's Split, the chain's reductions): the original module.
+ORIGINAL = {"gpt2_decoder": gpt2_row, "logspace_matrix_chain": logspace_row}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--memplan", default=os.path.join(REPO, "target/release/memplan"))
+    ap.add_argument("stems", nargs="*", help="only these corpus models (file stems), both exports")
     a = ap.parse_args()
-    import onnx2torch
-
+    torch.set_num_threads(1)
     register_missing_converters()
     tmp = tempfile.mkdtemp()
-    print("| model | differentiated | elements | max error / tolerance | within tolerance |")
-    print("|---|---|---:|---:|---|")
+    print("| model | second implementation | differentiated | forward max abs diff | elements "
+          "| max error / tolerance | within tolerance |")
+    print("|---|---|---|---:|---:|---:|---|")
     for f in sorted(os.listdir(MODELS)):
         stem = f.split(".")[0]
+        if a.stems and stem not in a.stems:
+            continue
         sizes = sorted(int(p.rsplit("_", 1)[1][:-4]) for p in os.listdir(INPUTS) if p.rsplit("_", 1)[0] == stem)
         if not sizes:
             continue
         npz = os.path.join(INPUTS, f"{stem}_{sizes[0]}.npz")
         model = onnx.load(os.path.join(MODELS, f))
-        try:
-            module = onnx2torch.convert(without_allowzero(model))
-        except Exception as e:  # noqa: BLE001 - a converter gap is reported, not fatal
-            print(f"| {f} | onnx2torch cannot convert it: {str(e).splitlines()[0][:80]} | | | |")
-            continue
         feeds = dict(np.load(npz))
-        names = [i.name for i in model.graph.input]
-        floats = [n for n in names if feeds[n].dtype.kind == "f"]
-        if not floats:
-            weights_row(a.memplan, f, model, module, feeds, names, npz, tmp)
-            continue
-        out = model.graph.output[0].name
-        train = os.path.join(tmp, f"{f}.train.onnx")
-        r = subprocess.run([a.memplan, "grad", os.path.join(MODELS, f), "--wrt", "inputs", "--of", out, "-o", train],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            print(f"| {f} | memplan grad: {r.stderr.strip()[:80]} | | | |")
-            continue
-        res = os.path.join(tmp, f"{f}.out.npz")
-        subprocess.run([a.memplan, "run", train, "--inputs-npz", npz, "--out", res], check=True, capture_output=True)
-        mine = dict(np.load(res))
-        args = [torch.tensor(feeds[n], requires_grad=feeds[n].dtype.kind == "f") for n in names]
-        y = module(*args)
-        y = y[0] if isinstance(y, (tuple, list)) else y
-        y.sum().backward()
-        pairs = []
-        for n, t in zip(names, args):
-            if n not in floats:
-                continue
-            want = t.grad.numpy() if t.grad is not None else np.zeros_like(feeds[n])
-            pairs.append((mine[f"{n}_grad"], want))
-        elems, worst, ok = compare(pairs)
-        print(f"| {f} | {', '.join(floats)} | {elems} | {worst:.2e} | {'yes' if ok else 'NO'} |")
+        ORIGINAL.get(stem, onnx2torch_row)(a.memplan, f, model, feeds, npz, tmp)
 
 
 if __name__ == "__main__":
