@@ -9,17 +9,24 @@ Reports per model which torch module was used, the largest forward difference, a
 gradient error over the tolerance `1e-4 |torch| + 1e-4 max|torch| + 1e-6` (at most 1 passes).
 
 The torch module is, per model:
-- the model converted back to torch by onnx2torch (OpenFold3 pieces, BERT); weights, where
-  differentiated, are matched to the one torch tensor of the same shape and bits;
-- GPT-2 (`gpt2_decoder`): the original transformers `GPT2LMHeadModel`, built with the corpus config
-  (manifest: n_embd 256, 4 heads, 2 layers, vocab 1024, 2048 positions, no KV cache), eval mode,
-  eager attention, its parameters loaded from the ONNX initializers by name (the exports keep the
-  module path under a `model.` prefix; the tied `wte`/`lm_head` weight under either name) or, for an
-  initializer without a module name, by the shape and bits of a parameter or of its transpose (the
-  TorchScript export stores `lm_head` transposed as `onnx::MatMul_*`). A tied parameter's gradient is
-  compared with the sum of the gradients of every initializer it was matched to (transposed back).
-  Initializers memplan differentiates that match no parameter (the dynamo export's folded float
-  scalars) are counted as unmatched;
+- the model converted back to torch by onnx2torch (the OpenFold3 pieces), gradients with respect to
+  the float inputs;
+- GPT-2 and BERT (`gpt2_decoder`, `bert_encoder`; token-id inputs, so gradients with respect to the
+  weights): the original transformers module, `GPT2LMHeadModel` / `BertModel`, built with the corpus
+  config (GPT-2, manifest: n_embd 256, 4 heads, 2 layers, vocab 1024, 2048 positions, no KV cache;
+  BERT: sizes from the weight shapes, 4 heads from the manifest, see `bert_module`), eval mode,
+  eager attention, its parameters loaded from the ONNX initializers:
+  by name (the exports keep the module path under a `model.` prefix; a tied weight under either
+  name); else, for an unnamed initializer that a MatMul multiplies by before an Add of a named
+  `<path>.bias`, as `<path>.weight` transposed (BERT's twelve Linear weights, `val_*` in the dynamo
+  export, `onnx::MatMul_*` in the TorchScript one: a freshly built module holds other random
+  weights, so bits cannot tell these apart); else, for an initializer memplan differentiates, by
+  the shape and bits of a loaded parameter or of its transpose (the GPT-2 TorchScript export stores
+  the tied `lm_head` transposed as `onnx::MatMul_*`). A tied parameter's gradient is compared with
+  the sum of the gradients of every initializer it was matched to (transposed back). Differentiated
+  initializers that match no parameter are listed as unmatched: the dynamo exports' folded float
+  scalars (attention scale, mask values, GELU constants), which no torch parameter holds. BERT's
+  word embedding is built without `padding_idx` (see `bert_module`);
 - the log-space chain (`logspace_matrix_chain`): `LogspaceChain` below, the program
   `tools/logspace_chain.py` builds as ONNX, written in torch; its forward output must match
   onnxruntime's on the corpus inputs within 1e-5 (relative to max|out|) before gradients are
@@ -182,91 +189,136 @@ def failed(f, impl, why):
     print(f"| {f} | {impl} | {why} | | | | |")
 
 
-def weights_row(memplan, f, model, module, feeds, names, npz, tmp):
-    """A model whose inputs are all integers (token ids), converted by onnx2torch: gradients with
-    respect to its weights. onnx2torch keeps initializers as buffers or module parameters under its
-    own names; each weight is matched to the one torch tensor with the same shape and bits
-    (ambiguous ones are skipped)."""
-    mine, err = memplan_grads(memplan, f, "weights", npz, tmp)
-    if err:
-        failed(f, ONNX2TORCH, err)
-        return
-    tensors = dict(module.named_parameters())
-    tensors.update(dict(module.named_buffers()))
-    for t in tensors.values():
-        if t.dtype.is_floating_point:
-            t.requires_grad_(True)
-    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
-    matched = {}
-    for name, w in inits.items():
-        if f"{name}_grad" not in mine or w.dtype.kind != "f":
-            continue
-        same = same_bits(w, tensors)
-        if len(same) == 1:
-            matched[name] = same[0]
-    try:
-        y = module(*[torch.tensor(feeds[n]) for n in names])
-    except Exception as e:  # noqa: BLE001 - a converter bug is reported, not fatal
-        failed(f, ONNX2TORCH, f"onnx2torch's module fails: {str(e).splitlines()[0][:80]}")
-        return
-    y = y[0] if isinstance(y, (tuple, list)) else y
-    y.sum().backward()
-    pairs = []
-    for name, k in matched.items():
-        g = tensors[k].grad
-        want = g.numpy() if g is not None else np.zeros_like(inits[name])
-        pairs.append((mine[f"{name}_grad"], want))
-    total = sum(1 for k in mine if k.endswith("_grad"))
-    row(f, ONNX2TORCH, f"{len(matched)} of {total} weights (matched by bits)",
-        forward_diff(mine[model.graph.output[0].name], y.detach().numpy()), *compare(pairs))
+def manifest_entry(stem):
+    import json
+
+    with open(os.path.join(REPO, "tests/corpus/manifest.json")) as fh:
+        return next(m for m in json.load(fh)["models"] if m["name"] == stem)
 
 
-def gpt2_module():
+def quiet_transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+
+
+def gpt2_module(inits):
     """transformers' GPT2LMHeadModel with the corpus config (tests/corpus/manifest.json: n_embd
     256, 4 heads, 2 layers, vocab 1024; the exports' position table has 2048 rows; no KV cache),
     eval mode (no dropout), eager attention."""
-    import transformers
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    transformers.logging.set_verbosity_error()
+    quiet_transformers()
     cfg = GPT2Config(vocab_size=1024, n_positions=2048, n_embd=256, n_layer=2, n_head=4, use_cache=False,
                      attn_implementation="eager")
     return GPT2LMHeadModel(cfg).eval()
 
 
-def gpt2_row(memplan, f, model, feeds, npz, tmp):
-    """GPT-2 against the original transformers module, gradients with respect to the weights."""
+def gpt2_call(module, feeds):
+    ids = torch.tensor(feeds["input_ids"])
+    mask = torch.tensor(feeds["attention_mask"])
+    return module(input_ids=ids, attention_mask=mask).logits
+
+
+def bert_module(inits):
+    """transformers' BertModel (with its pooler) with the corpus config: hidden, vocab, position and
+    token-type table sizes, FFN width and layer count from the exports' weight shapes (256, 1024,
+    2048, 2, 1024, 2 layers), the head count from the manifest ("4 heads"), GELU (the exports' Erf),
+    LayerNorm epsilon 1e-12 (the exports' LayerNormalization); eval mode (no dropout), eager
+    attention. The word embedding's `padding_idx` (0, BERT's pad token) is cleared: it only stops
+    the gradient of row 0 (the forward is the same), while the exported function, a plain `Gather`,
+    has none; the corpus ids hold a 0 (size 40, batch 1, position 16)."""
+    import re
+
+    from transformers import BertConfig, BertModel
+
+    quiet_transformers()
+    p = "model.embeddings."
+    vocab, hidden = inits[p + "word_embeddings.weight"].shape
+    layers = 1 + max(int(m.group(1)) for n in inits for m in [re.match(r"model\.encoder\.layer\.(\d+)\.", n)] if m)
+    heads = int(re.search(r"(\d+) heads", manifest_entry("bert_encoder")["description"]).group(1))
+    cfg = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                     intermediate_size=inits["model.encoder.layer.0.intermediate.dense.bias"].shape[0],
+                     max_position_embeddings=inits[p + "position_embeddings.weight"].shape[0],
+                     type_vocab_size=inits[p + "token_type_embeddings.weight"].shape[0], hidden_act="gelu",
+                     layer_norm_eps=1e-12, attn_implementation="eager")
+    module = BertModel(cfg).eval()
+    module.embeddings.word_embeddings.padding_idx = None
+    return module
+
+
+def bert_call(module, feeds):
+    ids = torch.tensor(feeds["input_ids"])
+    mask = torch.tensor(feeds["attention_mask"])
+    return module(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def linear_weights(model, inits, named):
+    """Unnamed initializers that are the weight of a named Linear: `MatMul(x, W)` whose output only
+    feeds `Add(., <path>.bias)` with `<path>.bias` a named initializer -> (`<path>.weight`, stored
+    transposed: the exporters write `x @ W.T` with W.T folded into the initializer)."""
+    consumers = {}
+    for n in model.graph.node:
+        for x in n.input:
+            consumers.setdefault(x, []).append(n)
+    found = {}
+    for n in model.graph.node:
+        if n.op_type != "MatMul" or n.input[1] not in inits or n.input[1] in named:
+            continue
+        after = consumers.get(n.output[0], [])
+        if len(after) != 1 or after[0].op_type != "Add":
+            continue
+        bias = [x for x in after[0].input if x != n.output[0]]
+        if len(bias) == 1 and bias[0] in named and bias[0].endswith(".bias"):
+            found[n.input[1]] = named[bias[0]][:-len(".bias")] + ".weight"
+    return found
+
+
+def original_row(memplan, f, model, feeds, npz, tmp, build, call):
+    """A token-id model against its original transformers module, gradients with respect to the
+    weights. Parameters are loaded from the ONNX initializers by name (module path under the
+    export wrapper's `model.` prefix), else, for an unnamed initializer, as the transposed weight
+    of the Linear whose named bias its MatMul's output is added to; a gradient memplan computes for
+    any other initializer is matched by the bits of a parameter or of its transpose (a unique hit),
+    or listed as unmatched. A tied parameter's gradient is compared with the sum of the gradients
+    of every initializer matched to it (transposed back)."""
     mine, err = memplan_grads(memplan, f, "weights", npz, tmp)
     if err:
         failed(f, TRANSFORMERS, err)
         return
-    module = gpt2_module()
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    module = build(inits)
     params = dict(module.named_parameters())  # a tied parameter once, under its first name
     aliases = {}  # every module path of each parameter -> its first name
     for k, p in module.named_parameters(remove_duplicate=False):
         aliases[k] = next(n for n, q in params.items() if q is p)
-    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
     grads = [k[:-len("_grad")] for k in mine if k.endswith("_grad")]
     # By name: the exports keep the module path under the wrapper's `model.` prefix.
-    by_name = {}  # initializer -> parameter
+    loaded = {}  # initializer -> (parameter, stored transposed)
     for name in inits:
         path = name[len("model."):] if name.startswith("model.") else name
         if path in aliases:
-            by_name[name] = aliases[path]
-    missing = set(params) - set(by_name.values())
-    for name, k in by_name.items():
-        if inits[name].shape != tuple(params[k].shape):
+            loaded[name] = (aliases[path], False)
+    # By structure: an unnamed Linear weight, from its named bias.
+    structural = linear_weights(model, inits, {n: k for n, (k, _) in loaded.items()})
+    for name, k in structural.items():
+        loaded[name] = (k, True)
+    for name, (k, t) in loaded.items():
+        shape = inits[name].T.shape if t else inits[name].shape
+        if shape != tuple(params[k].shape):
             failed(f, TRANSFORMERS, f"initializer {name} {inits[name].shape} vs {k} {tuple(params[k].shape)}")
             return
+    missing = set(params) - {k for k, _ in loaded.values()}
     if missing:
-        failed(f, TRANSFORMERS, f"no initializer named like {', '.join(sorted(missing))}")
+        failed(f, TRANSFORMERS, f"no initializer for {', '.join(sorted(missing))}")
         return
     with torch.no_grad():
-        for name, k in by_name.items():
-            params[k].copy_(torch.from_numpy(inits[name]))
+        for name, (k, t) in loaded.items():
+            w = inits[name].T if t else inits[name]
+            params[k].copy_(torch.from_numpy(np.ascontiguousarray(w)))
     # The rest by bits (a parameter's own or its transpose's): a unique match, or unmatched.
-    matched = {name: (k, False) for name, k in by_name.items() if name in grads}
-    unmatched = []
+    matched = {name: loaded[name] for name in grads if name in loaded}
+    by_bits, unmatched = [], []
     for name in grads:
         if name in matched:
             continue
@@ -275,11 +327,10 @@ def gpt2_row(memplan, f, model, feeds, npz, tmp):
             [(k, True) for k in same_bits(w, params, transposed=True)]
         if len(hits) == 1:
             matched[name] = hits[0]
+            by_bits.append(name)
         else:
             unmatched.append(name)
-    ids = torch.tensor(feeds["input_ids"])
-    mask = torch.tensor(feeds["attention_mask"])
-    y = module(input_ids=ids, attention_mask=mask).logits
+    y = call(module, feeds)
     y.sum().backward()
     pairs = []
     for k, p in params.items():
@@ -288,11 +339,28 @@ def gpt2_row(memplan, f, model, feeds, npz, tmp):
             continue  # not differentiated by memplan: reported through the counts
         want = p.grad.numpy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32)
         pairs.append((sum(mine_k), want))
-    what = f"{len(matched)} of {len(grads)} weights (by name or bits) onto {len(pairs)} of {len(params)} parameters"
-    if unmatched:
-        what += f"; unmatched: {len(unmatched)} ({', '.join(unmatched)})"
+    n_name = sum(1 for n in matched if n in loaded and n not in structural)
+    n_struct = sum(1 for n in matched if n in structural)
+    how = [f"{n_name} by name"] + ([f"{n_struct} as Linear weights by their bias"] if n_struct else []) + \
+        ([f"{len(by_bits)} by bits ({', '.join(by_bits)})"] if by_bits else [])
+    what = f"{len(matched)} of {len(grads)} weights ({'; '.join(how)}) onto {len(pairs)} of {len(params)} parameters"
+    scalars = [n for n in unmatched if n in inits and inits[n].size == 1 and inits[n].dtype.kind == "f"]
+    others = [n for n in unmatched if n not in scalars]
+    if scalars:
+        vals = ", ".join(f"{n} = {float(inits[n].reshape(())):.6g}" for n in scalars)
+        what += f"; unmatched: {len(scalars)} exporter-made float scalars ({vals})"
+    if others:
+        what += f"; UNMATCHED: {len(others)} ({', '.join(others)})"
     row(f, TRANSFORMERS, what, forward_diff(mine[model.graph.output[0].name], y.detach().numpy()),
         *compare(pairs))
+
+
+def gpt2_row(memplan, f, model, feeds, npz, tmp):
+    original_row(memplan, f, model, feeds, npz, tmp, gpt2_module, gpt2_call)
+
+
+def bert_row(memplan, f, model, feeds, npz, tmp):
+    original_row(memplan, f, model, feeds, npz, tmp, bert_module, bert_call)
 
 
 def logspace_row(memplan, f, model, feeds, npz, tmp):
@@ -331,9 +399,6 @@ def onnx2torch_row(memplan, f, model, feeds, npz, tmp):
         return
     names = [i.name for i in model.graph.input]
     floats = [n for n in names if feeds[n].dtype.kind == "f"]
-    if not floats:
-        weights_row(memplan, f, model, module, feeds, names, npz, tmp)
-        return
     mine, err = memplan_grads(memplan, f, "inputs", npz, tmp)
     if err:
         failed(f, ONNX2TORCH, err)
@@ -352,8 +417,9 @@ def onnx2torch_row(memplan, f, model, feeds, npz, tmp):
         *compare(pairs))
 
 
-# Models onnx2torch cannot convert (GPT-2's Split, the chain's reductions): the original module.
-ORIGINAL = {"gpt2_decoder": gpt2_row, "logspace_matrix_chain": logspace_row}
+# Models compared with their original module (GPT-2, whose Split onnx2torch cannot convert; BERT,
+# whose TorchScript export's onnx2torch module fails; the chain, whose reductions it cannot convert).
+ORIGINAL = {"gpt2_decoder": gpt2_row, "bert_encoder": bert_row, "logspace_matrix_chain": logspace_row}
 
 
 def main():
