@@ -208,6 +208,9 @@ def main():
             make_inputs(stem.split(".")[0], path, dims, npz)
         est = run_json([a.memplan, "estimate", path, "--json"] + dim_args(dims))
         budget = FORUM_BUDGET if stem.startswith("logspace_forum") else int(est["peak_bytes"] * a.ratio)
+        # A budget below the floor (what no plan goes below) is refused: ask for the floor then.
+        floor = run_json([a.memplan, "optimize", path, "--budget", "lowest", "--json"] + dim_args(dims))["floor"]["bytes"]
+        budget = max(budget, floor)
         opt = run_json(
             [a.memplan, "optimize", path, "--budget", str(budget), "-o", w(".chunked.onnx"),
              "--plan-out", w(".plan.json"), "--json"] + dim_args(dims)

@@ -2,7 +2,7 @@
 
 For each N: builds the stack (tools/stack_pairformer.py) and its training step w.r.t. every weight
 (`memplan grad --of loss`), finds the lowest device peak recomputation and chunking reach
-(`optimize --recompute --budget 1B`: exit 3, the lowest plan), then asks for a device budget 10%
+(`optimize --recompute --budget lowest`: the lowest plan), then asks for a device budget 10%
 below it (`optimize --recompute --device-budget`): buffers idle across the peak wait in the host
 tier. Runs the unoptimized training step and the offloaded plan (`memplan run --plan`, 2 threads):
 device tier planned and measured, host tier planned and measured, predicted transfer time (16 GB/s
@@ -45,7 +45,7 @@ def main():
     for n in a.sizes:
         d = ["--dim", f"N={n}"]
         base = os.path.join(OUT, f"n{n}")
-        low = js([m, "optimize", train, *d, "--recompute", "--budget", "1B", "-o", base + ".r.onnx",
+        low = js([m, "optimize", train, *d, "--recompute", "--budget", "lowest", "-o", base + ".r.onnx",
                   "--plan-out", base + ".r.json", "--json"], ok=(0, 3))
         reached = low["peak_bytes_after"]
         device = reached * 9 // 10

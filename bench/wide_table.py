@@ -89,6 +89,9 @@ def row(exe, tmp, stem, variant, entry, tag, dims):
         # resident weights and inputs plus half of the rest (--half-total: half the whole peak)
         res = est["resident_bytes"]
         budget = est["peak_bytes"] // 2 if HALF_TOTAL else res + (est["peak_bytes"] - res) // 2
+        # not below the floor (what no plan goes below), which is refused
+        floor = memplan(exe, "optimize", model, "--budget", "lowest", "--exact-work", "0", *rflags)["floor"]["bytes"]
+        budget = max(budget, floor)
         r["budget"] = budget
         opt = os.path.join(tmp, f"{fstem}.opt.onnx")
         plan = os.path.join(tmp, f"{fstem}.plan.json")

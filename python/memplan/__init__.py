@@ -51,6 +51,13 @@ Dims = Mapping[str, int]
 Size = Union[int, str]
 
 
+def _budget(size: Size) -> int:
+    """A budget: a size, or ``"lowest"`` (0: as low as it goes), as the CLI's ``--budget``."""
+    if isinstance(size, str) and size.strip().lower() == "lowest":
+        return 0
+    return parse_size(size)
+
+
 def parse_size(size: Size) -> int:
     """Bytes of a size: an int, or a string like the CLI's ``--budget`` (``80GiB``, ``512MB``)."""
     if isinstance(size, bool):
@@ -390,12 +397,14 @@ def optimize(
     """``memplan optimize``: a checked plan at ``dims`` (memory-aware order, in-place reuse, one
     arena); with ``budget``, tensors proven to hold few values (masks) are first stored narrow
     (``narrow=False`` turns it off), then regions are chunked (standard ONNX) until the plan fits,
-    or the lowest plan reached is returned with ``fits`` False. ``device_budget`` (instead of
-    ``budget``) fits to it the same way, then moves buffers idle across the peak to a host tier
-    until the device tier fits (the plan carries it; :func:`run` performs the copies)."""
+    or the lowest plan reached is returned with ``fits`` False; ``budget="lowest"`` asks for that
+    plan (``fits`` None), and a budget below the floor (the bound no plan goes below) raises
+    :class:`UsageError`. ``device_budget`` (instead of ``budget``) fits to it the same way, then
+    moves buffers idle across the peak to a host tier until the device tier fits (the plan carries
+    it; :func:`run` performs the copies)."""
     m = load(model)
-    b = None if budget is None else parse_size(budget)
-    db = None if device_budget is None else parse_size(device_budget)
+    b = None if budget is None else _budget(budget)
+    db = None if device_budget is None else _budget(device_budget)
     loaded, plan, report = _core.optimize(
         m._loaded, _dims(dims), b, list(chunks or []), recompute, exact_work, narrow, db
     )

@@ -24,7 +24,9 @@ def test_optimize_and_run_equal_cli(name, corpus_dims, tmp_path):
     npz = SMALL_CASES[name][1]
     dims = corpus_dims[name]
     est = memplan.estimate(path, dims)
-    budget = est.peak_bytes * 3 // 4
+    # Three quarters of the peak, not below the floor (which is refused).
+    floor = memplan.optimize(path, dims, budget="lowest").report["floor"]["bytes"]
+    budget = max(est.peak_bytes * 3 // 4, floor)
     opt = memplan.optimize(path, dims, budget=budget)
 
     out_model, out_plan = tmp_path / "o.onnx", tmp_path / "plan.json"
@@ -166,15 +168,23 @@ def test_narrow_stores_a_mask_narrow_and_can_be_turned_off():
 
 
 def test_device_budget_moves_idle_buffers_to_the_host(tmp_path):
-    """The training step of the corpus PairFormer block at N=32 does not reach 4,000,000 B with
-    recomputation and chunking; with a host tier it does, and the run measures what was planned."""
+    """The training step of the corpus PairFormer block at N=32: halfway between the lowest device
+    tier recomputation and chunking reach and what a host tier makes of it, only the host tier
+    fits; the run measures what was planned. Below the floor, a budget is refused."""
     train = tmp_path / "train.onnx"
     cli("grad", MODELS / "of3_pairformer_block.onnx", "--of", "z_out", "-o", train)
     dims = {"N": 32}
     plain = memplan.run(train, dims=dims, random=True)
-    opt = memplan.optimize(train, dims, recompute=True, device_budget=4_000_000)
+    low = memplan.optimize(train, dims, recompute=True, device_budget="lowest")
+    assert low.fits is None
+    lowest, offloaded = low.report["offload"]["device_peak_before"], low.report["offload"]["device_peak_after"]
+    assert offloaded < lowest
+    device = (lowest + offloaded) // 2
+    opt = memplan.optimize(train, dims, recompute=True, device_budget=device)
     off = opt.report["offload"]
-    assert off["fits"] and off["device_peak_before"] > 4_000_000 >= off["device_peak_after"]
+    assert off["fits"] and off["device_peak_before"] > device >= off["device_peak_after"]
+    with pytest.raises(memplan.UsageError, match="below the floor"):
+        memplan.optimize(train, dims, device_budget=low.report["floor"]["bytes"] - 1)
     res = memplan.run(opt, dims=dims, random=True)
     assert res.peak_bytes == off["device_peak_after"]
     assert res.report["host_peak_bytes"] == off["host_bytes"]

@@ -29,7 +29,7 @@ enum Cmd {
     Run(run::RunArgs),
     /// Plan memory at given dims: a better order, in-place reuse, one arena; write the reordered model and the plan.
     #[command(
-        after_help = "Exit status: 0 when planned (and, with --budget, the plan fits); 1 on an error (a bad argument value included, one line); 2 when the command line does not parse; 3 when the budget is not met: the lowest plan reached is still written and the report says what holds it up."
+        after_help = "Exit status: 0 when planned (and, with --budget, the plan fits); 1 on an error (a bad argument value included, and a budget below the floor no plan goes below: one line, nothing written); 2 when the command line does not parse; 3 when the budget is not met: the lowest plan reached is still written and the report says what holds it up (`--budget lowest` asks for that plan and exits 0)."
     )]
     Optimize(optimize::OptimizeArgs),
     /// Build the training step: forward outputs plus gradients, as one standard ONNX graph.

@@ -29,7 +29,7 @@ use memplan_plan::{Options, Plan, Report};
 use crate::commands::load;
 use crate::estimate::check_inferred;
 use crate::table::Table;
-use crate::units::{human, parse_dims, parse_size};
+use crate::units::{human, parse_budget, parse_dims};
 
 #[derive(Args, Debug)]
 pub struct OptimizeArgs {
@@ -45,7 +45,8 @@ pub struct OptimizeArgs {
     #[arg(long = "plan-out", value_name = "PLAN.json")]
     pub plan_out: Option<PathBuf>,
     /// Memory budget, e.g. 512MiB or 2GB: chunk the graph until the planned peak (arena plus
-    /// weights and inputs) fits.
+    /// weights and inputs) fits; `lowest` (or 0): as low as it goes. A budget below the floor (the
+    /// bound no plan goes below, which the report gives) is refused.
     #[arg(long)]
     pub budget: Option<String>,
     /// With --budget: the chunk counts chunking may choose from (comma-separated; default
@@ -62,7 +63,7 @@ pub struct OptimizeArgs {
     /// outputs stay bit-identical.
     #[arg(long)]
     pub recompute: bool,
-    /// Device memory budget, e.g. 4GiB: fit the model to it as --budget does, then move buffers
+    /// Device memory budget, e.g. 4GiB or `lowest`: fit the model to it as --budget does, then move buffers
     /// idle across the peak to a host tier (copied out after their last use before the peak, back
     /// before their next use) until the device tier (arena plus weights and inputs) fits. ONNX
     /// cannot say where a tensor lives: the plan carries it, and `memplan run --plan` performs the
@@ -368,6 +369,22 @@ pub fn optimize_model(
         ),
         None => None,
     };
+    if let (Some(b), Some(fl)) = (req.budget, &floor) {
+        if b > 0 && b < fl.bytes {
+            let flag = if req.device_budget.is_some() {
+                "--device-budget"
+            } else {
+                "--budget"
+            };
+            crate::usage_bail!(
+                "{flag} {} is below the floor of {}, which no plan goes below (resident weights and inputs {} + {}); ask for `lowest` to get the lowest plan",
+                human(b),
+                human(fl.bytes),
+                human(fl.resident_bytes),
+                fl.held_by
+            );
+        }
+    }
     // The planned model's facts: the given ones, or those of the model a budget rewrote.
     let (model, planned_facts, out, chunking, recompute, narrowing) = match req.budget {
         None => {
@@ -423,12 +440,17 @@ pub fn optimize_model(
             });
             out.report.peak_bytes_after = rep.device_peak_after;
             out.report.arena_bytes = plan.arena_bytes;
+            out.report.arena_lower_bound = rep.arena_lower_bound;
             out.plan = plan;
             offload = Some(rep);
         }
     }
     let plan_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let fits = req.budget.map(|b| out.report.peak_bytes_after <= b);
+    // `lowest` (0) asks for the lowest plan, which is what it gets.
+    let fits = req
+        .budget
+        .filter(|&b| b > 0)
+        .map(|b| out.report.peak_bytes_after <= b);
     Ok(Optimized {
         model,
         plan: out.plan,
@@ -453,13 +475,13 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     let budget = a
         .budget
         .as_deref()
-        .map(parse_size)
+        .map(parse_budget)
         .transpose()
         .map_err(|e| anyhow!("--budget: {e}"))?;
     let device_budget = a
         .device_budget
         .as_deref()
-        .map(parse_size)
+        .map(parse_budget)
         .transpose()
         .map_err(|e| anyhow!("--device-budget: {e}"))?;
     if budget.is_none() && device_budget.is_none() && a.cost_model.is_some() {
@@ -560,7 +582,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         pct(r.peak_bytes_after),
         human(r.arena_bytes),
         human(r.arena_lower_bound),
-        human(r.arena_bytes - r.arena_lower_bound),
+        human(r.arena_bytes.saturating_sub(r.arena_lower_bound)),
         human(r.resident_bytes),
         r.inplace
     ));
@@ -569,6 +591,9 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
             "heap       {} beside the arena: control-flow bodies (If, Loop, Scan) run on the heap\n",
             human(r.heap_bytes)
         ));
+    }
+    if opt.budget == Some(0) {
+        s.push_str("budget     lowest: the lowest plan reached\n");
     }
     if let (Some(b), Some(f)) = (opt.budget, fits) {
         s.push_str(&format!(
@@ -598,7 +623,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
             } else {
                 fl.values.join(", ")
             },
-            if fits == Some(false) {
+            if fits == Some(false) || opt.budget == Some(0) {
                 format!(
                     "; the lowest plan is {} above it",
                     human(r.peak_bytes_after.saturating_sub(fl.bytes))
@@ -646,6 +671,15 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
             human(c.simulated_peak_after),
             c.predicted_seconds * 1e3
         ));
+        for pr in &c.per_reader {
+            s.push_str(&format!(
+                "shared     '{}' ({}) made again for {} more reader(s) from its small inputs ({} node(s) each), so each reader's region computes its own slices\n",
+                pr.value,
+                human(pr.bytes),
+                pr.copies,
+                pr.nodes
+            ));
+        }
         if !c.live_at_peak.is_empty() {
             let live: Vec<String> = c
                 .live_at_peak

@@ -1,6 +1,7 @@
 //! `memplan optimize --device-budget` on a training step: the backward graph of the corpus
 //! PairFormer block (`memplan grad --of z_out`) at N=32, with recomputation and chunking, does not
-//! reach 4,000,000 B; moving buffers idle across the peak to the host tier does. The planned run's
+//! reach a device budget halfway between the lowest plan they reach and what the host tier makes of
+//! it; moving buffers idle across the peak to the host tier does. The planned run's
 //! device tier is the planned one, its host tier holds what the plan says, and the gradients are
 //! the unoptimized training step's bits. A device budget nothing reaches exits 3 with the lowest
 //! plan written, and `--device-budget` with `--budget` is a usage error (one line, status 1).
@@ -31,7 +32,30 @@ fn a_training_step_fits_a_device_budget_with_a_host_tier() {
     ]);
 
     let (out, plan) = (tmp.join("o.onnx"), tmp.join("o.json"));
-    let device = 4_000_000u64;
+    // The lowest device tier recomputation and chunking reach, and what offload makes of it; the
+    // device budget halfway between needs the host tier.
+    let probe = memplan(&[
+        "optimize",
+        t,
+        "--dim",
+        "N=32",
+        "--recompute",
+        "--device-budget",
+        "lowest",
+        "--json",
+    ]);
+    assert_eq!(probe.status.code(), Some(0), "the lowest plan");
+    let probe: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
+    let (lowest, offloaded) = (
+        probe["offload"]["device_peak_before"].as_u64().unwrap(),
+        probe["offload"]["device_peak_after"].as_u64().unwrap(),
+    );
+    assert!(
+        offloaded < lowest,
+        "the host tier lowers the lowest plan: {}",
+        probe["offload"]
+    );
+    let device = (lowest + offloaded) / 2;
     let d = format!("{device}B");
     let args = [
         "optimize",
@@ -96,14 +120,32 @@ fn a_training_step_fits_a_device_budget_with_a_host_tier() {
     assert_eq!(r["compared"], true);
     assert_eq!(r["mismatches"].as_array().unwrap().len(), 0, "{r}");
 
-    // Nothing reaches 1 MB: the lowest plan is written and the status says it does not fit.
+    // Under the floor (what no plan goes below): refused in one line, status 1. Between the floor
+    // and the lowest plan: the lowest plan is written and the status says it does not fit.
+    let floor = probe["floor"]["bytes"].as_u64().unwrap();
+    let under = memplan(&[
+        "optimize",
+        t,
+        "--dim",
+        "N=32",
+        "--device-budget",
+        &format!("{}B", floor - 1),
+    ]);
+    assert_eq!(under.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&under.stderr)
+            .trim()
+            .lines()
+            .count(),
+        1
+    );
     let low = memplan(&[
         "optimize",
         t,
         "--dim",
         "N=32",
         "--device-budget",
-        "1MB",
+        &format!("{}B", floor + 1),
         "-o",
         out.to_str().unwrap(),
         "--plan-out",

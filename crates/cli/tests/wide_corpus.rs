@@ -252,12 +252,26 @@ fn check_file(
             first = false;
             // Half of the peak's activations: at these sizes the resident weights are most of
             // the peak, and half the whole peak would be out of reach (chunking then only does
-            // its best); this budget is one chunking can meet.
+            // its best); this budget is one chunking can meet, or the floor where that is higher.
             let (peak, resident) = (
                 est["peak_bytes"].as_u64().unwrap(),
                 est["resident_bytes"].as_u64().unwrap(),
             );
-            let budget = (resident + (peak - resident) / 2).to_string();
+            // Not below the floor (what no plan goes below), which is refused.
+            let mut probe: Vec<String> = ["optimize", model.as_str(), "--budget", "lowest"]
+                .iter()
+                .map(|a| a.to_string())
+                .chain(["--exact-work", "0", "--json"].map(String::from))
+                .collect();
+            probe.extend(run_dims.iter().cloned());
+            let floor = match try_json(&probe) {
+                Ok(r) => r["floor"]["bytes"].as_u64().unwrap_or(0),
+                Err(e) => {
+                    fails.push(("optimize", format!("[{tag}] {e}")));
+                    continue;
+                }
+            };
+            let budget = (resident + (peak - resident) / 2).max(floor).to_string();
             let opt = s(&tmp.join(format!("{file_stem}.opt.onnx")));
             let plan = s(&tmp.join(format!("{file_stem}.plan.json")));
             let mut args: Vec<String> = vec![

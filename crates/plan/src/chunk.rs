@@ -156,6 +156,9 @@ impl Default for ChunkOptions {
 pub struct Chunked {
     /// The rewritten model, nodes in topological order.
     pub model: Model,
+    /// Light values made again for each of their readers before chunking (see
+    /// [`recompute_per_reader`](crate::remat::recompute_per_reader)).
+    pub per_reader: Vec<crate::remat::PerReader>,
     pub steps: Vec<ChunkStep>,
     /// Simulated peak before and after (graph order).
     pub peak_before: u64,
@@ -291,6 +294,7 @@ fn candidates(
     evaluated: &mut usize,
 ) -> Vec<Candidate> {
     let g = base.g;
+    let light = crate::remat::light_values(g, base.facts, base.dims);
     let mut cands: Vec<Candidate> = Vec::new();
     let mut tried: BTreeSet<(
         BTreeSet<NodeId>,
@@ -322,6 +326,7 @@ fn candidates(
                 base.facts,
                 base.dims,
                 &base.consumers,
+                &light,
                 seed,
                 axis,
                 opts.max_region,
@@ -437,6 +442,20 @@ pub fn chunk_to_budget(
         facts = infer_model_for(&m, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
         cur = m;
     }
+    // Light values several regions read (a position bias every layer reads) are made again for
+    // each reader, so each reader's region computes its slices of them and none is held whole.
+    let mut per_reader = Vec::new();
+    if let Some(budget) = opts.budget {
+        let peak = Base::new(&cur.graph, &facts, dims, opts.assemble)?.peak;
+        if peak > budget {
+            if let Some((m, r)) = crate::remat::recompute_per_reader(&cur, &facts, dims, peak / 64)
+            {
+                facts = infer_model_for(&m, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
+                cur = m;
+                per_reader = r;
+            }
+        }
+    }
     let mut steps: Vec<ChunkStep> = Vec::new();
     let mut peak_before = None;
     let mut evaluated = 0;
@@ -466,6 +485,11 @@ pub fn chunk_to_budget(
             return Ok(Chunked {
                 // Shape values stay symbolic when nothing was chunked.
                 model: if steps.is_empty() { unfrozen } else { cur },
+                per_reader: if steps.is_empty() {
+                    Vec::new()
+                } else {
+                    per_reader
+                },
                 steps,
                 peak_before: peak_before.unwrap_or(peak_after),
                 peak_after,

@@ -57,6 +57,9 @@ impl FitOptions {
 /// What chunking did.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ChunkSummary {
+    /// Light values (a position bias, a mask) made again for each reader before chunking.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_reader: Vec<remat::PerReader>,
     pub steps: Vec<ChunkStep>,
     /// Simulated peak (graph order) before and after chunking.
     pub simulated_peak_before: u64,
@@ -277,6 +280,7 @@ fn chunk_and_plan(
                 Vec::new()
             },
             steps: c.steps,
+            per_reader: c.per_reader,
         };
         let done = planned <= budget || c.peak_after > target;
         let excess = planned.saturating_sub(budget);

@@ -46,6 +46,9 @@ pub struct Report {
     /// Device peak (arena + resident + heap) before and after.
     pub device_peak_before: u64,
     pub device_peak_after: u64,
+    /// The most bytes live at once in the device arena after the move: no placement of it is
+    /// smaller.
+    pub arena_lower_bound: u64,
     pub fits: bool,
     /// The most the host tier holds at once.
     pub host_bytes: u64,
@@ -105,6 +108,7 @@ pub fn offload(
                 device_budget,
                 device_peak_before: before,
                 device_peak_after: before,
+                arena_lower_bound: place::lower_bound(&blocks(plan, &chains, &chosen)),
                 fits,
                 host_bytes: 0,
                 moved: Vec::new(),
@@ -166,6 +170,7 @@ pub fn offload(
             device_budget,
             device_peak_before: before,
             device_peak_after: after,
+            arena_lower_bound: place::lower_bound(&blocks(plan, &chains, &chosen)),
             fits,
             host_bytes,
             moved,

@@ -387,3 +387,136 @@ impl Cloner<'_> {
         self.memo.get(&u).copied()
     }
 }
+
+/// Values cheap to make again from small tensors, at a cost of the order of their own size: made
+/// by a node that copies or maps its inputs elementwise (its [`Values`](memplan_ir::ops::Values)
+/// rule is not opaque) from inputs that are each small (at most 1/16 of the value's bytes at
+/// `dims`) or light themselves, or by one that makes its output from its shape
+/// ([`shape_input`](memplan_ir::ops::OpDef::shape_input)) and small inputs: a position bias built
+/// by index arithmetic, a mask expanded from a [B, S] input. A product of two small tensors is not
+/// light: it costs more than its size. Indexed by value; the node list must be in topological
+/// order.
+pub(crate) fn light_values(g: &Graph, facts: &Facts, dims: &BTreeMap<String, i64>) -> Vec<bool> {
+    let bytes = |v: ValueId| -> Option<u64> {
+        let e = facts.get(v).bytes()?.eval_map(dims).ok()?;
+        u64::try_from(e).ok()
+    };
+    let mut light = vec![false; g.values.len()];
+    for n in &g.nodes {
+        let Some(def) = memplan_ir::ops::lookup(n) else {
+            continue;
+        };
+        let copies = def.values != memplan_ir::ops::Values::Opaque;
+        if n.subgraphs().next().is_some() || !(copies || def.shape_input.is_some()) {
+            continue;
+        }
+        for y in n.output_ids() {
+            let Some(b) = bytes(y).filter(|&b| b > 0) else {
+                continue;
+            };
+            light[y.index()] = n.input_ids().all(|u| {
+                bytes(u).is_some_and(|bu| bu.saturating_mul(16) <= b)
+                    || (copies && light[u.index()])
+            });
+        }
+    }
+    light
+}
+
+/// One light value made again for each of its readers.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PerReader {
+    /// The value.
+    pub value: String,
+    /// Its bytes at the given dims.
+    pub bytes: u64,
+    /// Readers that now read a copy of their own (all but the first).
+    pub copies: usize,
+    /// Nodes cloned for each copy.
+    pub nodes: usize,
+}
+
+/// The model with every [`light_values`] value of at least `min_bytes` that several nodes read
+/// (nodes outside its own light computation) made again right before each reader after the first,
+/// from its small inputs: the value is then never held whole from one reader to the next (a
+/// relative position bias every layer of a T5 encoder reads), and a region chunked at each reader
+/// computes its slices of it from those inputs. Same kernels on the same inputs: bit-identical.
+/// `None` when there is no such value. The node list must be in topological order; it stays so.
+pub(crate) fn recompute_per_reader(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    min_bytes: u64,
+) -> Option<(Model, Vec<PerReader>)> {
+    let g = &model.graph;
+    let light = light_values(g, facts, dims);
+    let consumers = g.consumers();
+    let outputs: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
+    let heavy = |c: NodeId| g.node(c).output_ids().any(|y| !light[y.index()]);
+    let mut c = Cloner {
+        g: g.clone(),
+        facts,
+        dims,
+        memo: BTreeMap::new(),
+        new_nodes: Vec::new(),
+        work: 0,
+        names: g.values.iter().map(|x| x.name.clone()).collect(),
+    };
+    // Clones to run right before each reader, in creation (topological) order.
+    let mut before: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
+    let mut report = Vec::new();
+    for v in g.value_ids() {
+        let bytes = c.bytes_of(v);
+        if !light[v.index()] || bytes < min_bytes || outputs.contains(&v) {
+            continue;
+        }
+        let mut readers: Vec<NodeId> = consumers[v.index()]
+            .iter()
+            .copied()
+            .filter(|&r| heavy(r))
+            .collect();
+        readers.sort();
+        readers.dedup();
+        if readers.len() < 2 {
+            continue;
+        }
+        let mut nodes = 0;
+        for &r in &readers[1..] {
+            c.memo.clear();
+            let start = c.new_nodes.len();
+            let Some(copy) = c.clone_value(v, usize::MAX, &|w| !light[w.index()], true) else {
+                c.new_nodes.truncate(start);
+                continue;
+            };
+            nodes = c.new_nodes.len() - start;
+            before
+                .entry(r)
+                .or_default()
+                .extend(c.new_nodes[start..].iter().copied());
+            for i in c.g.nodes[r.index()].inputs.iter_mut() {
+                if *i == Some(v) {
+                    *i = Some(copy);
+                }
+            }
+        }
+        report.push(PerReader {
+            value: g.value(v).name.clone(),
+            bytes,
+            copies: readers.len() - 1,
+            nodes,
+        });
+    }
+    if report.is_empty() {
+        return None;
+    }
+    let mut schedule: Vec<NodeId> = Vec::with_capacity(c.g.nodes.len());
+    for n in g.node_ids() {
+        if let Some(clones) = before.get(&n) {
+            schedule.extend(clones.iter().copied());
+        }
+        schedule.push(n);
+    }
+    let mut out = model.clone();
+    out.graph = crate::reorder(&c.g, &schedule);
+    Some((out, report))
+}

@@ -132,6 +132,18 @@ pub fn first_input(
     Some(vec![f])
 }
 
+/// Flow of ops that make their output from its shape alone (`ConstantOfShape`): every output axis
+/// splits with the inputs read whole; a chunk's clone reads a shape of its own
+/// ([`OpDef::shape_input`](super::OpDef::shape_input)).
+pub fn generated(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let rank = out_rank(outputs, 0)?;
+    Some(vec![vec![AxisFlow::Split(vec![None; inputs.len()]); rank]])
+}
+
 /// Flow of reshape-like ops (Reshape, Flatten, Squeeze, Unsqueeze): see [`reshape_flow`].
 pub fn reshape(
     _node: &Node,

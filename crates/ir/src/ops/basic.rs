@@ -16,9 +16,12 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Shape", ONE, shape, Mem::NEW),
     OpDef::new("Size", ONE, size, Mem::NEW),
     OpDef::new("Constant", (0, 0), constant, Mem::NEW),
-    OpDef::new("ConstantOfShape", ONE, constant_of_shape, Mem::NEW),
+    OpDef::new("ConstantOfShape", ONE, constant_of_shape, Mem::NEW)
+        .flow(axes::generated)
+        .shape_input(0),
     OpDef::new("Reshape", TWO, reshape, Mem::ALIAS)
         .flow(axes::reshape)
+        .shape_input(1)
         .selects(&[0]),
     OpDef::new("Flatten", ONE, flatten, Mem::ALIAS)
         .flow(axes::reshape)

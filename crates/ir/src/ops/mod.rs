@@ -140,6 +140,9 @@ pub struct OpDef {
     /// Which input elements an output element's value comes from (see [`Values`]): what the value
     /// sets of [`crate::value_set`] propagate through.
     pub values: Values,
+    /// The input that holds the output's shape (`Reshape`'s and `Expand`'s target,
+    /// `ConstantOfShape`'s shape): a chunk of the output needs its own.
+    pub shape_input: Option<usize>,
 }
 
 /// How an op's output element values relate to its input element values.
@@ -167,6 +170,15 @@ impl OpDef {
             mem,
             flow: None,
             values: Values::Opaque,
+            shape_input: None,
+        }
+    }
+
+    /// The same op, its input `k` holding the output's shape (see [`OpDef::shape_input`]).
+    pub const fn shape_input(self, k: usize) -> OpDef {
+        OpDef {
+            shape_input: Some(k),
+            ..self
         }
     }
 

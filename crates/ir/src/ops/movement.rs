@@ -23,6 +23,7 @@ pub const DEFS: &[OpDef] = &[
         .selects_any(),
     OpDef::new("Expand", TWO, expand, Mem::NEW)
         .flow(axes::first_input)
+        .shape_input(1)
         .selects(&[0]),
     OpDef::new("Tile", TWO, tile, Mem::NEW).selects(&[0]),
     OpDef::new("Pad", (1, 4), pad, Mem::NEW).flow(pad_flow),

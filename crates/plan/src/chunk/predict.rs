@@ -361,7 +361,7 @@ pub(crate) fn predict(
                     for (slot, inp) in node.inputs.iter().enumerate() {
                         owned.push(match inp {
                             None => None,
-                            Some(_) if super::rewrite::reshapes(&node.op) && slot == 1 => {
+                            Some(_) if super::rewrite::shape_input(node) == Some(slot) => {
                                 match node.outputs[0] {
                                     Some(y) => Some(shape_fact(y)?),
                                     None => None,

@@ -107,7 +107,9 @@ fn join(
 }
 
 /// Grows a region from `seed` with its output 0 split along `axis`, breadth first over producers
-/// and consumers that pass the axis through, up to `max_nodes`, never into `frozen` nodes. Returns the nodes in the order they
+/// and consumers that pass the axis through (the makers of `light` values, see
+/// [`light_values`](crate::remat::light_values), ahead of the rest), up to `max_nodes`, never into
+/// `frozen` nodes. Returns the nodes in the order they
 /// joined, each with the axes it added; any prefix is a region (convex or not, see [`convex`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grow(
@@ -115,6 +117,7 @@ pub(crate) fn grow(
     f: &Facts,
     dims: &BTreeMap<String, i64>,
     consumers: &[Vec<NodeId>],
+    light: &[bool],
     seed: NodeId,
     axis: usize,
     max_nodes: usize,
@@ -170,7 +173,13 @@ pub(crate) fn grow(
                 axes.extend(want.iter().copied());
                 nodes.insert(c);
                 joined.push((c, want));
-                queue.push_back(c);
+                // The makers of light values first: a position bias or mask joins whole, from
+                // its small inputs, before the region spreads elsewhere.
+                if g.node(c).output_ids().any(|v| light[v.index()]) {
+                    queue.push_front(c);
+                } else {
+                    queue.push_back(c);
+                }
             }
         }
     }

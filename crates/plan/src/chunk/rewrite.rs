@@ -21,7 +21,7 @@ pub(crate) enum Wire {
     Orig(ValueId),
     /// Chunk `c` of an original value: the slice of a region input, or a clone's output.
     Chunk(u32, ValueId),
-    /// The target shape of the clone of a `Reshape` or `Expand` node in chunk `c`.
+    /// The output shape of the clone of node `n` in chunk `c` (see [`shape_input`]).
     Shape(u32, NodeId),
     /// Chunk `c`'s start (`false`) or end (`true`) along the split axis, for the slices.
     Bound(u32, bool),
@@ -72,9 +72,9 @@ impl Emitted {
     }
 }
 
-/// Whether the op's input 1 is its output's shape (which a chunk must have its own of).
-pub(crate) fn reshapes(op: &str) -> bool {
-    op == "Reshape" || op == "Expand"
+/// The input of `node` that holds its output's shape (which a chunk must have its own of).
+pub(crate) fn shape_input(node: &Node) -> Option<usize> {
+    memplan_ir::ops::lookup(node).and_then(|d| d.shape_input)
 }
 
 /// The chunk boundaries for `chunks` chunks of `extent`: equal widths rounded up, the last one
@@ -153,7 +153,7 @@ pub(crate) fn emit(
                     continue;
                 };
                 // A Reshape's or Expand's target is the whole shape: each chunk gets its own.
-                if reshapes(&node.op) && slot == 1 {
+                if shape_input(node) == Some(slot) {
                     inputs.push(Some(Wire::Shape(c, n)));
                     continue;
                 }
