@@ -108,8 +108,8 @@ fn join(
 
 /// Grows a region from `seed` with its output 0 split along `axis`, breadth first over producers
 /// and consumers that pass the axis through (the makers of `light` values, see
-/// [`light_values`](crate::remat::light_values), ahead of the rest), up to `max_nodes`, never into
-/// `frozen` nodes. Returns the nodes in the order they
+/// [`light_values`](crate::remat::light_values), ahead of the rest, and only as producers), up to
+/// `max_nodes`, never into `frozen` nodes. Returns the nodes in the order they
 /// joined, each with the axes it added; any prefix is a region (convex or not, see [`convex`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grow(
@@ -149,6 +149,12 @@ pub(crate) fn grow(
                 continue;
             };
             for &c in &consumers[v.index()] {
+                // The maker of a light value joins from the value's reader (backward), never from
+                // its small inputs: another reader's copy of a position bias belongs to that
+                // reader's region.
+                if g.node(c).output_ids().all(|y| light[y.index()]) {
+                    continue;
+                }
                 let Some(fl) = flows(g, f, dims, c) else {
                     continue;
                 };
