@@ -237,15 +237,7 @@ fn rewrite(
             None => true,
         }
     };
-    let mut c = Cloner {
-        g: g.clone(),
-        facts,
-        dims,
-        memo: BTreeMap::new(),
-        new_nodes: Vec::new(),
-        work: 0,
-        names: g.values.iter().map(|x| x.name.clone()).collect(),
-    };
+    let mut c = Cloner::new(g, facts, dims);
     let mut replaced: BTreeMap<ValueId, ValueId> = BTreeMap::new();
     for &(_, _, u) in &late {
         if let std::collections::btree_map::Entry::Vacant(e) = replaced.entry(u) {
@@ -294,7 +286,20 @@ struct Cloner<'a> {
     names: BTreeSet<String>,
 }
 
-impl Cloner<'_> {
+impl<'a> Cloner<'a> {
+    /// A cloner over a copy of `g`, with no clone made yet.
+    fn new(g: &Graph, facts: &'a Facts, dims: &'a BTreeMap<String, i64>) -> Cloner<'a> {
+        Cloner {
+            g: g.clone(),
+            facts,
+            dims,
+            memo: BTreeMap::new(),
+            new_nodes: Vec::new(),
+            work: 0,
+            names: g.values.iter().map(|x| x.name.clone()).collect(),
+        }
+    }
+
     fn fresh_name(&mut self, base: &str) -> String {
         let mut k = 0usize;
         loop {
@@ -453,15 +458,7 @@ pub(crate) fn recompute_per_reader(
     let consumers = g.consumers();
     let outputs: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
     let heavy = |c: NodeId| g.node(c).output_ids().any(|y| !light[y.index()]);
-    let mut c = Cloner {
-        g: g.clone(),
-        facts,
-        dims,
-        memo: BTreeMap::new(),
-        new_nodes: Vec::new(),
-        work: 0,
-        names: g.values.iter().map(|x| x.name.clone()).collect(),
-    };
+    let mut c = Cloner::new(g, facts, dims);
     // Clones to run right before each reader, in creation (topological) order.
     let mut before: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
     let mut report = Vec::new();
