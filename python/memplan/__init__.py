@@ -53,8 +53,8 @@ Size = Union[int, str]
 
 def _budget(size: Size) -> int:
     """A budget: a size, or ``"lowest"`` (0: as low as it goes), as the CLI's ``--budget``."""
-    if isinstance(size, str) and size.strip().lower() == "lowest":
-        return 0
+    if isinstance(size, str):
+        return _core.parse_budget(size)
     return parse_size(size)
 
 

@@ -139,6 +139,12 @@ fn parse_size(s: &str) -> PyResult<u64> {
     memplan_cli::units::parse_size(s).map_err(errors::usage)
 }
 
+/// Parses a budget as the CLI's `--budget` does: a size, or `lowest` (0).
+#[pyfunction]
+fn parse_budget(s: &str) -> PyResult<u64> {
+    memplan_cli::units::parse_budget(s).map_err(errors::usage)
+}
+
 /// Parses dim assignments like the CLI's `--dim NAME=VALUE`.
 #[pyfunction]
 fn parse_dims(items: Vec<String>) -> PyResult<BTreeMap<String, i64>> {
@@ -344,6 +350,7 @@ fn _memplan(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<LoadedModel>()?;
     m.add_class::<OutputBuffer>()?;
     m.add_function(wrap_pyfunction!(parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_budget, m)?)?;
     m.add_function(wrap_pyfunction!(parse_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(parse_dims, m)?)?;
     m.add_function(wrap_pyfunction!(human_bytes, m)?)?;

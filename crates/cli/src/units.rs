@@ -2,8 +2,6 @@
 
 use std::collections::BTreeMap;
 
-/// Parses `123`, `512MiB`, `80GB`, `80GiB`, `1.5GiB`, `64k` (case-insensitive; SI suffixes are powers
-/// of 1000, IEC ones powers of 1024).
 /// Parses a budget: a size ([`parse_size`]), or `lowest` (0: as low as the levers get it).
 pub fn parse_budget(s: &str) -> Result<u64, String> {
     if s.trim().eq_ignore_ascii_case("lowest") {
@@ -12,6 +10,8 @@ pub fn parse_budget(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
 
+/// Parses `123`, `512MiB`, `80GB`, `80GiB`, `1.5GiB`, `64k` (case-insensitive; SI suffixes are powers
+/// of 1000, IEC ones powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t

@@ -98,6 +98,7 @@ pub fn offload(
         best = (placed.arena, placed.offsets);
     }
     let (arena, offsets) = best;
+    let arena_lower_bound = place::lower_bound(&blocks(plan, &chains, &chosen));
     let mut out = plan.clone();
     if chosen.is_empty() {
         let fits = before <= device_budget;
@@ -108,7 +109,7 @@ pub fn offload(
                 device_budget,
                 device_peak_before: before,
                 device_peak_after: before,
-                arena_lower_bound: place::lower_bound(&blocks(plan, &chains, &chosen)),
+                arena_lower_bound,
                 fits,
                 host_bytes: 0,
                 moved: Vec::new(),
@@ -170,7 +171,7 @@ pub fn offload(
             device_budget,
             device_peak_before: before,
             device_peak_after: after,
-            arena_lower_bound: place::lower_bound(&blocks(plan, &chains, &chosen)),
+            arena_lower_bound,
             fits,
             host_bytes,
             moved,
