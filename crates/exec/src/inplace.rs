@@ -241,8 +241,9 @@ fn staged_range(ctx: &OpCtx, job: &Job, from: usize, to: usize) -> Result<(), Op
                 None => (full && own) || (!full && t.numel() != 1),
             }
         });
+        // No chunk of this range is longer than the range: a small node stages only its size.
         stages.push(match t {
-            Some(t) if staged => Some(Tensor::zeros(t.dtype, &[chunk], None)?),
+            Some(t) if staged => Some(Tensor::zeros(t.dtype, &[chunk.min(to - from)], None)?),
             _ => None,
         });
     }

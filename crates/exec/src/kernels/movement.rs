@@ -12,6 +12,9 @@ use rayon::prelude::*;
 /// Outputs at least this long are filled by several rayon tasks.
 const PAR_MIN: usize = 1 << 16;
 
+/// Rows and columns of a tile of a blocked gather (see [`strided_copy`]).
+const BLOCK: usize = 32;
+
 /// `shape`/`strides` with size-1 dims dropped and mergeable neighbours merged; never empty.
 fn coalesce(shape: &[usize], strides: &[isize]) -> (Vec<usize>, Vec<isize>) {
     let (mut d, mut s): (Vec<usize>, Vec<isize>) = (Vec::new(), Vec::new());
@@ -73,6 +76,10 @@ pub fn strided_copy<T: Copy + Send + Sync>(
     let is = st[st.len() - 1];
     let outer = &dims[..dims.len() - 1];
     let ost = &st[..st.len() - 1];
+    // A gather along the rows (a transpose's moved axis) reads one element per cache line; when the
+    // source is contiguous along the last outer axis, rows are copied `BLOCK` at a time in tiles of
+    // `BLOCK` columns, so each line read serves `BLOCK` rows.
+    let blocked = is != 1 && ost.last() == Some(&1) && inner >= BLOCK;
     let rows = |first_row: usize, chunk: &mut [T]| {
         let mut idx = vec![0usize; outer.len()];
         let mut rem = first_row;
@@ -86,26 +93,48 @@ pub fn strided_copy<T: Copy + Send + Sync>(
                 .zip(ost)
                 .map(|(&i, &s)| i as isize * s)
                 .sum::<isize>();
-        for row in chunk.chunks_mut(inner) {
+        let nrows = chunk.len() / inner;
+        let mut k = 0;
+        while k < nrows {
+            // Rows k..k + g are consecutive in the source (the last outer axis does not wrap).
+            let g = match (blocked, outer.last()) {
+                (true, Some(&n)) => BLOCK.min(nrows - k).min(n - idx[outer.len() - 1]),
+                _ => 1,
+            };
+            let block = &mut chunk[k * inner..(k + g) * inner];
             if is == 1 {
                 let o = off as usize;
-                row.copy_from_slice(&src[o..o + inner]);
-            } else {
+                block.copy_from_slice(&src[o..o + inner]);
+            } else if g == 1 {
                 let mut p = off;
-                for v in row.iter_mut() {
+                for v in block.iter_mut() {
                     *v = src[p as usize];
                     p += is;
                 }
-            }
-            for d in (0..outer.len()).rev() {
-                idx[d] += 1;
-                off += ost[d];
-                if idx[d] < outer[d] {
-                    break;
+            } else {
+                for c0 in (0..inner).step_by(BLOCK) {
+                    let c1 = (c0 + BLOCK).min(inner);
+                    for (r, row) in block.chunks_mut(inner).enumerate() {
+                        let mut p = off + c0 as isize * is + r as isize;
+                        for v in &mut row[c0..c1] {
+                            *v = src[p as usize];
+                            p += is;
+                        }
+                    }
                 }
-                off -= ost[d] * outer[d] as isize;
-                idx[d] = 0;
             }
+            for _ in 0..g {
+                for d in (0..outer.len()).rev() {
+                    idx[d] += 1;
+                    off += ost[d];
+                    if idx[d] < outer[d] {
+                        break;
+                    }
+                    off -= ost[d] * outer[d] as isize;
+                    idx[d] = 0;
+                }
+            }
+            k += g;
         }
     };
     if dst.len() < PAR_MIN || rayon::current_num_threads() <= 1 {
@@ -348,6 +377,25 @@ mod tests {
         assert_eq!(y, [9, 7, 5, 3]);
         assert!(strided_copy(&x, 2, &[4], &[-1], &mut y).is_err());
         assert!(strided_copy(&x, 8, &[4], &[1], &mut y).is_err());
+    }
+
+    #[test]
+    fn blocked_transposes_match_naive_across_tiles_wraps_and_tasks() {
+        // Inner extents above and below a tile, row groups cut by the last outer axis wrapping
+        // (70 rows of 3-row blocks), and outputs long enough to be split over tasks.
+        for (shape, perm) in [
+            (vec![70, 3, 50], vec![2, 0, 1]),
+            (vec![33, 65], vec![1, 0]),
+            (vec![300, 301], vec![1, 0]),
+            (vec![2, 97, 5, 40], vec![0, 3, 1, 2]),
+            (vec![64, 64, 17], vec![2, 1, 0]),
+        ] {
+            let n: usize = shape.iter().product();
+            let x: Vec<u32> = (0..n as u32).collect();
+            let mut y = vec![0u32; n];
+            transpose(&x, &shape, &perm, &mut y).unwrap();
+            assert_eq!(y, naive_transpose(&x, &shape, &perm), "{shape:?} {perm:?}");
+        }
     }
 
     fn naive_transpose(x: &[u32], shape: &[usize], perm: &[usize]) -> Vec<u32> {
