@@ -1,31 +1,33 @@
 #!/usr/bin/env python3
-"""Calibrates the chunking cost model (`memplan_plan::chunk::CostModel`) on this machine, then checks it.
+"""Calibrates the chunking cost model (`memplan_plan::cost::CostModel`) on this machine, then checks it.
 
-The cost model predicts what a chunking rewrite adds to a run: a fixed cost per node added (dispatch,
-output placement, thread fan-out of a kernel on a small slice) and a cost per byte copied (slices that
-are not views, concatenations not assembled in place). Both are measured here with memplan's own
-executor, in planned runs (`memplan optimize --plan-out` then `memplan run --plan`), as chunked
-models are run:
+The cost model predicts a node's run time from the kind of work it does and how much (see
+crates/plan/src/cost.rs): a curve of seconds per node against work for each kind, at one thread count.
+A rewrite's predicted extra time is the time of the nodes it adds less that of the nodes it removes.
+This script measures the curves with memplan's own executor, in planned runs (`memplan optimize
+--plan-out`, then `memplan run --plan --profile --json`), as chunked models run: per kind, a chain of
+R nodes of one op at sizes from 16 to 16 Mi elements (multiply-adds for the contraction), each node
+reading the one before (so a small node's input is in cache, as a chunk's is); the executor's own
+per-node timer, summed per op type by `--profile`, divided by R, is the point of the curve.
 
-* node cost: one Add over x [R, E] against the same Add chunked by hand the way the rewrite chunks
-  it: R row Slices (views: the leading axis), R Adds of one row each, a Concat along axis 0
-  (assembled in place by the plan); no byte is copied and the arithmetic is the same, so the
-  difference of the median times over the 2R nodes added is the cost of a node on a slice large
-  enough for its kernel to fan out over the threads (E = 64 Ki floats);
-* copy bandwidth: x [R, 2C] (64 MiB) split in two along axis 1 by two Slice nodes (not views: the
-  axis is not the leading one) and put back by a Concat along axis 1 (not assembled in place, for
-  the same reason); bytes copied = both slices plus the concatenation, the time less three nodes.
+* elementwise: Add / Mul with a broadcast row, alternating, over [w/256, 256];
+* copy: Transpose of a square [r, r] (w = r^2), alternating with its inverse;
+* contraction: MatMul [M, 64] x [64, 64] (work M * 64 * 64);
+* other: Softmax over rows of 256 (reductions, normalizations);
+* view_seconds: the time of a Reshape (a view) in the same runs.
 
-Then, with the calibrated model (`--cost-model`), for a few corpus models and budgets it compares the
-predicted extra time (`memplan optimize --budget --json`: chunking.predicted_seconds) with the
-measured one: the chunked planned run's median time minus the unchunked planned run's.
+Then it checks the model on the corpus (`--no-check` skips it): for every model (both exports, two
+sizes each) with a budget of 0.15 x its estimated peak (or its floor when that is higher), the
+predicted extra time of the chosen rewrite (`memplan optimize --json`: chunking.predicted_seconds,
+with `--cost-model` the calibration) against the measured one (the chunked planned run's median time
+less the unchunked planned run's, alternating rounds), and prints a markdown table with whether each
+is within +-30% or +-5 ms.
 
-Writes the calibration as JSON (`--out`, default target/cost_model.json): pass it to `memplan
-optimize --cost-model FILE` (the built-in defaults are this script's numbers on the development
-machine).
+Writes the calibration as JSON (`--out`, default target/cost_model.json) for `memplan optimize
+--cost-model FILE`; `--rust` prints it as the Rust constants of `CostModel::default()`.
 
 Usage: .venv/bin/python bench/calibrate_cost.py [--memplan target/release/memplan] [--threads 2]
-       [--repeat 15] [--out target/cost_model.json] [--no-check]
+       [--repeat 9] [--rounds 3] [--out target/cost_model.json] [--no-check] [--only STEM,...] [--rust]
 """
 
 import argparse
@@ -40,15 +42,28 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chunk_bench  # noqa: E402  (the corpus models' inputs)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "corpus", "models")
 MIB = 1024 * 1024
+CHAINS = (4, 16)  # nodes per chain: the difference is the time of 12 nodes, without first touches
+SIZES = [4**k for k in range(2, 13)]  # 16 .. 16 Mi elements
+MATMUL_K = 64
+MATMUL_ROWS = [4**k for k in range(0, 9)]  # 1 .. 65536 rows
 
-# (model stem, dims, budget as a fraction of the unchunked simulated peak) for the check.
+# (model stem, [dims at the two sizes]) for the check; both exports of each.
 CHECK = [
-    ("of3_tri_att_start", {"N": 192}, 0.2),
-    ("of3_pairformer_block", {"N": 128}, 0.2),
-    ("logspace_matrix_chain", {"n": 8, "t": 256}, 0.2),
+    ("of3_attn_pair_bias", [{"N": 128}, {"N": 256}]),
+    ("of3_pair_transition", [{"N": 128}, {"N": 256}]),
+    ("of3_pairformer_block", [{"N": 128}, {"N": 256}]),
+    ("of3_token_frame_atoms_gather", [{"N_token": 128, "N_atom": 461}, {"N_token": 256, "N_atom": 922}]),
+    ("of3_tri_att_start", [{"N": 128}, {"N": 256}]),
+    ("of3_tri_mul_out", [{"N": 128}, {"N": 256}]),
+    ("logspace_matrix_chain", [{"n": 8, "t": 256}, {"n": 8, "t": 1024}]),
+    ("bert_encoder", [{"B": 1, "S": 512}, {"B": 1, "S": 1024}]),
+    ("gpt2_decoder", [{"B": 1, "S": 512}, {"B": 1, "S": 1024}]),
 ]
 
 
@@ -57,51 +72,63 @@ def save(model, path):
     onnx.save(model, path)
 
 
-def add(rows, cols, chunked, path):
-    """y = x + c over x [rows, cols]; `chunked`: row by row (Slice, Add, then one Concat)."""
-    ini = [numpy_helper.from_array(np.full((1, cols), 0.5, np.float32), "c"),
-           numpy_helper.from_array(np.array([0], np.int64), "ax")]
-    if chunked:
-        nodes, parts = [], []
-        for i in range(rows):
-            ini += [numpy_helper.from_array(np.array([i], np.int64), f"s{i}"),
-                    numpy_helper.from_array(np.array([i + 1], np.int64), f"e{i}")]
-            nodes.append(helper.make_node("Slice", ["x", f"s{i}", f"e{i}", "ax"], [f"x{i}"]))
-            nodes.append(helper.make_node("Add", [f"x{i}", "c"], [f"y{i}"]))
-            parts.append(f"y{i}")
-        nodes.append(helper.make_node("Concat", parts, ["y"], axis=0))
-    else:
-        nodes = [helper.make_node("Add", ["x", "c"], ["y"])]
+def graph_model(nodes, x_shape, y_name, y_shape, ini, name):
     g = helper.make_graph(
         nodes,
-        "add",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, cols])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(y_name, TensorProto.FLOAT, y_shape)],
         ini,
     )
-    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
 
 
-def split_concat(rows, cols, path):
-    """x [rows, 2*cols] -> Slice halves along axis 1 -> Concat along axis 1."""
-    ini = [
-        numpy_helper.from_array(np.array(v, np.int64), n)
-        for n, v in [("s0", [0]), ("e0", [cols]), ("s1", [cols]), ("e1", [2 * cols]), ("ax", [1])]
-    ]
-    nodes = [
-        helper.make_node("Slice", ["x", "s0", "e0", "ax"], ["a"]),
-        helper.make_node("Slice", ["x", "s1", "e1", "ax"], ["b"]),
-        helper.make_node("Concat", ["a", "b"], ["y"], axis=1),
-    ]
-    shape = [rows, 2 * cols]
-    g = helper.make_graph(
-        nodes,
-        "split_concat",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-        ini,
-    )
-    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), path)
+def chain(kind, w, length):
+    """A chain of `length` nodes of `kind` doing work `w` each, and the op types to read in the profile."""
+    ini, nodes, prev = [], [], "x"
+    if kind == "elementwise":
+        cols = min(w, 256)
+        shape = [w // cols, cols]
+        ini.append(numpy_helper.from_array(np.full((cols,), 1.0001, np.float32), "c"))
+        for i in range(length):
+            nodes.append(helper.make_node("Add" if i % 2 == 0 else "Mul", [prev, "c"], [f"y{i}"]))
+            prev = f"y{i}"
+        return graph_model(nodes, shape, prev, shape, ini, kind), ["Add", "Mul"], shape
+    if kind == "copy":
+        r = int(round(w**0.5))
+        shape = [r, r]
+        for i in range(length):
+            nodes.append(helper.make_node("Transpose", [prev], [f"y{i}"], perm=[1, 0]))
+            prev = f"y{i}"
+        return graph_model(nodes, shape, prev, shape, ini, kind), ["Transpose"], shape
+    if kind == "other":
+        cols = min(w, 256)
+        shape = [w // cols, cols]
+        for i in range(length):
+            nodes.append(helper.make_node("Softmax", [prev], [f"y{i}"], axis=-1))
+            prev = f"y{i}"
+        return graph_model(nodes, shape, prev, shape, ini, kind), ["Softmax"], shape
+    if kind == "contraction":
+        rows = w // (MATMUL_K * MATMUL_K)
+        shape = [rows, MATMUL_K]
+        rng = np.random.default_rng(0)
+        # Orthogonal-ish weights scaled to keep values bounded along the chain.
+        wt = (rng.standard_normal((MATMUL_K, MATMUL_K)) / MATMUL_K**0.5).astype(np.float32)
+        ini.append(numpy_helper.from_array(wt, "w"))
+        for i in range(length):
+            nodes.append(helper.make_node("MatMul", [prev, "w"], [f"y{i}"]))
+            prev = f"y{i}"
+        return graph_model(nodes, shape, prev, shape, ini, kind), ["MatMul"], shape
+    if kind == "view":
+        # Reshapes alternating between two shapes: every one a view.
+        shape = [64, 64]
+        ini += [numpy_helper.from_array(np.array([4096], np.int64), "flat"),
+                numpy_helper.from_array(np.array([64, 64], np.int64), "square")]
+        for i in range(length):
+            nodes.append(helper.make_node("Reshape", [prev, "flat" if i % 2 == 0 else "square"], [f"y{i}"]))
+            prev = f"y{i}"
+        return graph_model(nodes, shape, prev, shape, ini, kind), ["Reshape"], shape
+    raise ValueError(kind)
 
 
 def sh(cmd):
@@ -116,81 +143,146 @@ def dim_args(dims):
     return [a for k, v in dims.items() for a in ("--dim", f"{k}={v}")]
 
 
-def planned_seconds(args, model, dims, work, tag, extra=()):
-    """Plans `model` (optionally with `extra` optimize flags) and returns the planned run's median time
-    and the optimize report."""
-    out, plan = os.path.join(work, f"{tag}.onnx"), os.path.join(work, f"{tag}.plan.json")
-    rep = json.loads(
-        sh([args.memplan, "optimize", model, *dim_args(dims), "-o", out, "--plan-out", plan, "--json", *extra])
-    )
-    r = json.loads(
-        sh([args.memplan, "run", out, "--plan", plan, *dim_args(dims), "--random", "--repeat",
-            str(args.repeat), "--threads", str(args.threads), "--json"])
-    )
-    return r["seconds"], rep
+def plan(args, model, dims, work, tag, extra=()):
+    out, plan_path = os.path.join(work, f"{tag}.onnx"), os.path.join(work, f"{tag}.plan.json")
+    rep = json.loads(sh([args.memplan, "optimize", model, *dim_args(dims), "-o", out, "--plan-out", plan_path,
+                         "--json", *extra]))
+    return out, plan_path, rep
+
+
+def run(args, out, plan_path, dims, profile=False, npz=None):
+    feeds = ["--inputs-npz", npz] if npz else ["--random"]
+    cmd = [args.memplan, "run", out, "--plan", plan_path, *dim_args(dims), *feeds, "--repeat",
+           str(args.repeat), "--threads", str(args.threads), "--json"]
+    if profile:
+        cmd.append("--profile")
+    return json.loads(sh(cmd))
+
+
+def calibrate(args, work):
+    """The curves: {kind: [(work, seconds per node)]}, the view time and the first-touch cost.
+
+    Each point is the difference of the per-op times of a 16-node chain and a 4-node chain over 12:
+    what the first nodes pay once (mapping the arena's pages) cancels. That first-touch cost is then
+    what the 4-node elementwise chain took beyond 4 nodes' time, per byte of its arena, at the
+    sizes of at least 1 Mi elements."""
+    points = {k: {} for k in ("elementwise", "copy", "other", "contraction")}
+    views, faults = [], []
+    cases = [(k, w) for k in ("elementwise", "copy", "other") for w in SIZES]
+    cases += [("contraction", r * MATMUL_K * MATMUL_K) for r in MATMUL_ROWS]
+    cases += [("view", 0)]
+    planned = {}
+    for kind, w in cases:
+        for length in CHAINS:
+            model, ops, _ = chain(kind, w, length)
+            tag = f"cal_{kind}_{w}_{length}"
+            path = os.path.join(work, f"{tag}.onnx")
+            save(model, path)
+            out, plan_path, rep = plan(args, path, {}, work, f"{tag}.opt")
+            planned[(kind, w, length)] = (out, plan_path, ops, rep["arena_bytes"])
+    short, long_ = CHAINS
+    for rnd in range(args.rounds):
+        t = {}
+        for key, (out, plan_path, ops, _) in planned.items():
+            prof = run(args, out, plan_path, {}, profile=True)["profile"]
+            t[key] = sum(p["seconds"] for p in prof if p["op"] in ops)
+        for kind, w in cases:
+            per = max(t[(kind, w, long_)] - t[(kind, w, short)], 0.0) / (long_ - short)
+            if kind == "view":
+                views.append(per)
+                continue
+            points[kind].setdefault(w, []).append(per)
+            if kind == "elementwise" and w >= 1 << 20:
+                arena = planned[(kind, w, short)][3]
+                faults.append(max(t[(kind, w, short)] - short * per, 0.0) / arena)
+        print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
+    curves = {k: [[float(w), statistics.median(v)] for w, v in sorted(p.items())] for k, p in points.items()}
+    return {"threads": args.threads, "view_seconds": statistics.median(views),
+            "fault_seconds_per_byte": statistics.median(faults), **curves}
+
+
+def fmt_curve(name, pts):
+    body = ", ".join(f"({w:.1f}, {s:.3e})" for w, s in pts)
+    return f"const DEFAULT_{name.upper()}: [(f64, f64); {len(pts)}] = [{body}];"
+
+
+def check(args, work):
+    print()
+    print(f"| model | dims | budget | chunk steps | nodes added | unchunked planned run ms | predicted extra ms "
+          f"| measured extra ms (chunked − unchunked) | within ±30% or ±5 ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    only = set(args.only.split(",")) if args.only else None
+    ok_all = True
+    for stem0, sizes in CHECK:
+        for stem in (stem0, stem0 + ".legacy"):
+            if only and stem0 not in only and stem not in only:
+                continue
+            model = os.path.join(CORPUS, f"{stem}.onnx")
+            for dims in sizes:
+                est = json.loads(sh([args.memplan, "estimate", model, *dim_args(dims), "--json"]))
+                low = json.loads(sh([args.memplan, "optimize", model, *dim_args(dims), "--budget", "lowest",
+                                     "--json", "-o", os.path.join(work, "low.onnx")]))
+                budget = max(int(est["peak_bytes"] * 0.15), low["floor"]["bytes"])
+                b_out, b_plan, _ = plan(args, model, dims, work, "base")
+                c_out, c_plan, rep = plan(args, model, dims, work, "chunked",
+                                          ("--budget", f"{budget}B", "--cost-model", args.out))
+                npz = None
+                if stem0 == "of3_token_frame_atoms_gather":
+                    # Its indices must be consistent: the chunking benchmark's inputs.
+                    npz = os.path.join(work, "inputs.npz")
+                    chunk_bench.make_inputs(stem0, model, dims, npz)
+                base, chunked = [], []
+                for _ in range(args.rounds):
+                    base.append(run(args, b_out, b_plan, dims, npz=npz)["seconds"])
+                    chunked.append(run(args, c_out, c_plan, dims, npz=npz)["seconds"])
+                ch = rep.get("chunking") or {}
+                steps = ch.get("steps", [])
+                added = sum(s["added_nodes"] for s in steps)
+                pred = ch.get("predicted_seconds", 0.0) * 1e3
+                meas = (statistics.median(chunked) - statistics.median(base)) * 1e3
+                ok = abs(pred - meas) <= max(5.0, 0.3 * abs(meas))
+                ok_all &= ok
+                dims_s = " ".join(f"{k}={v}" for k, v in dims.items())
+                print(f"| {stem} | {dims_s} | {budget / MIB:.1f} MiB | {len(steps)} | {added} | "
+                      f"{statistics.median(base) * 1e3:.1f} | {pred:.1f} | {meas:.1f} | {'yes' if ok else 'NO'} |",
+                      flush=True)
+    return ok_all
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians over them")
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "cost_model.json"))
     ap.add_argument("--no-check", action="store_true", help="calibrate only")
+    ap.add_argument("--check-only", action="store_true", help="check the model in --out, without calibrating")
+    ap.add_argument("--only", help="check only these model stems (comma-separated)")
+    ap.add_argument("--rust", action="store_true", help="print the curves as CostModel::default()'s constants")
     args = ap.parse_args()
 
-    arows, acols = 128, 65536  # x: 32 MiB, 128 chunks of 256 KiB
-    rows, cols = 2048, 4096  # x: 2048 x 8192 floats = 64 MiB
     with tempfile.TemporaryDirectory() as work:
-        paths = {n: os.path.join(work, f"{n}.onnx") for n in ("whole", "chunked", "copy")}
-        add(arows, acols, False, paths["whole"])
-        add(arows, acols, True, paths["chunked"])
-        split_concat(rows, cols, paths["copy"])
-        t = {n: [] for n in paths}
-        for _ in range(args.rounds):
-            for n, p in paths.items():
-                t[n].append(planned_seconds(args, p, {}, work, n)[0])
-        med = {n: statistics.median(v) for n, v in t.items()}
-        node_s = max(med["chunked"] - med["whole"], 1e-9) / (2 * arows)
-        copied = 2 * rows * 2 * cols * 4  # both slices, then the concatenation
-        copy_s = max(med["copy"] - 3 * node_s, 1e-9)
-        cal = {"node_seconds": node_s, "copy_bytes_per_second": copied / copy_s}
-        print(f"node cost      {node_s * 1e6:.2f} µs per node (Add over [{arows}, {acols}]: "
-              f"{med['whole'] * 1e3:.2f} ms whole, {med['chunked'] * 1e3:.2f} ms in {arows} chunks)")
-        print(f"copy bandwidth {cal['copy_bytes_per_second'] / 1e9:.2f} GB/s "
-              f"({copied / MIB:.0f} MiB copied in {copy_s * 1e3:.2f} ms)")
-        with open(args.out, "w") as f:
-            json.dump(cal, f, indent=2)
-            f.write("\n")
-        print(f"wrote {args.out}")
+        if not args.check_only:
+            cal = calibrate(args, work)
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "w") as f:
+                json.dump(cal, f, indent=2)
+                f.write("\n")
+            print(f"wrote {args.out}")
+            for k in ("elementwise", "copy", "other", "contraction"):
+                print(f"{k:12s}", " ".join(f"{w:.0f}:{s * 1e6:.1f}µs" for w, s in cal[k]))
+            print(f"view         {cal['view_seconds'] * 1e6:.2f} µs")
+            print(f"first touch  {cal['fault_seconds_per_byte'] * MIB * 1e3:.3f} ms per MiB")
+            if args.rust:
+                print(f"view_seconds: {cal['view_seconds']:.3e},")
+                print(f"fault_seconds_per_byte: {cal['fault_seconds_per_byte']:.3e},")
+                for k in ("elementwise", "copy", "contraction", "other"):
+                    print(fmt_curve(k, cal[k]))
         if args.no_check:
             return
-
-        print()
-        print(f"| model | dims | budget | chunk steps | nodes added | unchunked planned run ms | predicted extra ms "
-              f"| measured extra ms (chunked − unchunked, {args.threads} threads, median of {args.repeat} × "
-              f"{args.rounds} rounds) |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|")
-        for stem, dims, frac in CHECK:
-            model = os.path.join(CORPUS, f"{stem}.onnx")
-            est = json.loads(sh([args.memplan, "estimate", model, *dim_args(dims), "--json"]))
-            peak = est["peak_bytes"]
-            budget = f"{int(peak * frac)}B"
-            base, chunked = [], []
-            for _ in range(args.rounds):
-                b, _ = planned_seconds(args, model, dims, work, "base")
-                c, rep = planned_seconds(args, model, dims, work, "chunked",
-                                         ("--budget", budget, "--cost-model", args.out))
-                base.append(b)
-                chunked.append(c)
-            ch = rep.get("chunking") or {}
-            steps = ch.get("steps", [])
-            added = sum(s["added_nodes"] for s in steps)
-            dims_s = " ".join(f"{k}={v}" for k, v in dims.items())
-            meas = (statistics.median(chunked) - statistics.median(base)) * 1e3
-            print(f"| {stem} | {dims_s} | {frac:.2f} × peak | {len(steps)} | {added} | "
-                  f"{statistics.median(base) * 1e3:.1f} | {ch.get('predicted_seconds', 0) * 1e3:.1f} | {meas:.1f} |")
+        if not check(args, work):
+            sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -53,9 +53,9 @@ pub struct OptimizeArgs {
     /// 2,4,8,16,32,64).
     #[arg(long, value_name = "K,K,...", value_delimiter = ',')]
     pub chunks: Vec<usize>,
-    /// With --budget: the chunking cost model, a JSON file `{"node_seconds": S,
-    /// "copy_bytes_per_second": B}` as `bench/calibrate_cost.py` writes it for this machine
-    /// (default: the development machine's calibration).
+    /// With --budget: the chunking cost model, a JSON file of per-kind curves (seconds per node
+    /// against its work, at a thread count) as `bench/calibrate_cost.py` writes it for a machine
+    /// (default: the development machine's calibration at 2 threads).
     #[arg(long, value_name = "FILE.json")]
     pub cost_model: Option<PathBuf>,
     /// With --budget: first recompute values read again after the peak (the activations a
@@ -394,7 +394,7 @@ pub fn optimize_model(
         }
         Some(b) => {
             let mut chunk = ChunkOptions {
-                cost: req.cost,
+                cost: req.cost.clone(),
                 ..ChunkOptions::default()
             };
             if !req.chunks.is_empty() {
@@ -734,23 +734,13 @@ fn exit_status(fits: Option<bool>) -> ExitCode {
     }
 }
 
-/// A cost model from a JSON file (`bench/calibrate_cost.py`'s output); both rates must be positive
-/// and finite.
+/// A cost model from a JSON file (`bench/calibrate_cost.py`'s output), its curves checked.
 fn read_cost_model(path: &std::path::Path) -> Result<CostModel> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("--cost-model {}", path.display()))?;
     let c: CostModel = serde_json::from_str(&text)
         .map_err(|e| anyhow!("--cost-model {}: not a cost model: {e}", path.display()))?;
-    for (name, v) in [
-        ("node_seconds", c.node_seconds),
-        ("copy_bytes_per_second", c.copy_bytes_per_second),
-    ] {
-        if !(v.is_finite() && v > 0.0) {
-            bail!(
-                "--cost-model {}: {name} must be a positive number, got {v}",
-                path.display()
-            );
-        }
-    }
+    c.validate()
+        .map_err(|e| anyhow!("--cost-model {}: {e}", path.display()))?;
     Ok(c)
 }

@@ -337,22 +337,33 @@ fn bad_cost_models_are_refused_before_anything_is_written() {
         }
         a
     };
-    let cases: [(&str, &str, &[&str]); 4] = [
-        ("notjson.json", "{", &["not a cost model", "notjson.json"]),
+    let curve = r#"[[1.0, 1e-6], [1024.0, 1e-5]]"#;
+    let model = |threads: &str, copy: &str, extra: &str| {
+        format!(
+            r#"{{"threads": {threads}, "view_seconds": 1e-6, "fault_seconds_per_byte": 1e-9, "elementwise": {curve}, "copy": {copy}, "contraction": {curve}, "other": {curve}{extra}}}"#
+        )
+    };
+    let cases: [(&str, String, &[&str]); 5] = [
+        ("notjson.json", "{".into(), &["not a cost model", "notjson.json"]),
         (
             "field.json",
-            r#"{"node_seconds": 1e-6, "copy_bytes_per_second": 1e9, "extra": 1}"#,
+            model("2", curve, r#", "extra": 1"#),
             &["unknown field `extra`"],
         ),
         (
-            "neg.json",
-            r#"{"node_seconds": -1e-6, "copy_bytes_per_second": 1e9}"#,
-            &["node_seconds must be a positive number"],
+            "threads.json",
+            model("0", curve, ""),
+            &["threads must be at least 1"],
         ),
         (
-            "zero.json",
-            r#"{"node_seconds": 1e-6, "copy_bytes_per_second": 0}"#,
-            &["copy_bytes_per_second must be a positive number"],
+            "order.json",
+            model("2", "[[8.0, 1e-6], [2.0, 1e-5]]", ""),
+            &["copy curve must have strictly increasing positive work"],
+        ),
+        (
+            "empty.json",
+            model("2", "[]", ""),
+            &["copy curve has no points"],
         ),
     ];
     for (name, text, needles) in cases {
@@ -371,11 +382,7 @@ fn bad_cost_models_are_refused_before_anything_is_written() {
         &["--cost-model", "missing.json"],
     );
     let good = d.path("good.json");
-    std::fs::write(
-        &good,
-        r#"{"node_seconds": 1e-6, "copy_bytes_per_second": 1e9}"#,
-    )
-    .unwrap();
+    std::fs::write(&good, model("2", curve, "")).unwrap();
     fails_with(
         &optimize(&good, false)
             .iter()

@@ -63,40 +63,7 @@ pub struct Region {
     pub keep: BTreeSet<NodeId>,
 }
 
-/// A simple cost model of the rewrite: each node added costs a fixed overhead, each byte copied
-/// costs its share of memory bandwidth. The chunked region computes the same elements with the same
-/// kernels, so its arithmetic is unchanged; what chunking adds is nodes and copies.
-///
-/// The defaults are `bench/calibrate_cost.py`'s measurements on the development machine (2-core
-/// AMD EPYC VM, 2 threads, planned runs); that script measures them on another machine and writes a
-/// JSON file for `memplan optimize --cost-model`.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CostModel {
-    /// Seconds per node run (dispatch, output allocation, thread fan-out).
-    pub node_seconds: f64,
-    /// Bytes copied per second (read and written once).
-    pub copy_bytes_per_second: f64,
-}
-
-impl Default for CostModel {
-    fn default() -> Self {
-        CostModel {
-            // `bench/calibrate_cost.py --rounds 5`, 2026-11-23, three runs: 9.1-16.8 µs per node, 6.4-8.5 GB/s.
-            node_seconds: 10e-6,
-            copy_bytes_per_second: 8e9,
-        }
-    }
-}
-
-impl CostModel {
-    /// Predicted extra seconds of a rewrite that adds `added` nodes, removes `removed` and copies
-    /// `copied` bytes.
-    pub fn seconds(&self, added: usize, removed: usize, copied: u64) -> f64 {
-        added.saturating_sub(removed) as f64 * self.node_seconds
-            + copied as f64 / self.copy_bytes_per_second
-    }
-}
+pub use crate::cost::CostModel;
 
 /// One applied chunking step, for the report.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -260,13 +227,8 @@ fn evaluate(
     };
     let em = rewrite::emit(base.g, base.facts, base.dims, &base.consumers, &region).ok()?;
     *evaluated += 1;
-    let pred = predict(base, &region, &em, opts.assemble).ok()?;
-    // A kept node runs whole besides its clones: its output bytes are written twice.
-    let seconds = opts.cost.seconds(
-        pred.added,
-        nodes.len() - keep.len(),
-        pred.copied + pred.recomputed,
-    );
+    let pred = predict(base, &region, &em, opts.assemble, &opts.cost).ok()?;
+    let seconds = pred.seconds + opts.cost.fault_seconds(pred.peak as f64 - base.peak as f64);
     Some(Candidate {
         region,
         pred,

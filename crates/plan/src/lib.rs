@@ -15,6 +15,7 @@
 
 pub mod check;
 pub mod chunk;
+pub mod cost;
 pub mod fit;
 pub mod floor;
 pub mod gen;

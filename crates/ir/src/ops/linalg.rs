@@ -14,11 +14,55 @@ use super::axes::{self, in_shape, out_rank, AxisFlow};
 use super::{Mem, OpDef, ONE, TWO};
 
 pub const DEFS: &[OpDef] = &[
-    OpDef::new("MatMul", TWO, matmul, MATMUL_MEM).flow(matmul_flow),
-    OpDef::new("Gemm", (2, 3), gemm, MATMUL_MEM),
-    OpDef::new("Einsum", (1, usize::MAX), einsum, EINSUM_MEM).flow(axes::einsum),
+    OpDef::new("MatMul", TWO, matmul, MATMUL_MEM)
+        .flow(matmul_flow)
+        .contracted(matmul_k),
+    OpDef::new("Gemm", (2, 3), gemm, MATMUL_MEM).contracted(gemm_k),
+    OpDef::new("Einsum", (1, usize::MAX), einsum, EINSUM_MEM)
+        .flow(axes::einsum)
+        .contracted(einsum_k),
     OpDef::new("Det", ONE, det, DET_MEM),
 ];
+
+/// MatMul sums over A's last axis.
+fn matmul_k(_node: &Node, inputs: &[Option<&Fact>]) -> Option<Expr> {
+    in_shape(inputs, 0)?.last().cloned()
+}
+
+/// Gemm sums over A's columns, or its rows with `transA`.
+fn gemm_k(node: &Node, inputs: &[Option<&Fact>]) -> Option<Expr> {
+    let a = in_shape(inputs, 0)?;
+    let trans = matches!(node.attr("transA"), Some(crate::graph::AttrValue::Int(t)) if *t != 0);
+    a.get(usize::from(!trans)).cloned()
+}
+
+/// Einsum sums over the labels the output does not name: the product of their extents.
+fn einsum_k(node: &Node, inputs: &[Option<&Fact>]) -> Option<Expr> {
+    let Some(crate::graph::AttrValue::String(eq)) = node.attr("equation") else {
+        return None;
+    };
+    let (terms, output) = parse_equation(&String::from_utf8_lossy(eq)).ok()?;
+    let output = output?;
+    let mut summed: Vec<(char, Expr)> = Vec::new();
+    for (k, term) in terms.iter().enumerate() {
+        let s = in_shape(inputs, k)?;
+        let named = term.iter().filter(|l| l.is_some()).count();
+        let ell = s.len().checked_sub(named)?;
+        let mut i = 0;
+        for l in term {
+            match l {
+                None => i += ell,
+                Some(c) => {
+                    if !output.contains(&Some(*c)) && !summed.iter().any(|(d, _)| d == c) {
+                        summed.push((*c, s.get(i)?.clone()));
+                    }
+                    i += 1;
+                }
+            }
+        }
+    }
+    Some(Expr::product(summed.iter().map(|(_, e)| e)))
+}
 
 /// MatMul: batch axes broadcast; rows come from A, columns from B; K is contracted.
 fn matmul_flow(

@@ -143,7 +143,13 @@ pub struct OpDef {
     /// The input that holds the output's shape (`Reshape`'s and `Expand`'s target,
     /// `ConstantOfShape`'s shape): a chunk of the output needs its own.
     pub shape_input: Option<usize>,
+    /// For a contraction (`MatMul`, `Gemm`, `Einsum`, `Conv`): the multiply-adds per output element
+    /// (the extent of what it sums over), what its run time grows with besides the output size.
+    pub contracted: Option<ContractedFn>,
 }
+
+/// See [`OpDef::contracted`]: `None` when the facts are incomplete.
+pub type ContractedFn = fn(&Node, &[Option<&Fact>]) -> Option<Expr>;
 
 /// How an op's output element values relate to its input element values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,6 +177,16 @@ impl OpDef {
             flow: None,
             values: Values::Opaque,
             shape_input: None,
+            contracted: None,
+        }
+    }
+
+    /// The same op, a contraction of `f` multiply-adds per output element (see
+    /// [`OpDef::contracted`]).
+    pub const fn contracted(self, f: ContractedFn) -> OpDef {
+        OpDef {
+            contracted: Some(f),
+            ..self
         }
     }
 

@@ -24,7 +24,7 @@ pub const DEFS: &[OpDef] = &[
         with_scratch(widened_scratch),
     ),
     OpDef::new("GroupNormalization", THREE, same_as_input, Mem::NEW),
-    OpDef::new("Conv", (2, 3), conv, with_scratch(conv_scratch)),
+    OpDef::new("Conv", (2, 3), conv, with_scratch(conv_scratch)).contracted(conv_k),
     OpDef::new("MaxPool", ONE, pool, with_scratch(widened_scratch)),
     OpDef::new("AveragePool", ONE, pool, with_scratch(widened_scratch)),
     OpDef::new("LpPool", ONE, pool, with_scratch(widened_scratch)),
@@ -403,6 +403,12 @@ fn window_out(
         out.push(o);
     }
     Ok(out)
+}
+
+/// Conv sums over a filter: W's input channels (per group) and kernel window.
+fn conv_k(_node: &Node, inputs: &[Option<&Fact>]) -> Option<Expr> {
+    let w = super::axes::in_shape(inputs, 1)?;
+    Some(Expr::product(w.get(1..)?))
 }
 
 fn conv(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

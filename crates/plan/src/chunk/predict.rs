@@ -23,6 +23,7 @@ use memplan_sim::timeline::{assemblable, Category, Timeline};
 
 use super::rewrite::{Emit, Emitted, Wire};
 use super::{ChunkError, Region};
+use crate::cost::CostModel;
 
 /// The current graph at concrete dims.
 pub(crate) struct Base<'a> {
@@ -56,9 +57,19 @@ pub(crate) struct Base<'a> {
 struct Cache {
     /// By region node, chunk width and the split axis of each of its inputs and outputs.
     /// `None`: a `Concat` that would be assembled in place.
-    clone: BTreeMap<(NodeId, i64, Vec<Option<usize>>), Option<(bool, u64)>>,
+    clone: BTreeMap<(NodeId, i64, Vec<Option<usize>>), Option<Mem>>,
     /// By sliced value, axis and chunk width.
-    slice: BTreeMap<(ValueId, usize, i64), (bool, u64)>,
+    slice: BTreeMap<(ValueId, usize, i64), Mem>,
+    /// Predicted seconds of the graph's nodes, by node.
+    whole: BTreeMap<NodeId, f64>,
+}
+
+/// A new node's view flag, scratch bytes and predicted seconds.
+#[derive(Clone, Copy)]
+struct Mem {
+    view: bool,
+    scratch: u64,
+    seconds: f64,
 }
 
 impl<'a> Base<'a> {
@@ -168,8 +179,9 @@ pub(crate) struct Prediction {
     pub copied: u64,
     /// Nodes added.
     pub added: usize,
-    /// Output bytes of the kept nodes, which run whole besides their clones.
-    pub recomputed: u64,
+    /// Predicted extra seconds per the cost model: the new nodes' less the removed ones' (the
+    /// region's nodes that are not kept).
+    pub seconds: f64,
     /// Live bytes during each step of the rewritten graph's order (resident bytes included).
     pub per_step: Vec<u64>,
 }
@@ -224,19 +236,25 @@ fn chunk_fact(f: &Fact, axis: Option<usize>, w: i64) -> Fact {
     f
 }
 
-/// View flag and scratch bytes of an op over the given facts.
+/// View flag, scratch bytes and predicted seconds of an op over the given facts.
 fn mem_of(
     base: &Base,
+    cost: &CostModel,
     node: &Node,
     ins: &[Option<&Fact>],
     outs: &[Option<&Fact>],
-) -> Result<(bool, u64), ChunkError> {
+) -> Result<Mem, ChunkError> {
     let view = ops::is_view(node, ins, outs);
     let scratch = match ops::lookup(node).and_then(|d| d.mem.scratch) {
         Some(f) => base.eval(&f(node, base.facts.opset, ins, outs))?,
         None => 0,
     };
-    Ok((view, scratch))
+    let seconds = cost.node_seconds(node, ins, outs, view, base.dims);
+    Ok(Mem {
+        view,
+        scratch,
+        seconds,
+    })
 }
 
 /// Predicts the rewrite `em` of `region` over `base`. With `assemble`, a `Concat` whose inputs are
@@ -248,6 +266,7 @@ pub(crate) fn predict(
     region: &Region,
     em: &Emitted,
     assemble: bool,
+    cost: &CostModel,
 ) -> Result<Prediction, ChunkError> {
     let g = base.g;
     let nv = g.values.len();
@@ -274,13 +293,18 @@ pub(crate) fn predict(
     let mut cache = base.cache.borrow_mut();
     let mut new_nodes: Vec<ANode> = Vec::with_capacity(em.steps.len());
     let mut copied = 0u64;
+    let mut seconds = 0.0f64;
     let mut assembled_out: Vec<Option<bool>> = vec![None; nv];
     for step in &em.steps {
         match step {
             Emit::Slice { chunk, value, axis } => {
                 let (c, v, w) = (*chunk, *value, width(*chunk));
                 let key = (v, *axis, w);
-                let (view, scratch) = match cache.slice.entry(key) {
+                let Mem {
+                    view,
+                    scratch,
+                    seconds: s,
+                } = match cache.slice.entry(key) {
                     Entry::Occupied(o) => *o.get(),
                     Entry::Vacant(slot) => {
                         let f = base.facts.get(v);
@@ -297,6 +321,7 @@ pub(crate) fn predict(
                         let node = synthetic("Slice", 4);
                         let m = mem_of(
                             base,
+                            cost,
                             &node,
                             &[Some(f), Some(&s), Some(&e), Some(&a)],
                             &[Some(&out)],
@@ -315,6 +340,7 @@ pub(crate) fn predict(
                 if !view {
                     copied += scaled(v, c);
                 }
+                seconds += s;
                 new_nodes.push(ANode {
                     reads: vec![
                         v.index() as u32,
@@ -381,15 +407,21 @@ pub(crate) fn predict(
                     let m = if ops::axes::concat_in_place(node, &ins, &outs) {
                         None
                     } else {
-                        Some(mem_of(base, node, &ins, &outs)?)
+                        Some(mem_of(base, cost, node, &ins, &outs)?)
                     };
                     cache.clone.insert(key.clone(), m);
                 }
-                let Some((view, scratch)) = cache.clone[&key] else {
+                let Some(Mem {
+                    view,
+                    scratch,
+                    seconds: s,
+                }) = cache.clone[&key]
+                else {
                     return Err(ChunkError::Region(
                         "a Concat in the region would be assembled in place".into(),
                     ));
                 };
+                seconds += s;
                 let mut reads = Vec::with_capacity(inputs.len());
                 let mut input0 = None;
                 for (slot, w) in inputs.iter().enumerate() {
@@ -447,11 +479,13 @@ pub(crate) fn predict(
                 let can = assemble
                     && assembled_out[v.index()] != Some(false)
                     && ops::axes::concat_in_place(&node, &ins, &[Some(f)]);
-                let (_, scratch) = if can {
-                    (false, 0)
+                let (scratch, s) = if can {
+                    (0, cost.view_seconds)
                 } else {
-                    mem_of(base, &node, &ins, &[Some(f)])?
+                    let m = mem_of(base, cost, &node, &ins, &[Some(f)])?;
+                    (m.scratch, m.seconds)
                 };
+                seconds += s;
                 assembled_out[v.index()] = Some(can);
                 if !can {
                     copied += base.bytes[v.index()];
@@ -466,6 +500,15 @@ pub(crate) fn predict(
                 });
             }
         }
+    }
+    for &n in region.nodes.difference(&region.keep) {
+        seconds -= *cache.whole.entry(n).or_insert_with(|| {
+            let node = g.node(n);
+            let f = |v: &Option<ValueId>| v.map(|v| base.facts.get(v));
+            let ins: Vec<Option<&Fact>> = node.inputs.iter().map(f).collect();
+            let outs: Vec<Option<&Fact>> = node.outputs.iter().map(f).collect();
+            cost.node_seconds(node, &ins, &outs, base.view[n.index()], base.dims)
+        });
     }
     drop(cache);
     let added = new_nodes.len();
@@ -647,18 +690,12 @@ pub(crate) fn predict(
             local = local.max(here);
         }
     }
-    let recomputed = region
-        .keep
-        .iter()
-        .flat_map(|&n| g.node(n).output_ids())
-        .map(|v| base.bytes[v.index()])
-        .sum();
     Ok(Prediction {
         peak,
         local,
         copied,
         added,
-        recomputed,
+        seconds,
         per_step,
     })
 }

@@ -1,0 +1,380 @@
+//! The cost model of rewrites: a node's run time from what kind of work it does and how much.
+//!
+//! A rewrite's extra time is the time of the nodes it adds less the time of the nodes it removes,
+//! each predicted by [`CostModel::node_seconds`]. A node's time is read off a curve per kind of
+//! work ([`Kind`]), measured at sizes from a few elements to tens of millions by
+//! `bench/calibrate_cost.py` on chains of nodes of that kind run by memplan's executor, at a given
+//! thread count. The curves hold what a fixed cost per node and a bandwidth cannot: a slice too
+//! small for a kernel to fan out over the threads costs nearly as much as a larger one, a node on a
+//! tensor that fits in cache runs faster per element than one that streams from memory, and every
+//! node costs its dispatch. So chunking into many small slices costs more than into a few large
+//! ones at the same peak, and a chunked chain whose slices stay in cache can cost less than the
+//! whole one.
+//!
+//! A run also pays for the memory it touches first (page faults of a fresh arena), so a rewrite
+//! that lowers the peak saves [`CostModel::fault_seconds`] of the bytes it saves.
+//!
+//! The model is data, not measurement: the plan is the same on any machine for the same model
+//! (the built-in curves, or the file `memplan optimize --cost-model` reads).
+
+use std::collections::BTreeMap;
+
+use memplan_ir::graph::Node;
+use memplan_ir::infer::Fact;
+use memplan_ir::ops::{self, Values};
+
+/// What a node's run time grows with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// No element is touched: a view of an input, a concatenation assembled in place.
+    View,
+    /// One function per output element of the corresponding input elements (work: output
+    /// elements).
+    Elementwise,
+    /// Output elements copied from input elements: transposes, gathers, slices that are not
+    /// views, concatenations (work: output elements).
+    Copy,
+    /// A contraction (work: multiply-adds, the output elements times what each sums over).
+    Contraction,
+    /// Anything else: reductions, normalizations, softmax (work: the larger of the input and the
+    /// output elements).
+    Other,
+}
+
+/// Seconds per node as a function of its work: `(work, seconds)` points measured at increasing
+/// work, linear between them; below the first point its time (a node's fixed cost), above the last
+/// the last point's time per unit of work.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Curve(pub Vec<(f64, f64)>);
+
+impl Curve {
+    /// Seconds of a node doing `work`.
+    pub fn seconds(&self, work: f64) -> f64 {
+        let p = &self.0;
+        let (Some(&(w0, s0)), Some(&(wl, sl))) = (p.first(), p.last()) else {
+            return 0.0;
+        };
+        if work <= w0 {
+            return s0;
+        }
+        if work >= wl {
+            return sl * work / wl.max(f64::MIN_POSITIVE);
+        }
+        let i = p.partition_point(|&(w, _)| w <= work);
+        let ((wa, sa), (wb, sb)) = (p[i - 1], p[i]);
+        sa + (sb - sa) * (work - wa) / (wb - wa).max(f64::MIN_POSITIVE)
+    }
+
+    /// Whether the points are at strictly increasing, finite, positive work with finite,
+    /// non-negative times.
+    fn valid(&self) -> bool {
+        self.0
+            .iter()
+            .all(|&(w, s)| w.is_finite() && w > 0.0 && s.is_finite() && s >= 0.0)
+            && self.0.windows(2).all(|p| p[0].0 < p[1].0)
+    }
+}
+
+/// Per-kind curves at one thread count (see the module docs).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostModel {
+    /// The thread count the curves were measured at (what the runs predicted use).
+    pub threads: usize,
+    /// Seconds of a node that touches no element (dispatch and bookkeeping).
+    pub view_seconds: f64,
+    /// Seconds per byte of memory a run touches for the first time (page faults of a fresh
+    /// arena): a run whose peak is lower maps fewer pages.
+    pub fault_seconds_per_byte: f64,
+    pub elementwise: Curve,
+    pub copy: Curve,
+    pub contraction: Curve,
+    pub other: Curve,
+}
+
+impl Default for CostModel {
+    /// `bench/calibrate_cost.py --threads 2` on the development machine (2-core AMD EPYC VM,
+    /// planned runs), 2026-11-26.
+    fn default() -> Self {
+        let c = |p: &[(f64, f64)]| Curve(p.to_vec());
+        CostModel {
+            threads: 2,
+            view_seconds: 3.825e-07,
+            fault_seconds_per_byte: 1.423e-10,
+            elementwise: c(&DEFAULT_ELEMENTWISE),
+            copy: c(&DEFAULT_COPY),
+            contraction: c(&DEFAULT_CONTRACTION),
+            other: c(&DEFAULT_OTHER),
+        }
+    }
+}
+
+// Seconds per node at work 4^k (multiply-adds of MatMul [4^k, 64] x [64, 64] for the contraction).
+const DEFAULT_ELEMENTWISE: [(f64, f64); 11] = [
+    (16.0, 2.362e-06),
+    (64.0, 2.592e-06),
+    (256.0, 2.550e-06),
+    (1024.0, 3.812e-06),
+    (4096.0, 6.184e-06),
+    (16384.0, 8.398e-06),
+    (65536.0, 3.003e-05),
+    (262144.0, 8.750e-05),
+    (1048576.0, 3.591e-04),
+    (4194304.0, 1.638e-03),
+    (16777216.0, 8.678e-03),
+];
+const DEFAULT_COPY: [(f64, f64); 11] = [
+    (16.0, 1.003e-06),
+    (64.0, 1.009e-06),
+    (256.0, 1.192e-06),
+    (1024.0, 1.463e-06),
+    (4096.0, 4.018e-06),
+    (16384.0, 1.334e-05),
+    (65536.0, 4.352e-05),
+    (262144.0, 1.962e-04),
+    (1048576.0, 1.117e-03),
+    (4194304.0, 7.229e-03),
+    (16777216.0, 5.889e-02),
+];
+const DEFAULT_CONTRACTION: [(f64, f64); 9] = [
+    (4096.0, 5.486e-06),
+    (16384.0, 2.567e-06),
+    (65536.0, 3.953e-06),
+    (262144.0, 9.573e-06),
+    (1048576.0, 5.042e-05),
+    (4194304.0, 1.482e-04),
+    (16777216.0, 5.133e-04),
+    (67108864.0, 1.969e-03),
+    (268435456.0, 7.928e-03),
+];
+const DEFAULT_OTHER: [(f64, f64); 11] = [
+    (16.0, 6.596e-07),
+    (64.0, 5.835e-07),
+    (256.0, 8.883e-07),
+    (1024.0, 1.700e-06),
+    (4096.0, 4.913e-06),
+    (16384.0, 1.958e-05),
+    (65536.0, 7.502e-05),
+    (262144.0, 3.278e-04),
+    (1048576.0, 1.246e-03),
+    (4194304.0, 5.052e-03),
+    (16777216.0, 2.502e-02),
+];
+
+impl CostModel {
+    /// Checks that the curves are well formed (a file read for `--cost-model`).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.threads == 0 {
+            return Err("threads must be at least 1".into());
+        }
+        for (name, v) in [
+            ("view_seconds", self.view_seconds),
+            ("fault_seconds_per_byte", self.fault_seconds_per_byte),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} must be a finite, non-negative number"));
+            }
+        }
+        for (name, c) in self.curves() {
+            if c.0.is_empty() {
+                return Err(format!("the {name} curve has no points"));
+            }
+            if !c.valid() {
+                return Err(format!(
+                    "the {name} curve must have strictly increasing positive work and finite, \
+                     non-negative seconds"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn curves(&self) -> [(&'static str, &Curve); 4] {
+        [
+            ("elementwise", &self.elementwise),
+            ("copy", &self.copy),
+            ("contraction", &self.contraction),
+            ("other", &self.other),
+        ]
+    }
+
+    /// The kind of work `node` does over these facts, and how much (elements, or multiply-adds of
+    /// a contraction); `view`: its output is a view of its input (or it is a concatenation
+    /// assembled in place). `None`: a size is not known at `dims`.
+    pub fn work(
+        node: &Node,
+        ins: &[Option<&Fact>],
+        outs: &[Option<&Fact>],
+        view: bool,
+        dims: &BTreeMap<String, i64>,
+    ) -> Option<(Kind, f64)> {
+        if view {
+            return Some((Kind::View, 0.0));
+        }
+        let numel = |f: &[Option<&Fact>]| -> Option<f64> {
+            let mut n = 0.0;
+            for x in f.iter().flatten() {
+                n += x.numel()?.eval_map(dims).ok()?.max(0) as f64;
+            }
+            Some(n)
+        };
+        let def = ops::lookup(node);
+        let out = numel(outs)?;
+        if let Some(k) = def.and_then(|d| d.contracted) {
+            let k = k(node, ins)?.eval_map(dims).ok()?.max(1) as f64;
+            return Some((Kind::Contraction, out * k));
+        }
+        Some(match def.map(|d| d.values) {
+            Some(Values::Pointwise) => (Kind::Elementwise, out),
+            Some(Values::Selects(_) | Values::SelectsAny) => (Kind::Copy, out),
+            _ => (Kind::Other, out.max(numel(ins)?)),
+        })
+    }
+
+    /// Predicted seconds of one run of `node` over these facts (see [`CostModel::work`]); a node
+    /// whose sizes are unknown costs a view's time.
+    pub fn node_seconds(
+        &self,
+        node: &Node,
+        ins: &[Option<&Fact>],
+        outs: &[Option<&Fact>],
+        view: bool,
+        dims: &BTreeMap<String, i64>,
+    ) -> f64 {
+        match Self::work(node, ins, outs, view, dims) {
+            Some((kind, w)) => self.seconds(kind, w),
+            None => self.view_seconds,
+        }
+    }
+
+    /// Predicted seconds of a run's memory growing by `bytes` (negative: shrinking).
+    pub fn fault_seconds(&self, bytes: f64) -> f64 {
+        bytes * self.fault_seconds_per_byte
+    }
+
+    /// Predicted seconds of a node of `kind` doing `work`.
+    pub fn seconds(&self, kind: Kind, work: f64) -> f64 {
+        let c = match kind {
+            Kind::View => return self.view_seconds,
+            Kind::Elementwise => &self.elementwise,
+            Kind::Copy => &self.copy,
+            Kind::Contraction => &self.contraction,
+            Kind::Other => &self.other,
+        };
+        c.seconds(work).max(self.view_seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_ir::graph::{AttrValue, Attribute};
+
+    #[test]
+    fn a_curve_is_flat_below_linear_between_and_proportional_above_its_points() {
+        let c = Curve(vec![(10.0, 1.0), (100.0, 4.0), (1000.0, 10.0)]);
+        assert_eq!(c.seconds(1.0), 1.0);
+        assert_eq!(c.seconds(10.0), 1.0);
+        assert_eq!(c.seconds(55.0), 2.5);
+        assert_eq!(c.seconds(100.0), 4.0);
+        assert_eq!(c.seconds(550.0), 7.0);
+        assert_eq!(c.seconds(4000.0), 40.0);
+        assert_eq!(Curve::default().seconds(5.0), 0.0);
+    }
+
+    #[test]
+    fn the_defaults_are_valid_and_a_bad_file_is_named() {
+        CostModel::default().validate().unwrap();
+        let mut m = CostModel::default();
+        m.copy = Curve(vec![(4.0, 1.0), (2.0, 2.0)]);
+        assert!(m.validate().unwrap_err().contains("copy curve"));
+        m.copy = Curve(Vec::new());
+        assert!(m
+            .validate()
+            .unwrap_err()
+            .contains("copy curve has no points"));
+        let m = CostModel {
+            threads: 0,
+            ..CostModel::default()
+        };
+        assert!(m.validate().is_err());
+    }
+
+    fn node(op: &str, inputs: usize, attrs: Vec<(&str, AttrValue)>) -> Node {
+        Node {
+            name: String::new(),
+            op: op.into(),
+            domain: String::new(),
+            overload: String::new(),
+            inputs: vec![Some(memplan_ir::graph::ValueId(0)); inputs],
+            outputs: vec![Some(memplan_ir::graph::ValueId(0))],
+            attrs: attrs
+                .into_iter()
+                .map(|(name, value)| Attribute {
+                    name: name.into(),
+                    value,
+                    doc: String::new(),
+                })
+                .collect(),
+            doc: String::new(),
+            metadata: Vec::new(),
+        }
+    }
+
+    fn fact(shape: &[i64]) -> Fact {
+        Fact::new(
+            memplan_ir::DataType::F32,
+            shape.iter().map(|&d| memplan_ir::Expr::from(d)).collect(),
+        )
+    }
+
+    #[test]
+    fn contractions_count_multiply_adds_and_other_kinds_elements() {
+        let dims = BTreeMap::new();
+        let work = |n: &Node, ins: &[&[i64]], out: &[i64], view: bool| {
+            let ins: Vec<Fact> = ins.iter().map(|s| fact(s)).collect();
+            let ins: Vec<Option<&Fact>> = ins.iter().map(Some).collect();
+            let out = fact(out);
+            CostModel::work(n, &ins, &[Some(&out)], view, &dims).unwrap()
+        };
+        let mm = node("MatMul", 2, vec![]);
+        assert_eq!(
+            work(&mm, &[&[2, 8, 16], &[16, 4]], &[2, 8, 4], false),
+            (Kind::Contraction, 1024.0)
+        );
+        let gemm = node("Gemm", 2, vec![("transA", AttrValue::Int(1))]);
+        assert_eq!(
+            work(&gemm, &[&[16, 8], &[16, 4]], &[8, 4], false),
+            (Kind::Contraction, 512.0)
+        );
+        let eq = AttrValue::String(b"bij,bjk->bik".to_vec());
+        let es = node("Einsum", 2, vec![("equation", eq)]);
+        assert_eq!(
+            work(&es, &[&[2, 8, 16], &[2, 16, 4]], &[2, 8, 4], false),
+            (Kind::Contraction, 1024.0)
+        );
+        let conv = node("Conv", 2, vec![]);
+        assert_eq!(
+            work(&conv, &[&[1, 3, 8, 8], &[4, 3, 3, 3]], &[1, 4, 6, 6], false),
+            (Kind::Contraction, 144.0 * 27.0)
+        );
+        let add = node("Add", 2, vec![]);
+        assert_eq!(
+            work(&add, &[&[4, 8], &[8]], &[4, 8], false),
+            (Kind::Elementwise, 32.0)
+        );
+        let tr = node("Transpose", 1, vec![]);
+        assert_eq!(work(&tr, &[&[4, 8]], &[8, 4], false), (Kind::Copy, 32.0));
+        let sm = node("ReduceSum", 1, vec![]);
+        assert_eq!(work(&sm, &[&[4, 8]], &[4, 1], false), (Kind::Other, 32.0));
+        assert_eq!(work(&tr, &[&[4, 8]], &[8, 4], true), (Kind::View, 0.0));
+    }
+
+    #[test]
+    fn small_slices_cost_more_in_total_than_one_large_node() {
+        let m = CostModel::default();
+        let whole = m.seconds(Kind::Elementwise, 1_048_576.0);
+        let split = 256.0 * m.seconds(Kind::Elementwise, 4096.0);
+        assert!(split > whole, "{split} <= {whole}");
+    }
+}
