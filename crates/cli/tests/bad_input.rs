@@ -344,7 +344,11 @@ fn bad_cost_models_are_refused_before_anything_is_written() {
         )
     };
     let cases: [(&str, String, &[&str]); 5] = [
-        ("notjson.json", "{".into(), &["not a cost model", "notjson.json"]),
+        (
+            "notjson.json",
+            "{".into(),
+            &["not a cost model", "notjson.json"],
+        ),
         (
             "field.json",
             model("2", curve, r#", "extra": 1"#),
