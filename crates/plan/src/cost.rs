@@ -285,8 +285,10 @@ mod tests {
     #[test]
     fn the_defaults_are_valid_and_a_bad_file_is_named() {
         CostModel::default().validate().unwrap();
-        let mut m = CostModel::default();
-        m.copy = Curve(vec![(4.0, 1.0), (2.0, 2.0)]);
+        let mut m = CostModel {
+            copy: Curve(vec![(4.0, 1.0), (2.0, 2.0)]),
+            ..CostModel::default()
+        };
         assert!(m.validate().unwrap_err().contains("copy curve"));
         m.copy = Curve(Vec::new());
         assert!(m
