@@ -53,9 +53,10 @@ pub struct OptimizeArgs {
     /// 2,4,8,16,32,64).
     #[arg(long, value_name = "K,K,...", value_delimiter = ',')]
     pub chunks: Vec<usize>,
-    /// With --budget: the chunking cost model, a JSON file of per-kind curves (seconds per node
-    /// against its work, at a thread count) as `bench/calibrate_cost.py` writes it for a machine
-    /// (default: the development machine's calibration at 2 threads).
+    /// With --budget or --device-budget: the cost model (chunking's predicted time; the steps' time
+    /// beside which host copies run), a JSON file of per-kind curves (seconds per node against its
+    /// work, at a thread count) as `bench/calibrate_cost.py` writes it for a machine (default: the
+    /// development machine's calibration at 2 threads).
     #[arg(long, value_name = "FILE.json")]
     pub cost_model: Option<PathBuf>,
     /// With --budget: first recompute values read again after the peak (the activations a
@@ -67,10 +68,12 @@ pub struct OptimizeArgs {
     /// idle across the peak to a host tier (copied out after their last use before the peak, back
     /// before their next use) until the device tier (arena plus weights and inputs) fits. ONNX
     /// cannot say where a tensor lives: the plan carries it, and `memplan run --plan` performs the
-    /// copies and measures both tiers.
+    /// copies on a thread of their own, overlapped with compute as the plan schedules them, and
+    /// measures both tiers.
     #[arg(long, value_name = "SIZE")]
     pub device_budget: Option<String>,
-    /// With --device-budget: the host link's bandwidth in GB/s, for the predicted transfer time.
+    /// With --device-budget: the host link's bandwidth in GB/s, for the predicted transfer time and
+    /// the copies' windows.
     #[arg(long, value_name = "GB/S", default_value_t = memplan_plan::offload::DEFAULT_BANDWIDTH / 1e9)]
     pub host_bandwidth: f64,
     /// With --budget: do not narrow. By default a tensor proven to hold only a few values (a 0/1
@@ -422,12 +425,13 @@ pub fn optimize_model(
     let (mut out, mut offload) = (out, None);
     if let Some(db) = req.device_budget {
         if out.report.peak_bytes_after > db {
-            let (plan, rep) = memplan_plan::offload::offload(
+            let (plan, rep) = memplan_plan::offload::offload_with(
                 &model.graph,
                 &planned_facts,
                 &out.plan,
                 db,
                 req.host_bandwidth,
+                &req.cost,
             )
             .with_context(|| label.to_string())?;
             out.report.passes.push(memplan_plan::Pass {
@@ -485,7 +489,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         .transpose()
         .map_err(|e| anyhow!("--device-budget: {e}"))?;
     if budget.is_none() && device_budget.is_none() && a.cost_model.is_some() {
-        bail!("--cost-model applies to chunking, which --budget asks for");
+        bail!("--cost-model applies to chunking and host copies, which --budget or --device-budget ask for");
     }
     let cost = match &a.cost_model {
         Some(p) => read_cost_model(p)?,
@@ -635,14 +639,16 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     }
     if let Some(o) = &opt.offload {
         s.push_str(&format!(
-            "offload    {} buffer(s) moved to the host tier while idle: device tier {} -> {}, host tier {} at most; {} copied out and back, predicted +{:.1} ms at {:.0} GB/s (this executor copies synchronously: not overlapped with compute)\n",
+            "offload    {} buffer(s) moved to the host tier while idle: device tier {} -> {}, host tier {} at most; {} copied out and back beside compute, predicted {:.2} ms at {:.0} GB/s, {:.2} ms of it exposed (compute waits; predicted compute {:.1} ms)\n",
             o.moved.len(),
             human(o.device_peak_before),
             human(o.device_peak_after),
             human(o.host_bytes),
             human(o.transfer_bytes),
             o.predicted_seconds * 1e3,
-            o.bandwidth / 1e9
+            o.bandwidth / 1e9,
+            o.predicted_exposed_seconds * 1e3,
+            o.predicted_compute_seconds * 1e3
         ));
     }
     if let Some(n) = &opt.narrowing {

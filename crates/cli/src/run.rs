@@ -526,7 +526,9 @@ impl Executed {
             if r.transfers > 0 {
                 j["host_peak_bytes"] = r.host_peak_bytes.into();
                 j["host_transfers"] = r.transfers.into();
+                j["host_transfer_bytes"] = r.transfer_bytes.into();
                 j["host_transfer_seconds"] = (r.transfer_nanos as f64 * 1e-9).into();
+                j["host_transfer_wait_seconds"] = (r.transfer_wait_nanos as f64 * 1e-9).into();
             }
         }
         j
@@ -669,10 +671,12 @@ pub fn run(a: RunArgs) -> Result<()> {
             );
             if r.transfers > 0 {
                 println!(
-                    "host tier     {} at most  ({} copies out and back, {:.1} ms; the device tier is the peak above)",
+                    "host tier     {} at most  ({} copies out and back, {}: {:.2} ms copying beside compute, {:.2} ms waited for; the device tier is the peak above)",
                     human(r.host_peak_bytes),
                     r.transfers,
-                    r.transfer_nanos as f64 * 1e-6
+                    human(r.transfer_bytes),
+                    r.transfer_nanos as f64 * 1e-6,
+                    r.transfer_wait_nanos as f64 * 1e-6
                 );
             }
             for m in r

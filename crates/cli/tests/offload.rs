@@ -117,6 +117,28 @@ fn a_training_step_fits_a_device_budget_with_a_host_tier() {
         r["host_transfers"].as_u64(),
         Some(2 * off["moved"].as_array().unwrap().len() as u64)
     );
+    // The copies' predicted time, the part of it the compute waits for, and what the run measured.
+    let (total, exposed) = (
+        off["predicted_seconds"].as_f64().unwrap(),
+        off["predicted_exposed_seconds"].as_f64().unwrap(),
+    );
+    assert!(
+        total > 0.0 && (0.0..=total * (1.0 + 1e-9)).contains(&exposed),
+        "{off}"
+    );
+    let moved_exposed: f64 = off["moved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["exposed_seconds"].as_f64().unwrap())
+        .sum();
+    assert!((moved_exposed - exposed).abs() <= 1e-9 * total, "{off}");
+    assert_eq!(r["host_transfer_bytes"], off["transfer_bytes"]);
+    let (copying, waited) = (
+        r["host_transfer_seconds"].as_f64().unwrap(),
+        r["host_transfer_wait_seconds"].as_f64().unwrap(),
+    );
+    assert!(copying > 0.0 && waited > 0.0, "{r}");
     assert_eq!(r["compared"], true);
     assert_eq!(r["mismatches"].as_array().unwrap().len(), 0, "{r}");
 

@@ -9,8 +9,9 @@
 //! no two buffers live at the same step overlap, except an input and the output written over it in
 //! place. The interpreter hands a writable range only to the op producing the value planned there,
 //! while that op runs; it drops every value after its last reader; and it never hands out the range
-//! of an in-place output to an op (see [`crate::inplace`]). So while a range is writable, nothing
-//! else reads or writes any byte of it.
+//! of an in-place output to an op (see [`crate::inplace`]). The host tier's copier thread writes
+//! only the range of a value being copied back, while the plan reserves that range for the copy
+//! (see `host`). So while a range is writable, nothing else reads or writes any byte of it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -13,6 +13,7 @@ use memplan_ir::DataType;
 use memplan_plan::{BufferKind, Plan};
 
 use crate::arena::{self, Arena};
+use crate::host::HostTier;
 use crate::inplace;
 use crate::mem::MemStats;
 use crate::ops::{self, OpCtx, OpFail};
@@ -232,10 +233,15 @@ pub struct PlanReport {
     /// Allocations that did not fit the plan (went to the counted heap), one line each, naming the node.
     pub misses: Vec<String>,
     /// The host tier: the most bytes its copies held at once (the plan's `host_bytes`), the
-    /// copies made (out and back), and the time they took, in nanoseconds.
+    /// copies made (out and back) and the bytes they moved.
     pub host_peak_bytes: u64,
     pub transfers: usize,
+    pub transfer_bytes: u64,
+    /// The copies' own time, in nanoseconds: on the copier thread, beside the compute, or on the
+    /// compute thread for a synchronous copy (see [`memplan_plan::Offload`]).
     pub transfer_nanos: u64,
+    /// The time the compute thread waited for copies to finish (not overlapped), in nanoseconds.
+    pub transfer_wait_nanos: u64,
 }
 
 /// Where a planned run puts things.
@@ -250,11 +256,20 @@ struct Placed<'p> {
     inplace: Vec<Option<(usize, (usize, usize))>>,
     /// Per node: a `Concat` assembled in place (its inputs already fill its output's range).
     assembled: Vec<bool>,
-    /// Per step: values copied to the host tier after it, and values copied back to their device
-    /// range `(offset, len)` before it (see [`memplan_plan::Offload`]).
-    to_host: Vec<Vec<ValueId>>,
-    to_device: Vec<Vec<(ValueId, (usize, usize))>>,
+    /// The offloaded values (see [`memplan_plan::Offload`]), in plan order, with their device
+    /// range `(offset, len)` after the gap, and whether the copy out and the copy back are
+    /// synchronous (waited for as soon as they start).
+    moved: Vec<(ValueId, (usize, usize), [bool; 2])>,
+    /// Per step, indices into `moved`: copies back started before the step, copies back waited
+    /// for before it, copies out started after it, copies out waited for after it.
+    copies: Vec<[Vec<usize>; 4]>,
 }
+
+/// Slots of [`Placed::copies`].
+const BACK_START: usize = 0;
+const BACK_DUE: usize = 1;
+const OUT_START: usize = 2;
+const OUT_DUE: usize = 3;
 
 impl<'p> Placed<'p> {
     fn new(
@@ -351,13 +366,18 @@ impl<'p> Placed<'p> {
             }
         }
         let steps = plan.schedule.len();
-        let (mut to_host, mut to_device) = (vec![Vec::new(); steps], vec![Vec::new(); steps]);
-        for o in &plan.offloads {
+        let mut moved = Vec::with_capacity(plan.offloads.len());
+        let mut copies: Vec<[Vec<usize>; 4]> = vec![Default::default(); steps];
+        for (i, o) in plan.offloads.iter().enumerate() {
             let v = by_name.get(o.value.as_str()).copied();
+            let at = [o.in_start, o.in_before, o.out_after, o.out_done];
             match v {
-                Some(v) if o.out_after < steps && o.in_before < steps => {
-                    to_host[o.out_after].push(v);
-                    to_device[o.in_before].push((v, (usize_of(o.offset)?, usize_of(o.size)?)));
+                Some(v) if at.iter().all(|&s| s < steps) => {
+                    let sync = [o.out_done == o.out_after, o.in_start == o.in_before];
+                    moved.push((v, (usize_of(o.offset)?, usize_of(o.size)?), sync));
+                    for (slot, s) in at.into_iter().enumerate() {
+                        copies[s][slot].push(i);
+                    }
                 }
                 _ => {
                     return Err(ExecError::Plan(format!(
@@ -374,65 +394,9 @@ impl<'p> Placed<'p> {
             scratch,
             inplace,
             assembled,
-            to_host,
-            to_device,
+            moved,
+            copies,
         })
-    }
-}
-
-/// The host tier of a planned run: copies of offloaded values, counted apart from the device
-/// tier (the arena and resident tensors that `MemStats` measures).
-#[derive(Default)]
-struct HostTier {
-    held: BTreeMap<ValueId, (Tensor, Vec<u8>)>,
-    now: u64,
-    peak: u64,
-    transfers: usize,
-    nanos: u64,
-}
-
-impl HostTier {
-    /// Copies `t` to host memory; its device range is free from now on.
-    fn out(&mut self, v: ValueId, t: Tensor) {
-        let start = Instant::now();
-        let bytes = t.bytes().to_vec();
-        self.nanos += start.elapsed().as_nanos() as u64;
-        self.transfers += 1;
-        self.now += bytes.len() as u64;
-        self.peak = self.peak.max(self.now);
-        self.held.insert(v, (t, bytes));
-    }
-
-    /// Copies `v` back to the device range `(off, len)`; the host copy is kept until
-    /// [`HostTier::release`] after the step.
-    fn back(
-        &mut self,
-        v: ValueId,
-        arena: &Arc<Arena>,
-        (off, len): (usize, usize),
-    ) -> Result<Tensor, String> {
-        let (t, bytes) = self.held.get(&v).ok_or("it is not on the host")?;
-        if bytes.len() != len {
-            return Err(format!("{} B on the host, {len} B planned", bytes.len()));
-        }
-        let start = Instant::now();
-        // SAFETY: `(off, len)` is the value's planned device range from this step on; the checker
-        // verified that no other buffer live now overlaps it (arena invariant).
-        unsafe { arena.range_mut(off, len) }.copy_from_slice(bytes);
-        self.nanos += start.elapsed().as_nanos() as u64;
-        self.transfers += 1;
-        let mut back = Tensor::arena_range(t.dtype, &t.shape, arena.clone(), off, len, false);
-        back.seq = t.seq.clone();
-        Ok(back)
-    }
-
-    /// Drops the host copies of values copied back before this step.
-    fn release(&mut self, back: &[(ValueId, (usize, usize))]) {
-        for (v, _) in back {
-            if let Some((_, bytes)) = self.held.remove(v) {
-                self.now -= bytes.len() as u64;
-            }
-        }
     }
 }
 
@@ -576,15 +540,29 @@ fn execute(
     // Sizes made from the data that control-flow bodies meet (see `bind_data_dependent`).
     let bound = std::sync::Mutex::new(BTreeMap::new());
     let mut host = HostTier::default();
+    let moved_err =
+        |v: ValueId, msg: String| ExecError::Plan(format!("'{}': {msg}", graph.value(v).name));
+    if placed
+        .as_ref()
+        .is_some_and(|p| p.moved.iter().any(|m| m.2 != [true, true]))
+    {
+        host.start().map_err(ExecError::Plan)?;
+    }
     for (s, &nid) in schedule.iter().enumerate() {
         let node = graph.node(nid);
         let label = || node.label(nid);
         if let Some(p) = &placed {
-            for &(v, range) in &p.to_device[s] {
-                values[v.index()] =
-                    Some(host.back(v, &p.arena, range).map_err(|msg| {
-                        ExecError::Plan(format!("'{}': {msg}", graph.value(v).name))
-                    })?);
+            for &i in &p.copies[s][BACK_START] {
+                let (v, range, [_, inline]) = p.moved[i];
+                host.back_start(v, &p.arena, range, inline)
+                    .map_err(|msg| moved_err(v, msg))?;
+            }
+            for &i in &p.copies[s][BACK_DUE] {
+                let v = p.moved[i].0;
+                values[v.index()] = Some(
+                    host.back_join(v, &p.arena)
+                        .map_err(|msg| moved_err(v, msg))?,
+                );
             }
         }
         let is_cf = ops::control::is_control(node);
@@ -759,23 +737,32 @@ fn execute(
             values[v.index()] = None;
         }
         if let Some(p) = &placed {
-            host.release(&p.to_device[s]);
-            for &v in &p.to_host[s] {
+            for &i in &p.copies[s][BACK_DUE] {
+                host.release(p.moved[i].0);
+            }
+            for &i in &p.copies[s][OUT_START] {
+                let (v, _, [inline, _]) = p.moved[i];
                 let t = values[v.index()].take().ok_or_else(|| {
-                    ExecError::Plan(format!(
-                        "'{}' is not live after step {s} to move to the host",
-                        graph.value(v).name
-                    ))
+                    moved_err(v, format!("not live after step {s} to move to the host"))
                 })?;
-                host.out(v, t);
+                host.out_start(v, t, inline)
+                    .map_err(|msg| moved_err(v, msg))?;
+            }
+            for &i in &p.copies[s][OUT_DUE] {
+                let v = p.moved[i].0;
+                host.out_join(v).map_err(|msg| moved_err(v, msg))?;
             }
         }
     }
     if let Some(r) = report.as_mut() {
         r.host_peak_bytes = host.peak;
         r.transfers = host.transfers;
-        r.transfer_nanos = host.nanos;
+        r.transfer_bytes = host.bytes;
+        r.transfer_nanos = host.copy_nanos;
+        r.transfer_wait_nanos = host.wait_nanos;
     }
+    // Every copy has been waited for: the copier thread ends here.
+    drop(host);
     // A size made from the data that this run never made (a count inside the branch not
     // taken) is 0: nothing it sizes was allocated.
     for sym in &facts.symbols.introduced {

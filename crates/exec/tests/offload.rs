@@ -1,7 +1,9 @@
 //! Offload to a host tier: a skip connection idle across the peak moves to the host and comes
-//! back for its reader; the device tier measured is the planned one and below what the plan
-//! without offload needs, the host tier holds what the plan says, the outputs are the same bits,
-//! and the checker refuses offloads that break its rules.
+//! back for its reader, its copies on the copier thread beside the compute where the budget leaves
+//! room for their windows; the device tier measured is the planned one and below what the plan
+//! without offload needs, the host tier holds what the plan says, the copies' time and the time the
+//! compute waited for them are reported, the outputs are the same bits, and the checker refuses
+//! offloads that break its rules.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +11,7 @@ use memplan_exec::{run, run_planned, RunOptions, Tensor};
 use memplan_ir::graph::{DeclDim, DeclType, Graph, ValueId};
 use memplan_ir::DataType;
 use memplan_plan::offload::{offload, DEFAULT_BANDWIDTH};
-use memplan_plan::{check, optimize, Options, PlanError};
+use memplan_plan::{check, optimize, Options, Plan, PlanError};
 
 fn op(g: &mut Graph, op: &str, ins: &[ValueId], out: &str) -> ValueId {
     let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
@@ -63,6 +65,21 @@ fn a_skip_connection_waits_on_the_host() {
     );
     assert_eq!(plan.host_bytes, tensor);
     assert_eq!(rep.transfer_bytes, 2 * tensor);
+    // Neither copy has room beside compute: beside `b` (after its last use, `a`) or `h` (before
+    // its reader) `skip` would be held with two more tensors, over the budget. Both copies are
+    // synchronous, and the compute waits for the whole transfer.
+    let o = &plan.offloads[0];
+    assert_eq!(
+        (o.out_done, o.in_start),
+        (o.out_after, o.in_before),
+        "{}",
+        plan.render()
+    );
+    let whole = rep.predicted_seconds;
+    assert!(
+        (rep.predicted_exposed_seconds - whole).abs() < 1e-9 * whole,
+        "{rep:?}"
+    );
     assert!(rep.device_peak_after <= budget && rep.device_peak_before == planned_peak);
     assert_eq!(plan.device_budget, Some(budget));
 
@@ -77,6 +94,7 @@ fn a_skip_connection_waits_on_the_host() {
         "host tier: measured = planned"
     );
     assert_eq!(pr.transfers, 2);
+    assert_eq!(pr.transfer_bytes, rep.transfer_bytes);
     assert_eq!(
         r.outputs[0].1.bytes(),
         plain.outputs[0].1.bytes(),
@@ -86,6 +104,12 @@ fn a_skip_connection_waits_on_the_host() {
     // The checker's rule 8 and the tiers' totals.
     let o = plan.offloads[0].clone();
     let mut bad = plan.clone();
+    bad.offloads[0].in_start = o.out_done;
+    assert!(matches!(
+        check(&g, &facts, &bad),
+        Err(PlanError::Offload { .. })
+    ));
+    let mut bad = plan.clone();
     bad.offloads[0].in_before = plan.schedule.len() - 1 + 1;
     assert!(matches!(
         check(&g, &facts, &bad),
@@ -93,6 +117,8 @@ fn a_skip_connection_waits_on_the_host() {
     ));
     let mut bad = plan.clone();
     bad.offloads[0].out_after = o.in_before - 1;
+    bad.offloads[0].out_done = o.in_before - 1;
+    bad.offloads[0].in_start = o.in_before - 1;
     bad.offloads[0].in_before = o.in_before - 1;
     assert!(matches!(
         check(&g, &facts, &bad),
@@ -131,4 +157,86 @@ fn a_skip_connection_waits_on_the_host() {
         .unwrap();
     bad.offloads[0].in_before = reader + 1;
     assert!(check(&g, &facts, &bad).is_err());
+}
+
+/// A skip connection whose copies both hide behind a step: out beside the step after its last
+/// use, back beside the step before its reader (the budget holds with either window).
+fn prefetch_graph() -> Graph {
+    let mut g = Graph::default();
+    let n = || DeclDim::Param("N".into());
+    let x = g.add_input("x", DeclType::tensor(DataType::F32, vec![n(), n()]));
+    let skip = op(&mut g, "Relu", &[x], "skip");
+    let a = op(&mut g, "Tanh", &[skip], "a");
+    let a2 = op(&mut g, "Neg", &[a], "a2");
+    let t = op(&mut g, "Transpose", &[a2], "t");
+    let b = op(&mut g, "Sigmoid", &[t], "b");
+    let c = op(&mut g, "Mul", &[t, b], "c");
+    let d = op(&mut g, "Add", &[c, b], "d");
+    let h = op(&mut g, "Neg", &[d], "h");
+    let y = op(&mut g, "Add", &[h, skip], "y");
+    g.outputs = vec![y];
+    g
+}
+
+#[test]
+fn copies_run_beside_compute_and_the_wait_is_reported() {
+    let g = prefetch_graph();
+    let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+    let n = 256usize;
+    let dims = BTreeMap::from([("N".to_string(), n as i64)]);
+    let inputs = || {
+        let x: Vec<f32> = (0..n * n)
+            .map(|i| ((i * 37) % 101) as f32 / 40.0 - 1.2)
+            .collect();
+        BTreeMap::from([(
+            "x".to_string(),
+            Tensor::from_vec(&[n, n], &x, None).unwrap(),
+        )])
+    };
+    let plain = run(&g, &facts, inputs(), &RunOptions::default()).unwrap();
+    let out = optimize(&g, &facts, &dims, &Options::default()).unwrap();
+    let tensor = (4 * n * n) as u64;
+    let budget = out.report.peak_bytes_after - tensor / 2;
+    let (plan, rep) = offload(&g, &facts, &out.plan, budget, DEFAULT_BANDWIDTH).unwrap();
+    assert!(rep.fits, "{rep:?}");
+    let o = plan.offloads[0].clone();
+    assert_eq!(o.value, "skip");
+    assert!(
+        o.out_done > o.out_after && o.in_start < o.in_before,
+        "{}",
+        plan.render()
+    );
+    assert_eq!(rep.predicted_exposed_seconds, 0.0, "{rep:?}");
+    // The same moves copied synchronously, at the same ranges, is a valid plan too.
+    let mut sync = plan.clone();
+    sync.offloads[0].out_done = o.out_after;
+    sync.offloads[0].in_start = o.in_before;
+    check(&g, &facts, &sync).unwrap();
+
+    let runs = |p: &Plan| {
+        let r = run_planned(&g, &facts, inputs(), p, 18).unwrap();
+        assert_eq!(
+            r.outputs[0].1.bytes(),
+            plain.outputs[0].1.bytes(),
+            "bit-identical"
+        );
+        assert_eq!(r.peak_bytes, rep.device_peak_after, "device tier");
+        let pr = r.plan.clone().unwrap();
+        assert_eq!(pr.host_peak_bytes, p.host_bytes, "host tier");
+        assert_eq!((pr.transfers, pr.transfer_bytes), (2, 2 * tensor));
+        assert!(pr.transfer_nanos > 0, "{pr:?}");
+        // The compute waits for each copy at least as long as it takes to ask whether it is done.
+        assert!(pr.transfer_wait_nanos > 0, "{pr:?}");
+        assert!(pr.transfer_wait_nanos as f64 * 1e-9 <= r.seconds, "{pr:?}");
+        pr
+    };
+    let overlapped = runs(&plan);
+    let synchronous = runs(&sync);
+    eprintln!(
+        "copies {:.3} ms, waited {:.3} ms (overlapped); copies {:.3} ms, waited {:.3} ms (synchronous)",
+        overlapped.transfer_nanos as f64 * 1e-6,
+        overlapped.transfer_wait_nanos as f64 * 1e-6,
+        synchronous.transfer_nanos as f64 * 1e-6,
+        synchronous.transfer_wait_nanos as f64 * 1e-6
+    );
 }

@@ -22,7 +22,13 @@
 //!    the simulator plus its outputs, which the executor makes there and copies into the arena);
 //! 7. an assembled `Concat` is one the op allows, over its own inputs in order at the offsets their
 //!    sizes give; each input (with its views) then shares the output's buffer, which is made at the
-//!    first step making any of its values.
+//!    first step making any of its values;
+//! 8. an offload (see [`crate::plan::Offload`]) moves a buffer of one value (no views, no in-place
+//!    reuse, no graph output) over a gap between its uses: no node reads it while it is being
+//!    copied out, on the host or being copied back; its device range stays reserved while its copy
+//!    out reads it and is reserved from the start of its copy back, so (rule 4) no buffer live during
+//!    a copy's window overlaps the range the copy reads or writes; the host tier holds what the plan
+//!    says, and the device tier (arena, resident and heap bytes) is within the plan's device budget.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -111,6 +117,15 @@ pub enum PlanError {
     Heap { plan: u64, want: u64 },
     #[error("offload of '{value}': {why}")]
     Offload { value: String, why: String },
+    #[error("offload of '{value}': buffer '{other}' overlaps its device range at step {step}, while its {what} is in flight (steps {from}..={to})")]
+    InFlight {
+        value: String,
+        other: String,
+        step: usize,
+        what: &'static str,
+        from: usize,
+        to: usize,
+    },
     #[error("host tier: the plan says {plan} B but its offloads hold {want} B at once")]
     Host { plan: u64, want: u64 },
     #[error(
@@ -564,57 +579,11 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
         exempt.insert((bi.min(bo), bi.max(bo)));
     }
 
-    // Rule 4: no overlap among buffers live at the same step. Sweep the steps keeping the live
-    // buffers ordered by offset; the live set is disjoint except for exempt in-place pairs, so only
-    // the neighbours of a new buffer can collide with it.
-    // (Rule 8 first: an offloaded buffer is two device pieces, before and after its time on the
-    // host.)
+    // Rule 8 first: an offloaded buffer is two device pieces, before and after its time on the
+    // host, each reserved while its copy is in flight.
     let pieces = offloads(graph, plan, &span, &reads, &pos, &exempt, &by_name)?;
-    let mut starts: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut ends: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (pi, pc) in pieces.iter().enumerate() {
-        if pc.size == 0 {
-            continue;
-        }
-        starts[pc.first].push(pi);
-        ends[pc.last].push(pi);
-    }
-    let mut live: BTreeSet<(u64, usize)> = BTreeSet::new();
-    for s in 0..n {
-        for &pi in &starts[s] {
-            let (bi, lo) = (pieces[pi].buf, pieces[pi].offset);
-            let hi = lo + pieces[pi].size;
-            let collide = |pj: usize| -> Result<(), PlanError> {
-                let (c, bj) = (&pieces[pj], pieces[pj].buf);
-                let overlap = c.offset < hi && lo < c.offset + c.size;
-                if overlap && !exempt.contains(&(bi.min(bj), bi.max(bj))) {
-                    return Err(PlanError::Overlap {
-                        a: buf_label(bj),
-                        b: buf_label(bi),
-                        step: s,
-                    });
-                }
-                Ok(())
-            };
-            for &(_, pj) in live.range(..(lo, usize::MAX)).rev() {
-                let c = &pieces[pj];
-                if c.offset + c.size <= lo {
-                    break;
-                }
-                collide(pj)?;
-            }
-            for &(off, pj) in live.range((lo, 0)..) {
-                if off >= hi {
-                    break;
-                }
-                collide(pj)?;
-            }
-            live.insert((lo, pi));
-        }
-        for &pi in &ends[s] {
-            live.remove(&(pieces[pi].offset, pi));
-        }
-    }
+    // Rule 4 over the pieces.
+    overlaps(&pieces, &exempt, n, &buf_label)?;
 
     // Rule 6: arena and resident bytes.
     let want = pieces.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
@@ -663,6 +632,82 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
             want: heap,
         });
     }
+    tiers(plan)
+}
+
+/// Rule 4: no overlap among the device pieces live at the same step, except in-place pairs. The
+/// steps are swept keeping the live pieces ordered by offset; the live set is disjoint except for
+/// exempt in-place pairs, so only the neighbours of a new piece can collide with it. A collision
+/// inside an offload's copy window (rule 8: the range a copy reads or writes) is reported as such.
+fn overlaps(
+    pieces: &[Piece],
+    exempt: &BTreeSet<(usize, usize)>,
+    n: usize,
+    buf_label: &dyn Fn(usize) -> String,
+) -> Result<(), PlanError> {
+    let mut starts: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut ends: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (pi, pc) in pieces.iter().enumerate() {
+        if pc.size == 0 {
+            continue;
+        }
+        starts[pc.first].push(pi);
+        ends[pc.last].push(pi);
+    }
+    let mut live: BTreeSet<(u64, usize)> = BTreeSet::new();
+    for s in 0..n {
+        for &pi in &starts[s] {
+            let (bi, lo) = (pieces[pi].buf, pieces[pi].offset);
+            let hi = lo + pieces[pi].size;
+            let collide = |pj: usize| -> Result<(), PlanError> {
+                let (c, bj) = (&pieces[pj], pieces[pj].buf);
+                let overlap = c.offset < hi && lo < c.offset + c.size;
+                if !overlap || exempt.contains(&(bi.min(bj), bi.max(bj))) {
+                    return Ok(());
+                }
+                for (mine, other) in [(&pieces[pi], bj), (c, bi)] {
+                    if let Some((from, to, what)) = mine.copy.filter(|w| w.0 <= s && s <= w.1) {
+                        return Err(PlanError::InFlight {
+                            value: buf_label(mine.buf),
+                            other: buf_label(other),
+                            step: s,
+                            what,
+                            from,
+                            to,
+                        });
+                    }
+                }
+                Err(PlanError::Overlap {
+                    a: buf_label(bj),
+                    b: buf_label(bi),
+                    step: s,
+                })
+            };
+            for &(_, pj) in live.range(..(lo, usize::MAX)).rev() {
+                let c = &pieces[pj];
+                if c.offset + c.size <= lo {
+                    break;
+                }
+                collide(pj)?;
+            }
+            for &(off, pj) in live.range((lo, 0)..) {
+                if off >= hi {
+                    break;
+                }
+                collide(pj)?;
+            }
+            live.insert((lo, pi));
+        }
+        for &pi in &ends[s] {
+            live.remove(&(pieces[pi].offset, pi));
+        }
+    }
+    Ok(())
+}
+
+/// Rule 8's totals: the host tier holds what the plan says, and the device tier (arena, resident
+/// and heap bytes) is within the plan's device budget.
+fn tiers(plan: &Plan) -> Result<(), PlanError> {
     let host = host_peak(&plan.offloads);
     if host != plan.host_bytes {
         return Err(PlanError::Host {
@@ -687,14 +732,20 @@ struct Piece {
     last: usize,
     offset: u64,
     size: u64,
+    /// The steps `from..=to` during which an offload's copy reads (copy out) or writes (copy back)
+    /// this piece, and which copy.
+    copy: Option<(usize, usize, &'static str)>,
 }
 
 /// Rule 8: each offload names a buffer that holds one value (no views, no assembled parts), takes
-/// part in no in-place reuse, is offloaded once, and is read by no node between `out_after` and
-/// `in_before` (strictly), which lie within its lifetime with at least one step between them;
-/// its device range after the gap has the buffer's size and alignment. Returns every buffer's
-/// device pieces (an offloaded one has two).
-#[allow(clippy::too_many_arguments)]
+/// part in no in-place reuse, and is offloaded once; its steps are ordered
+/// `first <= out_after <= out_done < in_start <= in_before <= last` within the buffer's lifetime,
+/// with at least one step between `out_after` and `in_before`; no node reads it between
+/// `out_after` and `in_before` (strictly): it is then being copied out, on the host, or being
+/// copied back; its device range after the gap has the buffer's size and alignment. Returns every
+/// buffer's device pieces: an offloaded one has two, the first reserved through `out_done` (the
+/// copy out reads it until then), the second from `in_start` (the copy back writes it from then),
+/// which rule 4 keeps apart from every other piece live at the same steps.
 fn offloads(
     graph: &Graph,
     plan: &Plan,
@@ -731,6 +782,12 @@ fn offloads(
                 o.out_after, o.in_before
             )));
         }
+        if !(o.out_after <= o.out_done && o.out_done < o.in_start && o.in_start <= o.in_before) {
+            return Err(bad(format!(
+                "its copies are not in order: out after step {}, done after step {}, back from step {}, done before step {}",
+                o.out_after, o.out_done, o.in_start, o.in_before
+            )));
+        }
         if o.size != b.size || o.offset % plan.align.max(1) != 0 {
             return Err(bad("its device range after the gap does not fit it".into()));
         }
@@ -741,9 +798,18 @@ fn offloads(
         for (nd, r) in reads.iter().enumerate() {
             let s = pos[nd];
             if s > o.out_after && s < o.in_before && r.contains(&v) {
+                let when = if s <= o.out_done {
+                    "while it is being copied out"
+                } else if s >= o.in_start {
+                    "while it is being copied back"
+                } else {
+                    "while it is on the host"
+                };
                 return Err(bad(format!(
-                    "node {} reads it at step {s}, while it is on the host",
-                    graph.nodes[nd].label(memplan_ir::NodeId(nd as u32))
+                    "node {} reads it at step {s}, {when} (out after step {}, back before step {})",
+                    graph.nodes[nd].label(memplan_ir::NodeId(nd as u32)),
+                    o.out_after,
+                    o.in_before
                 )));
             }
         }
@@ -761,21 +827,32 @@ fn offloads(
                 last,
                 offset: b.offset,
                 size: b.size,
+                copy: None,
             }),
             Some(o) => {
                 pieces.push(Piece {
                     buf: bi,
                     first,
-                    last: o.out_after,
+                    last: o.out_done,
                     offset: b.offset,
                     size: b.size,
+                    copy: (o.out_done > o.out_after).then_some((
+                        o.out_after + 1,
+                        o.out_done,
+                        "copy out",
+                    )),
                 });
                 pieces.push(Piece {
                     buf: bi,
-                    first: o.in_before,
+                    first: o.in_start,
                     last,
                     offset: o.offset,
                     size: b.size,
+                    copy: (o.in_start < o.in_before).then_some((
+                        o.in_start,
+                        o.in_before - 1,
+                        "copy back",
+                    )),
                 });
             }
         }

@@ -76,17 +76,28 @@ pub struct Part {
     pub size: u64,
 }
 
-/// A buffer moved to the host tier while it is idle: after step `out_after` (its last use before
-/// the gap) its bytes are copied to host memory and its device range is free; before step
-/// `in_before` (its next use) they are copied back to the device range at `offset`. Between the two
-/// steps nothing reads it. ONNX cannot say where a tensor lives, so the plan does.
+/// A buffer moved to the host tier while it is idle. Its last use before the gap is step
+/// `out_after`, its next use step `in_before`; nothing reads it in between. The copies are
+/// asynchronous, beside the compute steps:
+/// - the copy to the host starts after step `out_after` and is complete after step `out_done`
+///   (`out_after <= out_done`; equal: copied before the next step runs). Its device range (the
+///   buffer's `offset`) stays reserved through `out_done`, while the copy reads it;
+/// - the copy back starts before step `in_start` into the device range at `offset`, reserved from
+///   `in_start` on, and is complete before step `in_before` (`in_start <= in_before`; equal:
+///   copied just before its reader). It starts only once the copy out is complete:
+///   `out_done < in_start`.
+///
+/// The host holds its copy over steps `out_after + 1..=in_before`. ONNX cannot say where a tensor
+/// lives, so the plan does.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Offload {
     /// The buffer's value (it has no views and takes part in no in-place reuse or assembly).
     pub value: String,
     pub out_after: usize,
+    pub out_done: usize,
+    pub in_start: usize,
     pub in_before: usize,
-    /// Device offset from `in_before` on (the buffer's `offset` holds until `out_after`).
+    /// Device offset from `in_start` on (the buffer's `offset` holds through `out_done`).
     pub offset: u64,
     pub size: u64,
 }
@@ -231,6 +242,20 @@ impl Plan {
                     label(a.node),
                     a.output,
                     parts.join(", ")
+                );
+            }
+        }
+        if !self.offloads.is_empty() {
+            let _ = writeln!(
+                s,
+                "host tier ({} B at most; copies out after..done, back start..before)",
+                self.host_bytes
+            );
+            for o in &self.offloads {
+                let _ = writeln!(
+                    s,
+                    "  {} ({} B): out {}..{}, back {}..{} at {}",
+                    o.value, o.size, o.out_after, o.out_done, o.in_start, o.in_before, o.offset
                 );
             }
         }

@@ -5,7 +5,8 @@
 //! peak is the planned one, and not below `memplan_plan::floor`. The generator's 0/1 masks
 //! (`Cast(Greater(x, 0))`) make narrowing part of the property. The fitted plan is then offloaded
 //! to a device budget below it (`memplan_plan::offload`): the offloaded run's device tier is the
-//! planned one, its host tier holds what the plan says, and its outputs are the same bits.
+//! planned one, its host tier holds what the plan says, it makes every planned copy (on the copier
+//! thread beside the compute, or synchronously), and its outputs are the same bits.
 
 use std::collections::BTreeMap;
 
@@ -127,6 +128,23 @@ pub fn check_fitted(e: &mut impl Entropy, max_nodes: usize) -> Result<Levers, St
         }
         if rep.fits != (rep.device_peak_after <= device_budget) {
             return Err("offload says it fits when it does not, or the reverse".into());
+        }
+        // Every copy made, out and back, on whichever thread; the exposed time is part of the
+        // transfer time.
+        if (r.transfers, r.transfer_bytes) != (2 * rep.moved.len(), rep.transfer_bytes) {
+            return Err(format!(
+                "{} copies of {} B made, {} of {} B planned",
+                r.transfers,
+                r.transfer_bytes,
+                2 * rep.moved.len(),
+                rep.transfer_bytes
+            ));
+        }
+        if !(0.0..=rep.predicted_seconds * (1.0 + 1e-9)).contains(&rep.predicted_exposed_seconds) {
+            return Err(format!(
+                "{} s of {} s of transfers predicted exposed",
+                rep.predicted_exposed_seconds, rep.predicted_seconds
+            ));
         }
     }
     Ok(Levers {
