@@ -203,6 +203,17 @@ impl HostTier {
         Ok(bytes)
     }
 
+    /// Makes a copy on the compute thread (a synchronous one: the plan waits for it right away),
+    /// counting its whole time as copy time and as time waited.
+    fn inline<R>(&mut self, copy: impl FnOnce() -> R) -> R {
+        let start = Instant::now();
+        let r = copy();
+        let nanos = start.elapsed().as_nanos() as u64;
+        self.copy_nanos += nanos;
+        self.wait_nanos += nanos;
+        r
+    }
+
     /// Starts copying `t` (the value `v`) to host memory; from now on the compute thread does not
     /// hold it. `inline`: the plan waits for it right away (a synchronous copy), so the compute
     /// thread copies it itself instead of handing it over and waiting; its time is all waited.
@@ -213,13 +224,11 @@ impl HostTier {
         let len = t.bytes().len();
         let (dtype, shape, seq) = (t.dtype, t.shape.clone(), t.seq.clone());
         let state = if inline {
-            let start = Instant::now();
-            let bytes = t.bytes().to_vec();
-            drop(t);
-            let nanos = start.elapsed().as_nanos() as u64;
-            self.copy_nanos += nanos;
-            self.wait_nanos += nanos;
-            State::Host(bytes)
+            State::Host(self.inline(|| {
+                let bytes = t.bytes().to_vec();
+                drop(t);
+                bytes
+            }))
         } else {
             State::Out(self.copier()?.send(Job::Out(t))?)
         };
@@ -281,13 +290,9 @@ impl HostTier {
             }
         };
         let ticket = if inline {
-            let start = Instant::now();
             // SAFETY: in bounds (checked above); from this step on the range is the value's, and
             // nothing else reaches it (module invariant).
-            unsafe { arena.range_mut(off, len) }.copy_from_slice(&bytes);
-            let nanos = start.elapsed().as_nanos() as u64;
-            self.copy_nanos += nanos;
-            self.wait_nanos += nanos;
+            self.inline(|| unsafe { arena.range_mut(off, len) }.copy_from_slice(&bytes));
             None
         } else {
             Some(self.copier()?.send(Job::Back {

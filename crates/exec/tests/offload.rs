@@ -13,27 +13,49 @@ use memplan_ir::DataType;
 use memplan_plan::offload::{offload, DEFAULT_BANDWIDTH};
 use memplan_plan::{check, optimize, Options, Plan, PlanError};
 
-fn op(g: &mut Graph, op: &str, ins: &[ValueId], out: &str) -> ValueId {
-    let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
-    g.add_node(format!("{out}_node"), op, &ins, &[out], vec![])
-        .1[0]
+/// A graph of one `[N, N]` input `x` and single-output nodes `(op, inputs, output)` in order;
+/// the last node's value is the output.
+fn chain(steps: &[(&str, &[&str], &str)]) -> Graph {
+    let mut g = Graph::default();
+    let n = || DeclDim::Param("N".into());
+    let mut by_name = BTreeMap::from([(
+        "x",
+        g.add_input("x", DeclType::tensor(DataType::F32, vec![n(), n()])),
+    )]);
+    for &(op, ins, out) in steps {
+        let ins: Vec<Option<ValueId>> = ins.iter().map(|i| Some(by_name[i])).collect();
+        let v = g
+            .add_node(format!("{out}_node"), op, &ins, &[out], vec![])
+            .1[0];
+        by_name.insert(out, v);
+        g.outputs = vec![v];
+    }
+    g
 }
 
 /// `skip = Relu(x)`, then a chain from it whose peak holds two more `[N, N]` tensors, then
 /// `y = h + skip`.
 fn skip_graph() -> Graph {
-    let mut g = Graph::default();
-    let n = || DeclDim::Param("N".into());
-    let x = g.add_input("x", DeclType::tensor(DataType::F32, vec![n(), n()]));
-    let skip = op(&mut g, "Relu", &[x], "skip");
-    let a = op(&mut g, "Tanh", &[skip], "a");
-    let b = op(&mut g, "Sigmoid", &[a], "b");
-    let c = op(&mut g, "Mul", &[a, b], "c");
-    let d = op(&mut g, "Neg", &[c], "d");
-    let h = op(&mut g, "Add", &[d, b], "h");
-    let y = op(&mut g, "Add", &[h, skip], "y");
-    g.outputs = vec![y];
-    g
+    chain(&[
+        ("Relu", &["x"], "skip"),
+        ("Tanh", &["skip"], "a"),
+        ("Sigmoid", &["a"], "b"),
+        ("Mul", &["a", "b"], "c"),
+        ("Neg", &["c"], "d"),
+        ("Add", &["d", "b"], "h"),
+        ("Add", &["h", "skip"], "y"),
+    ])
+}
+
+/// The input `x` of `[n, n]` values in [-1.2, 1.2) made from `i * k % m`.
+fn input(n: usize, k: usize, m: usize) -> BTreeMap<String, Tensor> {
+    let x: Vec<f32> = (0..n * n)
+        .map(|i| ((i * k) % m) as f32 / 40.0 - 1.2)
+        .collect();
+    BTreeMap::from([(
+        "x".to_string(),
+        Tensor::from_vec(&[n, n], &x, None).unwrap(),
+    )])
 }
 
 #[test]
@@ -42,15 +64,7 @@ fn a_skip_connection_waits_on_the_host() {
     let facts = memplan_ir::infer_graph(&g, 18).unwrap();
     let n = 64usize;
     let dims = BTreeMap::from([("N".to_string(), n as i64)]);
-    let inputs = || {
-        let x: Vec<f32> = (0..n * n)
-            .map(|i| ((i * 31) % 97) as f32 / 40.0 - 1.2)
-            .collect();
-        BTreeMap::from([(
-            "x".to_string(),
-            Tensor::from_vec(&[n, n], &x, None).unwrap(),
-        )])
-    };
+    let inputs = || input(n, 31, 97);
     let plain = run(&g, &facts, inputs(), &RunOptions::default()).unwrap();
     let out = optimize(&g, &facts, &dims, &Options::default()).unwrap();
     let planned_peak = out.report.peak_bytes_after;
@@ -162,20 +176,17 @@ fn a_skip_connection_waits_on_the_host() {
 /// A skip connection whose copies both hide behind a step: out beside the step after its last
 /// use, back beside the step before its reader (the budget holds with either window).
 fn prefetch_graph() -> Graph {
-    let mut g = Graph::default();
-    let n = || DeclDim::Param("N".into());
-    let x = g.add_input("x", DeclType::tensor(DataType::F32, vec![n(), n()]));
-    let skip = op(&mut g, "Relu", &[x], "skip");
-    let a = op(&mut g, "Tanh", &[skip], "a");
-    let a2 = op(&mut g, "Neg", &[a], "a2");
-    let t = op(&mut g, "Transpose", &[a2], "t");
-    let b = op(&mut g, "Sigmoid", &[t], "b");
-    let c = op(&mut g, "Mul", &[t, b], "c");
-    let d = op(&mut g, "Add", &[c, b], "d");
-    let h = op(&mut g, "Neg", &[d], "h");
-    let y = op(&mut g, "Add", &[h, skip], "y");
-    g.outputs = vec![y];
-    g
+    chain(&[
+        ("Relu", &["x"], "skip"),
+        ("Tanh", &["skip"], "a"),
+        ("Neg", &["a"], "a2"),
+        ("Transpose", &["a2"], "t"),
+        ("Sigmoid", &["t"], "b"),
+        ("Mul", &["t", "b"], "c"),
+        ("Add", &["c", "b"], "d"),
+        ("Neg", &["d"], "h"),
+        ("Add", &["h", "skip"], "y"),
+    ])
 }
 
 #[test]
@@ -184,15 +195,7 @@ fn copies_run_beside_compute_and_the_wait_is_reported() {
     let facts = memplan_ir::infer_graph(&g, 18).unwrap();
     let n = 256usize;
     let dims = BTreeMap::from([("N".to_string(), n as i64)]);
-    let inputs = || {
-        let x: Vec<f32> = (0..n * n)
-            .map(|i| ((i * 37) % 101) as f32 / 40.0 - 1.2)
-            .collect();
-        BTreeMap::from([(
-            "x".to_string(),
-            Tensor::from_vec(&[n, n], &x, None).unwrap(),
-        )])
-    };
+    let inputs = || input(n, 37, 101);
     let plain = run(&g, &facts, inputs(), &RunOptions::default()).unwrap();
     let out = optimize(&g, &facts, &dims, &Options::default()).unwrap();
     let tensor = (4 * n * n) as u64;

@@ -666,14 +666,15 @@ mod tests {
             .map(|b| b.first)
             .min()
             .unwrap();
-        let mut bad = plan.clone();
-        bad.offloads[0].out_done = next;
-        match check(&g, &facts, &bad) {
-            Err(PlanError::InFlight { what, step, .. }) => {
-                assert_eq!((what, step), ("copy out", next))
+        let in_flight = |set: &dyn Fn(&mut Offload), want: (&str, usize)| {
+            let mut bad = plan.clone();
+            set(&mut bad.offloads[0]);
+            match check(&g, &facts, &bad) {
+                Err(PlanError::InFlight { what, step, .. }) => assert_eq!((what, step), want),
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
-        }
+        };
+        in_flight(&|o| o.out_done = next, ("copy out", next));
         let before = plan
             .buffers
             .iter()
@@ -681,13 +682,6 @@ mod tests {
             .map(|b| b.last)
             .max()
             .unwrap();
-        let mut bad = plan.clone();
-        bad.offloads[0].in_start = before;
-        match check(&g, &facts, &bad) {
-            Err(PlanError::InFlight { what, step, .. }) => {
-                assert_eq!((what, step), ("copy back", before))
-            }
-            other => panic!("{other:?}"),
-        }
+        in_flight(&|o| o.in_start = before, ("copy back", before));
     }
 }
