@@ -669,7 +669,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     }
     if let Some(c) = &chunking {
         s.push_str(&format!(
-            "chunking   {} step(s), {} round(s), {} candidates, simulated peak {} -> {}, predicted +{:.1} ms\n",
+            "chunking   {} step(s), {} round(s), {} candidates, simulated peak {} -> {}, predicted {:+.1} ms of run time\n",
             c.steps.len(),
             c.rounds,
             c.candidates,
@@ -679,7 +679,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         ));
         for pr in &c.per_reader {
             s.push_str(&format!(
-                "shared     '{}' ({}) made again for {} more reader(s) from its small inputs ({} node(s) each), so each reader's region computes its own slices\n",
+                "shared     '{}' ({}) made again for {} more reader(s) ({} node(s) each), so it is not held whole from one reader to the next\n",
                 pr.value,
                 human(pr.bytes),
                 pr.copies,

@@ -456,3 +456,71 @@ fn a_position_bias_every_layer_reads_is_recomputed_per_chunk() {
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// The pairformer's triangle multiplication reads the layer norm of the residual stream in its
+/// projections, before the peak, and in its output gate, after it; no region splits the norm
+/// (it reduces over the channels the projections are chunked by). At its lowest plan the norm is
+/// made again right before the gate, from the residual stream live there anyway, and chunked
+/// with the gate: both exports, measured = planned, outputs bit-identical.
+#[test]
+fn a_layer_norm_read_across_the_peak_is_made_again_for_the_gate() {
+    let tmp = std::env::temp_dir().join(format!("memplan-chunk-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for variant in ["", ".legacy"] {
+        let model = repo().join(format!(
+            "tests/corpus/models/of3_pairformer_block{variant}.onnx"
+        ));
+        let m = model.to_str().unwrap();
+        let dims = ["--dim", "N=256", "--random"];
+        let reference = tmp.join(format!("ref{variant}.npz"));
+        let mut args = vec!["run", m, "--out", reference.to_str().unwrap(), "--json"];
+        args.extend(dims);
+        json_of(&args);
+        let (opt, plan) = (
+            tmp.join(format!("pf{variant}.onnx")),
+            tmp.join(format!("pf{variant}.json")),
+        );
+        let (o, p) = (opt.to_str().unwrap(), plan.to_str().unwrap());
+        let rep = json_of(&[
+            "optimize",
+            m,
+            "--dim",
+            "N=256",
+            "--budget",
+            "lowest",
+            "-o",
+            o,
+            "--plan-out",
+            p,
+            "--json",
+        ]);
+        let remade = rep["chunking"]["per_reader"].as_array().unwrap();
+        assert!(
+            remade
+                .iter()
+                .any(|s| s["value"].as_str().unwrap().contains("layer_norm")
+                    && s["copies"] == 1
+                    && s["bytes"].as_u64() == Some(256 * 256 * 32 * 4)),
+            "pairformer{variant}: a [N, N, 32] layer norm is made again for one reader: {remade:?}"
+        );
+        let mut args = vec![
+            "run",
+            o,
+            "--plan",
+            p,
+            "--compare",
+            reference.to_str().unwrap(),
+            "--exact",
+            "--json",
+        ];
+        args.extend(dims);
+        let run = json_of(&args);
+        assert_eq!(run["mismatches"].as_array().unwrap().len(), 0, "{run}");
+        assert_eq!(
+            run["peak_bytes"].as_u64(),
+            rep["peak_bytes_after"].as_u64(),
+            "measured = planned"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}

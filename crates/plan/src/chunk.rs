@@ -382,13 +382,58 @@ fn choose(base: &Base, opts: &ChunkOptions, mut cands: Vec<Candidate>) -> Option
         }
         cands = rest;
     }
-    // As low as possible: the lowest local peak, and within 2% of the peak of it, the cheapest.
+    // As low as possible: the lowest local peak, and within 2% of it, the cheapest (2% of the
+    // lowest, not of the current peak: before a large step that would be a wide margin).
     let low = cands.iter().map(|c| c.pred.local).min()?;
     let near: Vec<Candidate> = cands
         .into_iter()
-        .filter(|c| c.pred.local <= low + p / 50)
+        .filter(|c| c.pred.local <= low + low / 50)
         .collect();
     cheapest(near)
+}
+
+/// When no region lowers the peak: a value live at the peak step and read only after it, made
+/// again for its later readers at no cost in memory ([`remake_across`](crate::remat::remake_across)),
+/// kept when that lowers the peak or lets a region lower it below `peak` (a layer norm of the
+/// residual stream that a gate reads after the peak, remade there and chunked with the gate). The
+/// model, its facts and the report line (as a value made again for one more reader). `peak`: the
+/// step, the buffers live there and its bytes; `made`: the nodes chunking made (not chunked again).
+fn remake(
+    cur: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    opts: &ChunkOptions,
+    (step, live, peak): (Option<usize>, &[(String, u64)], u64),
+    made: &BTreeSet<String>,
+) -> Result<Option<(Model, Facts, crate::remat::PerReader)>, ChunkError> {
+    let Some(step) = step else {
+        return Ok(None);
+    };
+    let tries = crate::remat::remake_across(cur, facts, dims, step, live, 4)
+        .map_err(|e| ChunkError::Infer(e.to_string()))?;
+    for (m, r) in tries {
+        let f = infer_model_for(&m, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
+        let base = Base::new(&m.graph, &f, dims, opts.assemble)?;
+        let frozen: Vec<bool> = m
+            .graph
+            .nodes
+            .iter()
+            .map(|n| made.contains(&n.name))
+            .collect();
+        let lower = base.peak < peak
+            || search(&base, opts, &frozen, &mut 0).is_some_and(|c| c.pred.peak < peak);
+        drop(base);
+        if lower {
+            let line = crate::remat::PerReader {
+                value: r.value,
+                bytes: r.bytes,
+                copies: 1,
+                nodes: r.nodes,
+            };
+            return Ok(Some((m, f, line)));
+        }
+    }
+    Ok(None)
 }
 
 /// Chunks `model` at `dims` until its simulated peak fits `opts.budget` or no region lowers it
@@ -421,6 +466,7 @@ pub fn chunk_to_budget(
     let mut steps: Vec<ChunkStep> = Vec::new();
     let mut peak_before = None;
     let mut evaluated = 0;
+    let mut remakes = 0;
     // Names of the nodes chunking made.
     let mut made: BTreeSet<String> = BTreeSet::new();
     loop {
@@ -442,16 +488,22 @@ pub fn chunk_to_budget(
             search(&base, opts, &frozen, &mut evaluated)
         };
         let Some(best) = best else {
-            let (peak_after, live) = (base.peak, base.live.clone());
+            let (peak_after, live, step) = (base.peak, base.live.clone(), base.peak_step);
             drop(base);
+            if !done && remakes < opts.max_steps {
+                let peak = (step, live.as_slice(), peak_after);
+                if let Some(next) = remake(&cur, &facts, dims, opts, peak, &made)? {
+                    (cur, facts) = (next.0, next.1);
+                    per_reader.push(next.2);
+                    remakes += 1;
+                    continue;
+                }
+            }
+            let changed = !steps.is_empty() || remakes > 0;
             return Ok(Chunked {
                 // Shape values stay symbolic when nothing was chunked.
-                model: if steps.is_empty() { unfrozen } else { cur },
-                per_reader: if steps.is_empty() {
-                    Vec::new()
-                } else {
-                    per_reader
-                },
+                model: if changed { cur } else { unfrozen },
+                per_reader: if changed { per_reader } else { Vec::new() },
                 steps,
                 peak_before: peak_before.unwrap_or(peak_after),
                 peak_after,

@@ -186,6 +186,94 @@ fn best_recompute(
     Ok(best.map(|(_, p)| p))
 }
 
+/// Values live at `step` (a peak of `model` in its node order, which must be topological) and
+/// read again only after it, each made again right before its first reader after `step` by one
+/// clone of its maker, where that costs no memory beyond the value itself: the maker costs about
+/// its output's size (no contraction; it has an axis flow, so it is no random draw) and reads only
+/// values live past that reader anyway (a layer norm of a residual stream read by a projection
+/// before the peak and by a gate after it). `live` names the candidates, largest first; at most
+/// `max` rewrites are returned, in that order. Same kernel on the same inputs: bit-identical.
+pub(crate) fn remake_across(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    step: usize,
+    live: &[(String, u64)],
+    max: usize,
+) -> Result<Vec<(Model, Recomputed)>, RematError> {
+    let g = &model.graph;
+    let (t, _) = simulate(model, facts, dims)?;
+    let pos: BTreeMap<NodeId, usize> = t
+        .schedule
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (n, i))
+        .collect();
+    let by_name: BTreeMap<&str, ValueId> = g
+        .value_ids()
+        .map(|v| (g.value(v).name.as_str(), v))
+        .collect();
+    let consumers = g.consumers();
+    let mut out = Vec::new();
+    for (name, bytes) in live {
+        let Some(&v) = by_name.get(name.as_str()) else {
+            continue;
+        };
+        let Some(maker) = g.producer(v) else {
+            continue;
+        };
+        let node = g.node(maker);
+        let linear = memplan_ir::ops::lookup(node)
+            .is_some_and(|d| d.contracted.is_none() && d.flow.is_some());
+        if !linear || pos.get(&maker).is_none_or(|&p| p >= step) {
+            continue;
+        }
+        let readers: Vec<usize> = consumers[v.index()]
+            .iter()
+            .filter_map(|n| pos.get(n).copied())
+            .collect();
+        let Some(first_late) = readers.iter().copied().filter(|&p| p > step).min() else {
+            continue;
+        };
+        if readers.contains(&step) {
+            continue;
+        }
+        // Every input small, resident, or live at the peak and read at or after `first_late`.
+        let free = |w: ValueId| -> bool {
+            let small = facts
+                .get(w)
+                .bytes()
+                .and_then(|e| e.eval_map(dims).ok())
+                .is_some_and(|b| (b.max(0) as u64).saturating_mul(16) <= *bytes);
+            small
+                || t.value_buf[w.index()].is_none_or(|b| {
+                    let b = &t.buffers[b.0 as usize];
+                    b.alloc.is_none() || (b.live_at(step) && b.last.is_none_or(|l| l >= first_late))
+                })
+        };
+        if !node.input_ids().all(free) {
+            continue;
+        }
+        let Some((m2, _, nodes, work)) = rewrite(model, facts, &t, &pos, v, step, dims, 1) else {
+            continue;
+        };
+        out.push((
+            m2,
+            Recomputed {
+                value: name.clone(),
+                bytes: *bytes,
+                nodes,
+                work_bytes: work,
+                peak_bytes: 0,
+            },
+        ));
+        if out.len() >= max {
+            break;
+        }
+    }
+    Ok(out)
+}
+
 /// The graph with `v` (and its views) recomputed for its readers after `step`, the clones placed
 /// before the first of them; `None` when there is nothing to rewrite. Also returns the number of
 /// cloned nodes and the bytes they write.
@@ -516,4 +604,85 @@ pub(crate) fn recompute_per_reader(
     let mut out = model.clone();
     out.graph = crate::reorder(&c.g, &schedule);
     Some((out, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_ir::graph::{DeclDim, DeclType};
+    use memplan_ir::DataType;
+
+    /// `r = Relu(x)` (`x` of `[N, 64]`), `v = maker(r, w)`, read by `a` before the peak (`c`) and by the gate `g`
+    /// after it; `y = g + r`, so `r` is live through `g` anyway.
+    fn gate_graph(maker: &str, w: &[i64]) -> Model {
+        let mut g = Graph::default();
+        let t = |d: Vec<DeclDim>| DeclType::tensor(DataType::F32, d);
+        let n = || DeclDim::Param("N".into());
+        let x = g.add_input("x", t(vec![n(), DeclDim::Value(64)]));
+        let w = g.add_input("w", t(w.iter().map(|&k| DeclDim::Value(k)).collect()));
+        let mut op = |op: &str, ins: &[ValueId], out: &str| -> ValueId {
+            let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
+            g.add_node(format!("{out}_node"), op, &ins, &[out], vec![])
+                .1[0]
+        };
+        let r = op("Relu", &[x], "r");
+        let v = op(maker, &[r, w], "v");
+        let a = op("Tanh", &[v], "a");
+        let b = op("Sigmoid", &[a], "b");
+        let c = op("Mul", &[a, b], "c");
+        let d = op("Neg", &[c], "d");
+        let gate = op("Mul", &[v, d], "g");
+        let y = op("Add", &[gate, r], "y");
+        g.outputs = vec![y];
+        Model {
+            graph: g,
+            ..Model::default()
+        }
+    }
+
+    /// The remakes of `v` offered at the graph-order peak, and the peak before.
+    fn remakes_of_v(
+        model: &Model,
+        dims: &BTreeMap<String, i64>,
+    ) -> (Vec<(Model, Recomputed)>, u64) {
+        let facts = memplan_ir::infer_graph(&model.graph, 18).unwrap();
+        let (_, before) = simulate(model, &facts, dims).unwrap();
+        let step = before.peak_step.unwrap();
+        assert_eq!(model.graph.nodes[step].name, "c_node");
+        let live = [("v".to_string(), 1024 * 64 * 4)];
+        let tries = remake_across(model, &facts, dims, step, &live, 4).unwrap();
+        (tries, before.peak_bytes)
+    }
+
+    #[test]
+    fn a_layer_norm_read_across_the_peak_is_made_again_for_its_late_reader() {
+        let dims = BTreeMap::from([("N".to_string(), 1024i64)]);
+        let tensor = 1024 * 64 * 4;
+        let model = gate_graph("LayerNormalization", &[64]);
+        let (tries, before) = remakes_of_v(&model, &dims);
+        let [(m2, rec)] = &tries[..] else {
+            panic!("one remake of v: {}", tries.len())
+        };
+        assert_eq!((rec.value.as_str(), rec.nodes, rec.bytes), ("v", 1, tensor));
+        let g2 = &m2.graph;
+        let gate = g2.nodes.iter().position(|n| n.name == "g_node").unwrap();
+        let remade = g2.producer(g2.nodes[gate].inputs[0].unwrap()).unwrap();
+        assert_eq!(g2.node(remade).op, "LayerNormalization");
+        assert_eq!(
+            remade.index() + 1,
+            gate,
+            "made right before its late reader"
+        );
+        let f2 = memplan_ir::infer_graph(g2, 18).unwrap();
+        let (_, after) = simulate(m2, &f2, &dims).unwrap();
+        assert_eq!(
+            before - after.peak_bytes,
+            tensor,
+            "v is no longer held at the peak"
+        );
+
+        // A product (a contraction: it costs more than its size) is not made again.
+        let model = gate_graph("MatMul", &[64, 64]);
+        assert!(remakes_of_v(&model, &dims).0.is_empty());
+    }
 }
