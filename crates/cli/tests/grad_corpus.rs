@@ -4,11 +4,9 @@
 //! `tools/grad_fixtures.py`; rtol 1e-4, atol 1e-5 times the gradient tensor's largest magnitude
 //! when that exceeds 1).
 
-mod common;
+use crate::common;
 
-#[path = "../src/npz.rs"]
-#[allow(dead_code)]
-mod npz;
+use crate::npz;
 
 use std::path::Path;
 

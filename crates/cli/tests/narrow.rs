@@ -5,7 +5,7 @@
 //! the graph-order peak drops by exactly the bytes saved, the planned run is bit-identical to the
 //! plain run of the original, and the measured peak is the planned one.
 
-mod common;
+use crate::common;
 
 use common::{json_of, memplan, repo};
 

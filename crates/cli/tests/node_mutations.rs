@@ -6,7 +6,7 @@
 //! on the case's own inputs must never panic, and every error must be one non-empty line. The `run`
 //! fuzz target (`fuzz/fuzz_targets/run.rs`) makes the same check on arbitrary bytes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -6,7 +6,7 @@
 //! the unoptimized training step's bits. A device budget nothing reaches exits 3 with the lowest
 //! plan written, and `--device-budget` with `--budget` is a usage error (one line, status 1).
 
-mod common;
+use crate::common;
 
 use common::{json_of, memplan, repo};
 

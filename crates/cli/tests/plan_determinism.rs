@@ -3,7 +3,7 @@
 //! to one core. The searches are bounded by work, never by time, and nothing depends on the
 //! thread count.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! estimate equals the measured peak to the byte, reruns (any thread count) and the planned run of
 //! the lowest plan give bit-identical outputs (the generator is counter-based).
 
-mod common;
+use crate::common;
 
 use common::{json_of, memplan, repo};
 

@@ -4,7 +4,7 @@
 //! fixtures the outputs match onnxruntime's (`tests/fixtures/ort_outputs`, rtol 1e-4, atol 1e-5); the
 //! third size ([`common::THIRD_SIZE`]) runs on random or derived inputs.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

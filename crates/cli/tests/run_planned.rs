@@ -5,7 +5,7 @@
 //! inputs, with every in-place decision run in place and nothing allocated outside the plan; and the
 //! process heap beyond the arena does not grow with the dims. An invalid plan is refused.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

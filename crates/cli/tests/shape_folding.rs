@@ -6,11 +6,9 @@
 //! output shapes are symbolic, `estimate` equals the measured peak to the byte, and the run's
 //! outputs have the shapes the formulas give.
 
-mod common;
+use crate::common;
 
-#[path = "../src/npz.rs"]
-#[allow(dead_code)]
-mod npz;
+use crate::npz;
 
 use std::collections::BTreeMap;
 

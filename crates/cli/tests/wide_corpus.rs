@@ -19,7 +19,7 @@
 //! listed ones that now pass, so that the list can be pruned. `MEMPLAN_WIDE_WRITE_FAILURES=1`
 //! rewrites the list from the current results (review the diff).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write;
