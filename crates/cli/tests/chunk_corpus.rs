@@ -324,6 +324,24 @@ fn chunk_and_run(tmp: &Path, model: &str, inputs: &str, fraction: f64) -> (f64, 
     (planned as f64 / peak as f64, rep)
 }
 
+/// Runs the optimized model `o` from its plan `p` at `dims` against the unoptimized run's outputs
+/// `reference`: bit-identical, and the measured peak is the one `rep` (the optimize report)
+/// planned, which it returns.
+fn run_exact(o: &str, p: &str, reference: &Path, dims: &[&str], rep: &serde_json::Value) -> u64 {
+    let r = reference.to_str().unwrap();
+    let mut args = vec!["run", o, "--plan", p, "--compare", r, "--exact", "--json"];
+    args.extend(dims);
+    let run = json_of(&args);
+    assert_eq!(run["mismatches"].as_array().unwrap().len(), 0, "{run}");
+    let planned = rep["peak_bytes_after"].as_u64().unwrap();
+    assert_eq!(
+        run["peak_bytes"].as_u64(),
+        Some(planned),
+        "measured = planned"
+    );
+    planned
+}
+
 /// Both exports of a module chunk alike. The TorchScript export computes every reshape target,
 /// slice bound and pad amount from `Shape`; frozen to constants at the dims, they make shapes
 /// concrete after the first reshape while the inputs stay symbolic, and the axis flows are decided
@@ -433,25 +451,7 @@ fn a_position_bias_every_layer_reads_is_recomputed_per_chunk() {
                     && s["bytes"].as_u64() == Some(4 * 4 * 512 * 512)),
             "t5_encoder{variant}: the [1, 4, S, S] float bias is made per reader: {shared:?}"
         );
-        let mut args = vec![
-            "run",
-            o,
-            "--plan",
-            p,
-            "--compare",
-            reference.to_str().unwrap(),
-            "--exact",
-            "--json",
-        ];
-        args.extend(dims);
-        let run = json_of(&args);
-        assert_eq!(run["mismatches"].as_array().unwrap().len(), 0, "{run}");
-        let planned = rep["peak_bytes_after"].as_u64().unwrap();
-        assert_eq!(
-            run["peak_bytes"].as_u64(),
-            Some(planned),
-            "measured = planned"
-        );
+        let planned = run_exact(o, p, &reference, &dims, &rep);
         assert!(planned * 100 <= peak * 15, "{planned} of {peak}");
     }
     let _ = std::fs::remove_dir_all(&tmp);
@@ -503,24 +503,7 @@ fn a_layer_norm_read_across_the_peak_is_made_again_for_the_gate() {
                     && s["bytes"].as_u64() == Some(256 * 256 * 32 * 4)),
             "pairformer{variant}: a [N, N, 32] layer norm is made again for one reader: {remade:?}"
         );
-        let mut args = vec![
-            "run",
-            o,
-            "--plan",
-            p,
-            "--compare",
-            reference.to_str().unwrap(),
-            "--exact",
-            "--json",
-        ];
-        args.extend(dims);
-        let run = json_of(&args);
-        assert_eq!(run["mismatches"].as_array().unwrap().len(), 0, "{run}");
-        assert_eq!(
-            run["peak_bytes"].as_u64(),
-            rep["peak_bytes_after"].as_u64(),
-            "measured = planned"
-        );
+        run_exact(o, p, &reference, &dims, &rep);
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -392,6 +392,16 @@ fn choose(base: &Base, opts: &ChunkOptions, mut cands: Vec<Candidate>) -> Option
     cheapest(near)
 }
 
+/// Per node of `model`: whether chunking made it (its name is in `made`), so it is not chunked again.
+fn frozen(model: &Model, made: &BTreeSet<String>) -> Vec<bool> {
+    model
+        .graph
+        .nodes
+        .iter()
+        .map(|n| made.contains(&n.name))
+        .collect()
+}
+
 /// When no region lowers the peak: a value live at the peak step and read only after it, made
 /// again for its later readers at no cost in memory ([`remake_across`](crate::remat::remake_across)),
 /// kept when that lowers the peak or lets a region lower it below `peak` (a layer norm of the
@@ -414,12 +424,7 @@ fn remake(
     for (m, r) in tries {
         let f = infer_model_for(&m, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
         let base = Base::new(&m.graph, &f, dims, opts.assemble)?;
-        let frozen: Vec<bool> = m
-            .graph
-            .nodes
-            .iter()
-            .map(|n| made.contains(&n.name))
-            .collect();
+        let frozen = frozen(&m, made);
         let lower = base.peak < peak
             || search(&base, opts, &frozen, &mut 0).is_some_and(|c| c.pred.peak < peak);
         drop(base);
@@ -479,13 +484,7 @@ pub fn chunk_to_budget(
         let best = if done {
             None
         } else {
-            let frozen: Vec<bool> = cur
-                .graph
-                .nodes
-                .iter()
-                .map(|n| made.contains(&n.name))
-                .collect();
-            search(&base, opts, &frozen, &mut evaluated)
+            search(&base, opts, &frozen(&cur, &made), &mut evaluated)
         };
         let Some(best) = best else {
             let (peak_after, live, step) = (base.peak, base.live.clone(), base.peak_step);
