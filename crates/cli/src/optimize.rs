@@ -741,7 +741,7 @@ fn exit_status(fits: Option<bool>) -> ExitCode {
 }
 
 /// A cost model from a JSON file (`bench/calibrate_cost.py`'s output), its curves checked.
-fn read_cost_model(path: &std::path::Path) -> Result<CostModel> {
+pub(crate) fn read_cost_model(path: &std::path::Path) -> Result<CostModel> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("--cost-model {}", path.display()))?;
     let c: CostModel = serde_json::from_str(&text)

@@ -16,6 +16,7 @@ use memplan_exec::{RunOptions, Tensor};
 use memplan_ir::graph::{Graph, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_ir::DataType;
+use memplan_plan::cost::{CostModel, Kind};
 
 use crate::npz::{self, Array};
 use crate::units::{human, parse_dims};
@@ -77,9 +78,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Also report the time spent per op type (summed over the nodes, from the run whose time is
-    /// reported), slowest first.
+    /// reported), slowest first, beside the time the cost model predicts for them; with `--json`,
+    /// each node's time as well (`node_profile`).
     #[arg(long)]
     pub profile: bool,
+    /// The cost model whose predictions `--profile` shows (`bench/calibrate_cost.py`'s JSON;
+    /// default: the built-in one).
+    #[arg(long, value_name = "FILE", requires = "profile")]
+    pub cost_model: Option<PathBuf>,
 }
 
 /// A small deterministic PRNG (splitmix64) for random inputs.
@@ -347,22 +353,26 @@ struct OpTime {
     op: String,
     nodes: usize,
     seconds: f64,
+    /// What the cost model predicts for these nodes.
+    predicted: f64,
 }
 
-/// Per-op-type time from per-node times, slowest first (ties by name).
-fn op_profile(g: &Graph, node_seconds: &[f64]) -> Vec<OpTime> {
-    let mut by_op: BTreeMap<&str, (usize, f64)> = BTreeMap::new();
-    for (n, &t) in g.nodes.iter().zip(node_seconds) {
+/// Per-op-type time from per-node times (measured and predicted), slowest first (ties by name).
+fn op_profile(g: &Graph, node_seconds: &[f64], predicted: &[Predicted]) -> Vec<OpTime> {
+    let mut by_op: BTreeMap<&str, (usize, f64, f64)> = BTreeMap::new();
+    for ((n, &t), p) in g.nodes.iter().zip(node_seconds).zip(predicted) {
         let e = by_op.entry(n.op.as_str()).or_default();
         e.0 += 1;
         e.1 += t;
+        e.2 += p.seconds;
     }
     let mut v: Vec<OpTime> = by_op
         .into_iter()
-        .map(|(op, (nodes, seconds))| OpTime {
+        .map(|(op, (nodes, seconds, predicted))| OpTime {
             op: op.to_string(),
             nodes,
             seconds,
+            predicted,
         })
         .collect();
     v.sort_by(|x, y| {
@@ -371,6 +381,39 @@ fn op_profile(g: &Graph, node_seconds: &[f64]) -> Vec<OpTime> {
             .then_with(|| x.op.cmp(&y.op))
     });
     v
+}
+
+/// Each node's run time as the cost model predicts it at `dims` (a node whose sizes are unknown
+/// there, or a graph the timeline cannot be built for, predicts a view's time).
+fn predicted_seconds(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    cost: &CostModel,
+) -> Vec<Predicted> {
+    let views = memplan_sim::timeline::Timeline::build(g, facts, &facts.order)
+        .map(|t| t.node_is_view)
+        .unwrap_or_else(|_| vec![false; g.nodes.len()]);
+    g.node_ids()
+        .map(|id| {
+            let node = g.node(id);
+            let f = |v: &Option<ValueId>| v.map(|v| facts.get(v));
+            let ins: Vec<_> = node.inputs.iter().map(f).collect();
+            let outs: Vec<_> = node.outputs.iter().map(f).collect();
+            let view = views[id.index()];
+            Predicted {
+                work: CostModel::work(node, &ins, &outs, view, dims),
+                seconds: cost.node_seconds(node, &ins, &outs, view, dims),
+            }
+        })
+        .collect()
+}
+
+/// A node's predicted time, and the kind and amount of work it was read off.
+#[derive(Clone, Copy, Default)]
+struct Predicted {
+    work: Option<(Kind, f64)>,
+    seconds: f64,
 }
 
 /// What `memplan run` does with a loaded model and the inputs given, its arguments parsed.
@@ -589,6 +632,12 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         None => None,
     };
+    // Read before the run, so that a bad file is refused at once.
+    let cost = match (&a.cost_model, a.profile) {
+        (_, false) => None,
+        (Some(p), true) => Some(crate::optimize::read_cost_model(p)?),
+        (None, true) => Some(CostModel::default()),
+    };
     let label = a.model.display().to_string();
     let req = RunRequest {
         dims,
@@ -603,7 +652,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         result: res,
         process_peak,
     } = run_model(&model, &facts, &label, given, &req)?;
-    let profile = op_profile(g, &res.node_seconds);
+    let predicted = match &cost {
+        Some(c) => predicted_seconds(g, &facts, &res.dims, c),
+        None => vec![Predicted::default(); g.nodes.len()],
+    };
+    let profile = op_profile(g, &res.node_seconds, &predicted);
 
     let mut mismatches = Vec::new();
     if let Some(p) = &a.compare {
@@ -628,7 +681,22 @@ pub fn run(a: RunArgs) -> Result<()> {
         if a.profile {
             j["profile"] = profile
                 .iter()
-                .map(|p| serde_json::json!({"op": p.op, "nodes": p.nodes, "seconds": p.seconds}))
+                .map(|p| {
+                    serde_json::json!({"op": p.op, "nodes": p.nodes, "seconds": p.seconds,
+                        "predicted_seconds": p.predicted})
+                })
+                .collect::<Vec<_>>()
+                .into();
+            j["node_profile"] = g
+                .node_ids()
+                .zip(ex.result.node_seconds.iter().zip(&predicted))
+                .map(|(id, (s, p))| {
+                    let (kind, work) = p
+                        .work
+                        .map_or((None, None), |(k, w)| (Some(k.name()), Some(w)));
+                    serde_json::json!({"node": g.node(id).label(id), "op": g.node(id).op,
+                        "seconds": s, "predicted_seconds": p.seconds, "kind": kind, "work": work})
+                })
                 .collect::<Vec<_>>()
                 .into();
         }
@@ -704,11 +772,12 @@ pub fn run(a: RunArgs) -> Result<()> {
         if a.profile {
             for p in &profile {
                 println!(
-                    "op time       {:<22} {:>9.4} s  {:>5.1}%  ({} nodes)",
+                    "op time       {:<22} {:>9.4} s  {:>5.1}%  ({} nodes; predicted {:.4} s)",
                     p.op,
                     p.seconds,
                     100.0 * p.seconds / res.seconds.max(1e-12),
-                    p.nodes
+                    p.nodes,
+                    p.predicted
                 );
             }
         }

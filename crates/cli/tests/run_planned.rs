@@ -178,3 +178,78 @@ fn corpus_runs_from_the_plan_arena() {
     assert!(err.contains("invalid plan: arena:"), "{err}");
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// `run --profile --json` reports every node's measured time beside the time the cost model
+/// predicts for it and the kind and amount of work that prediction was read off. Under a cost
+/// model whose curves are proportional (a contraction costs its multiply-adds in seconds, any
+/// other kind twice its elements), each prediction is exactly that, the per-op sums add the nodes
+/// up, and a bad model file is refused before anything runs.
+#[test]
+fn the_profile_sets_each_nodes_time_beside_the_cost_models_prediction() {
+    let tmp = std::env::temp_dir().join(format!("memplan-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let cost = tmp.join("cost.json");
+    let curve = |s: f64| serde_json::json!([[1.0, s]]);
+    let model = serde_json::json!({
+        "threads": 2, "view_seconds": 1e-9, "fault_seconds_per_byte": 0.0,
+        "elementwise": curve(2.0), "copy": curve(2.0), "contraction": curve(1.0), "other": curve(2.0),
+    });
+    std::fs::write(&cost, model.to_string()).unwrap();
+    let onnx = repo().join("tests/corpus/models/of3_tri_mul_out.legacy.onnx");
+    let (m, c) = (onnx.to_str().unwrap(), cost.to_str().unwrap());
+    let args = ["run", m, "--dim", "N=16", "--random", "--profile", "--json"];
+    let j = json_of(&[&args[..], &["--cost-model", c]].concat());
+    let nodes = j["node_profile"].as_array().unwrap();
+    assert!(!nodes.is_empty());
+    let mut kinds = BTreeMap::new();
+    for n in nodes {
+        let (pred, seconds) = (
+            n["predicted_seconds"].as_f64().unwrap(),
+            n["seconds"].as_f64(),
+        );
+        assert!(seconds.is_some_and(|s| s >= 0.0), "{n}");
+        let want = match (n["kind"].as_str(), n["work"].as_f64()) {
+            (Some("contraction"), Some(w)) => w,
+            (Some("view") | None, _) => 1e-9,
+            (Some(_), Some(w)) => (2.0 * w).max(1e-9),
+            other => panic!("{n}: kind and work {other:?}"),
+        };
+        assert!(
+            (pred - want).abs() <= 1e-12 * want.max(1.0),
+            "{n}: predicted {pred}, want {want}"
+        );
+        *kinds
+            .entry(n["kind"].as_str().unwrap_or("-").to_string())
+            .or_insert(0) += 1;
+    }
+    // The triangle multiplication has projections (contractions), gates (elementwise) and views.
+    for k in ["contraction", "elementwise", "view"] {
+        assert!(kinds.contains_key(k), "no {k} node: {kinds:?}");
+    }
+    for p in j["profile"].as_array().unwrap() {
+        let op = p["op"].as_str().unwrap();
+        let sum: f64 = nodes
+            .iter()
+            .filter(|n| n["op"] == op)
+            .map(|n| n["predicted_seconds"].as_f64().unwrap())
+            .sum();
+        let got = p["predicted_seconds"].as_f64().unwrap();
+        assert!(
+            (got - sum).abs() <= 1e-9 * sum.max(1.0),
+            "{op}: {got} vs {sum}"
+        );
+    }
+    // The built-in model predicts too; a malformed file is refused, naming it.
+    let j = json_of(&args);
+    assert!(j["profile"][0]["predicted_seconds"].as_f64().unwrap() > 0.0);
+    std::fs::write(&cost, "{\"threads\": 0}").unwrap();
+    let out = memplan(&[&args[..], &["--cost-model", c]].concat());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--cost-model") && err.contains("cost.json"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "ran despite the bad cost model");
+    std::fs::remove_dir_all(&tmp).ok();
+}

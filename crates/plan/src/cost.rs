@@ -41,6 +41,19 @@ pub enum Kind {
     Other,
 }
 
+impl Kind {
+    /// The kind's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::View => "view",
+            Kind::Elementwise => "elementwise",
+            Kind::Copy => "copy",
+            Kind::Contraction => "contraction",
+            Kind::Other => "other",
+        }
+    }
+}
+
 /// Seconds per node as a function of its work: `(work, seconds)` points measured at increasing
 /// work, linear between them; below the first point its time (a node's fixed cost), above the last
 /// the last point's time per unit of work.
