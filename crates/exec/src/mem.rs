@@ -438,15 +438,22 @@ pub struct CountingAlloc;
 static HEAP_CURRENT: AtomicU64 = AtomicU64::new(0);
 static HEAP_PEAK: AtomicU64 = AtomicU64::new(0);
 
+/// Counts `bytes` more on the heap and raises the peak to match. The peak is read before it is
+/// raised: most allocations do not raise it, and a plain load costs less than a locked update.
+fn heap_grew(bytes: usize) {
+    let now = HEAP_CURRENT.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+    if now > HEAP_PEAK.load(Ordering::Relaxed) {
+        HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
 // SAFETY: forwards to the system allocator unchanged; the counters do not affect allocation.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: same contract as the caller's.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
-            let now = HEAP_CURRENT.fetch_add(layout.size() as u64, Ordering::Relaxed)
-                + layout.size() as u64;
-            HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+            heap_grew(layout.size());
         }
         p
     }
@@ -455,9 +462,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
         // SAFETY: same contract as the caller's.
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
-            let now = HEAP_CURRENT.fetch_add(layout.size() as u64, Ordering::Relaxed)
-                + layout.size() as u64;
-            HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+            heap_grew(layout.size());
         }
         p
     }
@@ -473,9 +478,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             if new_size >= layout.size() {
-                let d = (new_size - layout.size()) as u64;
-                let now = HEAP_CURRENT.fetch_add(d, Ordering::Relaxed) + d;
-                HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+                heap_grew(new_size - layout.size());
             } else {
                 HEAP_CURRENT.fetch_sub((layout.size() - new_size) as u64, Ordering::Relaxed);
             }

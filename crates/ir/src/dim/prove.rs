@@ -31,7 +31,42 @@ fn expr_bound(e: &Expr) -> Bound {
     }
 }
 
+/// [`atom_bound`] of compound atoms, remembered per thread by the address of the atom's shared
+/// arguments (the cache holds a clone, so the address is not reused while it is cached). A nested
+/// `max`/`min` (a slice's clamped bounds, chunk after chunk) is otherwise bounded once per
+/// enclosing proof, exponentially in its depth.
 fn atom_bound(a: &AtomRepr) -> Bound {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    const CAPACITY: usize = 1 << 16;
+    thread_local! {
+        static BOUNDS: RefCell<HashMap<(u8, usize), (AtomRepr, Bound)>> =
+            RefCell::new(HashMap::new());
+    }
+    // The kind is part of the key: a quotient and a remainder may share their arguments.
+    let addr = |p: *const u8| p as usize;
+    let key = match a {
+        AtomRepr::FloorDiv(p) => (0, addr(std::sync::Arc::as_ptr(p).cast())),
+        AtomRepr::Mod(p) => (1, addr(std::sync::Arc::as_ptr(p).cast())),
+        AtomRepr::Max(xs) => (2, addr(std::sync::Arc::as_ptr(xs).cast())),
+        AtomRepr::Min(xs) => (3, addr(std::sync::Arc::as_ptr(xs).cast())),
+        _ => return bound_of(a),
+    };
+    if let Some(b) = BOUNDS.with(|m| m.borrow().get(&key).map(|(_, b)| *b)) {
+        return b;
+    }
+    let b = bound_of(a);
+    BOUNDS.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= CAPACITY {
+            m.clear();
+        }
+        m.insert(key, (a.clone(), b));
+    });
+    b
+}
+
+fn bound_of(a: &AtomRepr) -> Bound {
     match a {
         AtomRepr::Sym(_) => Bound::Pos,
         AtomRepr::Data(_) => Bound::NonNeg,
@@ -150,15 +185,25 @@ fn sign_test(d: &Expr) -> Option<bool> {
     }
 }
 
-fn all_true(it: impl Iterator<Item = Option<bool>>, want: bool) -> bool {
-    let mut any = false;
-    for v in it {
+/// Whether some claim holds, from each claim's proof: `Some(true)` at the first proven, `Some(false)`
+/// when every one is disproven (and there is one), else `None`.
+fn some_of(claims: impl Iterator<Item = Option<bool>>) -> Option<bool> {
+    let (mut any, mut all_false) = (false, true);
+    for c in claims {
         any = true;
-        if v != Some(want) {
-            return false;
+        match c {
+            Some(true) => return Some(true),
+            Some(false) => {}
+            None => all_false = false,
         }
     }
-    any
+    (any && all_false).then_some(false)
+}
+
+/// Whether every claim holds: `Some(false)` at the first disproven, `Some(true)` when every one is
+/// proven (and there is one), else `None`.
+fn every_of(claims: impl Iterator<Item = Option<bool>>) -> Option<bool> {
+    some_of(claims.map(|c| c.map(|v| !v))).map(|v| !v)
 }
 
 impl Expr {
@@ -175,45 +220,21 @@ impl Expr {
             return Some(v);
         }
         // Structural rules: max(xs) >= b iff some x >= b; min(xs) >= b iff every x >= b, and duals.
-        match self.single_atom() {
-            Some(AtomRepr::Max(xs)) => {
-                if xs.iter().any(|x| x.prove_ge(other) == Some(true)) {
-                    return Some(true);
-                }
-                if all_true(xs.iter().map(|x| x.prove_ge(other)), false) {
-                    return Some(false);
-                }
-            }
-            Some(AtomRepr::Min(xs)) => {
-                if all_true(xs.iter().map(|x| x.prove_ge(other)), true) {
-                    return Some(true);
-                }
-                if xs.iter().any(|x| x.prove_ge(other) == Some(false)) {
-                    return Some(false);
-                }
-            }
-            _ => {}
+        // Each argument's proof is asked once: asking twice at every level of a nested max/min
+        // takes time exponential in its depth.
+        let left = match self.single_atom() {
+            Some(AtomRepr::Max(xs)) => some_of(xs.iter().map(|x| x.prove_ge(other))),
+            Some(AtomRepr::Min(xs)) => every_of(xs.iter().map(|x| x.prove_ge(other))),
+            _ => None,
+        };
+        if left.is_some() {
+            return left;
         }
         match other.single_atom() {
-            Some(AtomRepr::Max(ys)) => {
-                if all_true(ys.iter().map(|y| self.prove_ge(y)), true) {
-                    return Some(true);
-                }
-                if ys.iter().any(|y| self.prove_ge(y) == Some(false)) {
-                    return Some(false);
-                }
-            }
-            Some(AtomRepr::Min(ys)) => {
-                if ys.iter().any(|y| self.prove_ge(y) == Some(true)) {
-                    return Some(true);
-                }
-                if all_true(ys.iter().map(|y| self.prove_ge(y)), false) {
-                    return Some(false);
-                }
-            }
-            _ => {}
+            Some(AtomRepr::Max(ys)) => every_of(ys.iter().map(|y| self.prove_ge(y))),
+            Some(AtomRepr::Min(ys)) => some_of(ys.iter().map(|y| self.prove_ge(y))),
+            _ => None,
         }
-        None
     }
 
     /// `Some(true)`: `self > other` for all symbol values >= 1; `Some(false)`: `self <= other` for all.

@@ -636,3 +636,29 @@ proptest! {
         prop_assert_eq!(back, Ok(e.clone()), "display {}", e);
     }
 }
+
+/// Bounds of nested `max`/`min` are remembered per atom: a clamp of a clamp of ... (a slice's
+/// bounds, chunk after chunk) 40 deep is decided, where bounding each level afresh inside every
+/// enclosing proof takes time exponential in the depth.
+#[test]
+fn deeply_nested_max_min_are_bounded_once_per_atom() {
+    // Sizes made from the data are >= 0, not >= 1: every level's "positive?" fails and "nonneg?"
+    // is asked next, so without the memo each level bounds the one inside it twice.
+    let mut e = Expr::data_sym("D");
+    for i in 0..40 {
+        let (s, d) = (
+            Expr::sym(&format!("S{i}")),
+            Expr::data_sym(&format!("D{i}")),
+        );
+        e = Expr::max(&Expr::min(&e, &s), &d);
+    }
+    assert!(e.single_atom().is_some(), "not a max: {e}");
+    assert_eq!(e.prove_nonneg(), Some(true));
+    assert_eq!(e.prove_positive(), None);
+    assert_eq!((e + 1).prove_positive(), Some(true));
+    // A quotient and a remainder of the same arguments: `M mod N` may be 0.
+    let (q, r) = (m().floor_div(&n()), m().rem(&n()));
+    assert_eq!(q.prove_nonneg(), Some(true));
+    assert_eq!(r.prove_nonneg(), Some(true));
+    assert_ne!(r.prove_positive(), Some(true));
+}
