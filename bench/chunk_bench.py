@@ -28,7 +28,7 @@ exports of each module can be compared, and a floor: resident weights and inputs
 which no plan goes below.
 
 Usage: .venv/bin/python bench/chunk_bench.py [--memplan target/release/memplan] [--repeat 5]
-       [--threads 2] [--ratio 0.15] [--only NAME] [--work DIR] [--exports [--size 256]]
+       [--threads 2] [--ratio 0.15] [--only NAME] [--work DIR] [--exports [--size 256] [--no-forum]]
 """
 
 import argparse
@@ -188,10 +188,11 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "target", "chunk_bench"))
     ap.add_argument("--exports", action="store_true", help="every of3 model, both exports, memplan only")
     ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--no-forum", action="store_true", help="with --exports: the AlphaFold-family models only")
     a = ap.parse_args()
     cases = af_cases(a.size) if a.exports else CASES
     forum = None
-    if a.exports:
+    if a.exports and not a.no_forum:
         forum = forum_files(a.work)
         cases += [("logspace_forum", FORUM_DIMS), ("logspace_forum.legacy", FORUM_DIMS)]
     os.makedirs(a.work, exist_ok=True)
