@@ -304,7 +304,7 @@ fn run(
     }
     let res = py.allow_threads(|| {
         let plan = match &plan {
-            Some(text) => Some(read_plan(text, "plan", &l.model, &l.facts)?),
+            Some(text) => Some(read_plan(text, "plan")?),
             None => None,
         };
         let req = RunRequest {

@@ -442,20 +442,11 @@ pub struct Executed {
     pub process_peak: u64,
 }
 
-/// Checks a plan (JSON) against the model it is to run; errors are prefixed with `label`.
-pub fn read_plan(
-    text: &str,
-    label: &str,
-    model: &memplan_ir::Model,
-    facts: &Facts,
-) -> Result<memplan_plan::Plan> {
-    let plan =
-        memplan_plan::Plan::from_json(text).map_err(|e| anyhow!("{label}: not a plan: {e}"))?;
-    let facts = &*crate::estimate::facts_at(model, facts, &plan.dims)?;
-    // A context, not a formatted message, so the checker's error stays in the chain for callers.
-    memplan_plan::check(&model.graph, facts, &plan)
-        .with_context(|| format!("{label}: invalid plan"))?;
-    Ok(plan)
+/// Reads a plan (JSON) for the model it is to run; errors are prefixed with `label`. The plan is
+/// checked against the model once, by [`run_model`], before it runs (at the facts of the run's
+/// dims, which the plan must have been made for).
+pub fn read_plan(text: &str, label: &str) -> Result<memplan_plan::Plan> {
+    memplan_plan::Plan::from_json(text).map_err(|e| anyhow!("{label}: not a plan: {e}"))
 }
 
 /// The library entry of `memplan run`: runs a loaded model on the given inputs (the others drawn
@@ -485,6 +476,15 @@ pub fn run_model(
         .map_err(|e| anyhow::Error::new(crate::UsageError(e)))?;
     let facts = &*crate::estimate::facts_at(model, facts, &all_dims)?;
     crate::estimate::check_inferred(facts, "run")?;
+    // Checked once, however many times it runs, before anything else is done with it.
+    let checked = match &req.plan {
+        Some(p) => Some(
+            memplan_plan::checked(g, facts, p)
+                .map_err(|e| memplan_exec::ExecError::Plan(e.to_string()))
+                .with_context(|| label.to_string())?,
+        ),
+        None => None,
+    };
     if !req.force {
         check_memory(label, g, facts, &all_dims, req.plan.as_ref())?;
     }
@@ -504,8 +504,8 @@ pub fn run_model(
     let heap_before = memplan_exec::mem::heap_current();
     let opset = model.onnx_opset().unwrap_or(memplan_ir::ops::DEFAULT_OPSET);
     let run_once = |inputs: BTreeMap<String, Tensor>| {
-        match &req.plan {
-            Some(p) => memplan_exec::run_planned(g, facts, inputs, p, opset),
+        match &checked {
+            Some(c) => memplan_exec::run_checked(c, inputs, opset),
             None => memplan_exec::interp::run_with_opset(
                 g,
                 facts,
@@ -628,7 +628,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Some(read_plan(&text, &p.display().to_string(), &model, &facts)?)
+            Some(read_plan(&text, &p.display().to_string())?)
         }
         None => None,
     };

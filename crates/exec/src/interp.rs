@@ -213,10 +213,28 @@ pub fn run_planned(
     plan: &Plan,
     opset: i64,
 ) -> Result<RunResult, ExecError> {
+    let checked =
+        memplan_plan::checked(graph, facts, plan).map_err(|e| ExecError::Plan(e.to_string()))?;
+    run_checked(&checked, inputs, opset)
+}
+
+/// [`run_planned`] with a plan already checked for this graph and these facts.
+pub fn run_checked(
+    checked: &memplan_plan::Checked<'_>,
+    inputs: BTreeMap<String, Tensor>,
+    opset: i64,
+) -> Result<RunResult, ExecError> {
     crate::fold::install_const_folder();
-    memplan_plan::check(graph, facts, plan).map_err(|e| ExecError::Plan(e.to_string()))?;
+    let plan = checked.plan();
     let schedule: Vec<NodeId> = plan.schedule.iter().map(|s| NodeId(s.node)).collect();
-    execute(graph, facts, inputs, &schedule, Some(plan), opset)
+    execute(
+        checked.graph(),
+        checked.facts(),
+        inputs,
+        &schedule,
+        Some(plan),
+        opset,
+    )
 }
 
 /// How a planned run went against its plan.

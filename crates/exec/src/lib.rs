@@ -20,5 +20,5 @@ pub mod tensor;
 
 pub use fold::install_const_folder;
 pub use inplace::supports_inplace;
-pub use interp::{run, run_planned, ExecError, PlanReport, RunOptions, RunResult};
+pub use interp::{run, run_checked, run_planned, ExecError, PlanReport, RunOptions, RunResult};
 pub use tensor::Tensor;

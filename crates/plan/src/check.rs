@@ -145,6 +145,38 @@ enum Storage {
     Owned(ValueId),
 }
 
+/// A plan that [`check`] accepted for this graph and these facts: what a run from one arena at the
+/// plan's offsets relies on, made only by [`checked`], so that a run given one need not check again
+/// (a run repeated, or a plan checked once where it was read).
+#[derive(Clone, Copy, Debug)]
+pub struct Checked<'a> {
+    graph: &'a Graph,
+    facts: &'a Facts,
+    plan: &'a Plan,
+}
+
+impl<'a> Checked<'a> {
+    pub fn graph(&self) -> &'a Graph {
+        self.graph
+    }
+    pub fn facts(&self) -> &'a Facts {
+        self.facts
+    }
+    pub fn plan(&self) -> &'a Plan {
+        self.plan
+    }
+}
+
+/// [`check`], and the proof that it passed.
+pub fn checked<'a>(
+    graph: &'a Graph,
+    facts: &'a Facts,
+    plan: &'a Plan,
+) -> Result<Checked<'a>, PlanError> {
+    check(graph, facts, plan)?;
+    Ok(Checked { graph, facts, plan })
+}
+
 /// Verifies `plan` for `graph` (see the module docs for the rules).
 pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError> {
     let n = graph.nodes.len();

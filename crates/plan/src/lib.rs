@@ -35,7 +35,7 @@ use memplan_ir::graph::{Graph, NodeId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_sim::timeline::{SimError, Timeline};
 
-pub use check::{check, PlanError};
+pub use check::{check, checked, Checked, PlanError};
 pub use fit::{fit_budget, Fit, FitError, FitOptions};
 pub use floor::{floor, Floor};
 pub use model::Problem;
