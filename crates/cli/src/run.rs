@@ -479,9 +479,9 @@ pub fn run_model(
     // Checked once, however many times it runs, before anything else is done with it.
     let checked = match &req.plan {
         Some(p) => Some(
-            memplan_plan::checked(g, facts, p)
-                .map_err(|e| memplan_exec::ExecError::Plan(e.to_string()))
-                .with_context(|| label.to_string())?,
+            // A context, not a formatted message, so the checker's error stays in the chain for
+            // callers (the Python package raises `PlanError` for it).
+            memplan_plan::checked(g, facts, p).with_context(|| format!("{label}: invalid plan"))?,
         ),
         None => None,
     };
