@@ -384,23 +384,20 @@ fn op_profile(g: &Graph, node_seconds: &[f64], predicted: &[Predicted]) -> Vec<O
 }
 
 /// Each node's run time as the cost model predicts it at `dims` (a node whose sizes are unknown
-/// there, or a graph the timeline cannot be built for, predicts a view's time).
+/// there predicts a view's time), as `plan::offload::step_seconds` predicts a plan's steps.
 fn predicted_seconds(
     g: &Graph,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
     cost: &CostModel,
 ) -> Vec<Predicted> {
-    let views = memplan_sim::timeline::Timeline::build(g, facts, &facts.order)
-        .map(|t| t.node_is_view)
-        .unwrap_or_else(|_| vec![false; g.nodes.len()]);
     g.node_ids()
         .map(|id| {
             let node = g.node(id);
             let f = |v: &Option<ValueId>| v.map(|v| facts.get(v));
             let ins: Vec<_> = node.inputs.iter().map(f).collect();
             let outs: Vec<_> = node.outputs.iter().map(f).collect();
-            let view = views[id.index()];
+            let view = memplan_ir::ops::is_view(node, &ins, &outs);
             Predicted {
                 work: CostModel::work(node, &ins, &outs, view, dims),
                 seconds: cost.node_seconds(node, &ins, &outs, view, dims),
