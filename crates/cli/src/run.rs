@@ -394,9 +394,7 @@ fn predicted_seconds(
     g.node_ids()
         .map(|id| {
             let node = g.node(id);
-            let f = |v: &Option<ValueId>| v.map(|v| facts.get(v));
-            let ins: Vec<_> = node.inputs.iter().map(f).collect();
-            let outs: Vec<_> = node.outputs.iter().map(f).collect();
+            let (ins, outs) = facts.node_io(node);
             let view = memplan_ir::ops::is_view(node, &ins, &outs);
             Predicted {
                 work: CostModel::work(node, &ins, &outs, view, dims),

@@ -181,9 +181,10 @@ fn corpus_runs_from_the_plan_arena() {
 
 /// `run --profile --json` reports every node's measured time beside the time the cost model
 /// predicts for it and the kind and amount of work that prediction was read off. Under a cost
-/// model whose curves are proportional (a contraction costs its multiply-adds in seconds, any
-/// other kind twice its elements), each prediction is exactly that, the per-op sums add the nodes
-/// up, and a bad model file is refused before anything runs.
+/// model whose curves are proportional (a contraction costs its multiply-adds in seconds, a copy
+/// or other node twice its elements) and whose elementwise pass is free (so a contraction pays
+/// nothing for packing its operands), each prediction is exactly that, the per-op sums add the
+/// nodes up, and a bad model file is refused before anything runs.
 #[test]
 fn the_profile_sets_each_nodes_time_beside_the_cost_models_prediction() {
     let tmp = std::env::temp_dir().join(format!("memplan-profile-{}", std::process::id()));
@@ -192,7 +193,7 @@ fn the_profile_sets_each_nodes_time_beside_the_cost_models_prediction() {
     let curve = |s: f64| serde_json::json!([[1.0, s]]);
     let model = serde_json::json!({
         "threads": 2, "view_seconds": 1e-9, "fault_seconds_per_byte": 0.0,
-        "elementwise": curve(2.0), "copy": curve(2.0), "contraction": curve(1.0), "other": curve(2.0),
+        "elementwise": curve(0.0), "copy": curve(2.0), "contraction": curve(1.0), "other": curve(2.0),
     });
     std::fs::write(&cost, model.to_string()).unwrap();
     let onnx = repo().join("tests/corpus/models/of3_tri_mul_out.legacy.onnx");
@@ -210,7 +211,7 @@ fn the_profile_sets_each_nodes_time_beside_the_cost_models_prediction() {
         assert!(seconds.is_some_and(|s| s >= 0.0), "{n}");
         let want = match (n["kind"].as_str(), n["work"].as_f64()) {
             (Some("contraction"), Some(w)) => w,
-            (Some("view") | None, _) => 1e-9,
+            (Some("view" | "elementwise") | None, _) => 1e-9,
             (Some(_), Some(w)) => (2.0 * w).max(1e-9),
             other => panic!("{n}: kind and work {other:?}"),
         };

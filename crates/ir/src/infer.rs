@@ -724,9 +724,22 @@ pub struct Facts {
     pub control: BTreeMap<NodeId, ControlFacts>,
 }
 
+/// The facts of a node's input and output slots, in slot order (`None`: an absent optional slot,
+/// or a value these facts do not cover).
+pub type NodeFacts<'f> = (Vec<Option<&'f Fact>>, Vec<Option<&'f Fact>>);
+
 impl Facts {
     pub fn get(&self, v: ValueId) -> &Fact {
         &self.values[v.index()]
+    }
+
+    /// The facts of `node`'s inputs and outputs, as op rules (shape, memory, view, cost) take them.
+    pub fn node_io(&self, node: &crate::graph::Node) -> NodeFacts<'_> {
+        let fact = |v: &Option<ValueId>| v.and_then(|v| self.values.get(v.index()));
+        (
+            node.inputs.iter().map(fact).collect(),
+            node.outputs.iter().map(fact).collect(),
+        )
     }
 }
 

@@ -274,9 +274,7 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
         .collect();
     for st in &plan.schedule {
         let node = &graph.nodes[st.node as usize];
-        let fact = |v: &Option<ValueId>| v.and_then(|v| facts.values.get(v.index()));
-        let ins: Vec<_> = node.inputs.iter().map(fact).collect();
-        let outs: Vec<_> = node.outputs.iter().map(fact).collect();
+        let (ins, outs) = facts.node_io(node);
         let src = node
             .inputs
             .first()
@@ -944,9 +942,7 @@ fn assembled(
             return Err(bad("no such node".into()));
         }
         let node = &graph.nodes[nd];
-        let fact = |v: &Option<ValueId>| v.and_then(|v| facts.values.get(v.index()));
-        let ins: Vec<_> = node.inputs.iter().map(fact).collect();
-        let outs: Vec<_> = node.outputs.iter().map(fact).collect();
+        let (ins, outs) = facts.node_io(node);
         if !ops::axes::concat_in_place(node, &ins, &outs) {
             return Err(bad(
                 "not a Concat whose inputs are contiguous runs of its output".into(),
@@ -1052,9 +1048,7 @@ fn scratch_bytes(
     let Some(f) = ops::lookup(node).and_then(|d| d.mem.scratch) else {
         return Ok(0);
     };
-    let fact = |v: &Option<ValueId>| v.and_then(|v| facts.values.get(v.index()));
-    let ins: Vec<_> = node.inputs.iter().map(fact).collect();
-    let outs: Vec<_> = node.outputs.iter().map(fact).collect();
+    let (ins, outs) = facts.node_io(node);
     f(node, facts.opset, &ins, &outs)
         .eval_map(dims)
         .map(|x| x.max(0) as u64)

@@ -122,6 +122,10 @@ impl Default for CostModel {
     }
 }
 
+/// The output columns of the contraction the curve is measured on (`MatMul [M, 64] x [64, 64]`):
+/// its multiply-adds per element of the left operand its kernel packs.
+pub const CALIBRATION_COLUMNS: f64 = 64.0;
+
 // Seconds per node at work 4^k (multiply-adds of MatMul [4^k, 64] x [64, 64] for the contraction).
 const DEFAULT_ELEMENTWISE: [(f64, f64); 11] = [
     (16.0, 2.362e-06),
@@ -245,7 +249,14 @@ impl CostModel {
     }
 
     /// Predicted seconds of one run of `node` over these facts (see [`CostModel::work`]); a node
-    /// whose sizes are unknown costs a view's time.
+    /// whose sizes are unknown costs a view's time. A contraction's kernel packs its operands
+    /// before it multiplies them, one elementwise pass over the elements it reads: the curve holds
+    /// that pass for the calibration's shape (a left operand of one element per
+    /// [`CALIBRATION_COLUMNS`] multiply-adds), and the node pays the difference for its own
+    /// shape. So a product split into narrow column slices reads its whole left operand once per
+    /// slice (a `[N, K] x [K, 1]` costs about what packing `[N, K]` costs, not a 1/K-th of the
+    /// full product), and a batched product split along its columns packs every batch's rows
+    /// again per slice.
     pub fn node_seconds(
         &self,
         node: &Node,
@@ -255,6 +266,17 @@ impl CostModel {
         dims: &BTreeMap<String, i64>,
     ) -> f64 {
         match Self::work(node, ins, outs, view, dims) {
+            Some((Kind::Contraction, w)) => {
+                let read = ins
+                    .iter()
+                    .flatten()
+                    .map(|f| f.numel()?.eval_map(dims).ok().map(|n| n.max(0) as f64))
+                    .sum::<Option<f64>>();
+                let packed = read.map_or(0.0, |n| {
+                    self.elementwise.seconds(n) - self.elementwise.seconds(w / CALIBRATION_COLUMNS)
+                });
+                (self.seconds(Kind::Contraction, w) + packed).max(self.view_seconds)
+            }
             Some((kind, w)) => self.seconds(kind, w),
             None => self.view_seconds,
         }
@@ -383,6 +405,32 @@ mod tests {
         let sm = node("ReduceSum", 1, vec![]);
         assert_eq!(work(&sm, &[&[4, 8]], &[4, 1], false), (Kind::Other, 32.0));
         assert_eq!(work(&tr, &[&[4, 8]], &[8, 4], true), (Kind::View, 0.0));
+    }
+
+    #[test]
+    fn a_product_costs_at_least_a_pass_over_what_it_reads() {
+        let m = CostModel::default();
+        let dims = BTreeMap::new();
+        let mm = node("MatMul", 2, vec![]);
+        let seconds = |a: &[i64], b: &[i64], out: &[i64]| {
+            let (a, b, out) = (fact(a), fact(b), fact(out));
+            m.node_seconds(&mm, &[Some(&a), Some(&b)], &[Some(&out)], false, &dims)
+        };
+        // A column of a [262144, 32] x [32, 32] product reads the whole left operand.
+        let sliver = seconds(&[262144, 32], &[32, 1], &[262144, 1]);
+        let pass = m.seconds(Kind::Elementwise, (262144 * 32 + 32) as f64);
+        assert!(sliver > pass, "{sliver} vs {pass}");
+        assert!(sliver > 10.0 * m.seconds(Kind::Contraction, (262144 * 32) as f64));
+        // So 32 one-column slices cost far more than the whole product.
+        let whole = seconds(&[262144, 32], &[32, 32], &[262144, 32]);
+        assert!(32.0 * sliver > 4.0 * whole, "{sliver} x 32 vs {whole}");
+        // The calibration's own shape reads what its curve holds: the curve's time.
+        let cal = seconds(&[65536, 64], &[64, 64], &[65536, 64]);
+        let curve = m.seconds(Kind::Contraction, (65536 * 64 * 64) as f64);
+        assert!((cal - curve).abs() < 0.01 * curve, "{cal} vs {curve}");
+        // Splitting the rows instead reads each row once: the slices cost about the whole.
+        let rows = 32.0 * seconds(&[8192, 32], &[32, 32], &[8192, 32]);
+        assert!(rows < 2.0 * whole, "{rows} vs {whole}");
     }
 
     #[test]

@@ -32,8 +32,7 @@ fn splittable(g: &Graph, f: &Facts, n: NodeId) -> bool {
     if node.subgraphs().next().is_some() {
         return false;
     }
-    let ins: Vec<_> = node.inputs.iter().map(|i| i.map(|v| f.get(v))).collect();
-    let outs: Vec<_> = node.outputs.iter().map(|o| o.map(|v| f.get(v))).collect();
+    let (ins, outs) = f.node_io(node);
     axis_flow(node, &ins, &outs)
         .is_some_and(|fl| fl.iter().flatten().any(|a| matches!(a, AxisFlow::Split(_))))
 }

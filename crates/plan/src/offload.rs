@@ -306,9 +306,7 @@ pub fn step_seconds(graph: &Graph, facts: &Facts, plan: &Plan, model: &CostModel
             let Some(node) = graph.nodes.get(st.node as usize) else {
                 return model.view_seconds;
             };
-            let fact = |v: &Option<ValueId>| v.and_then(|v| facts.values.get(v.index()));
-            let ins: Vec<_> = node.inputs.iter().map(fact).collect();
-            let outs: Vec<_> = node.outputs.iter().map(fact).collect();
+            let (ins, outs) = facts.node_io(node);
             let view = memplan_ir::ops::is_view(node, &ins, &outs);
             model.node_seconds(node, &ins, &outs, view, &plan.dims)
         })

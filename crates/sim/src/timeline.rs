@@ -111,15 +111,13 @@ pub fn assemblable(graph: &Graph, facts: &Facts) -> Vec<NodeId> {
             *p = s;
         }
     }
-    let fact = |v: &Option<ValueId>| v.map(|v| facts.get(v));
     let is_output: std::collections::BTreeSet<ValueId> = graph.outputs.iter().copied().collect();
     let mut taken: std::collections::BTreeSet<ValueId> = std::collections::BTreeSet::new();
     let mut chosen: Vec<NodeId> = Vec::new();
     let mut is_chosen = vec![false; graph.nodes.len()];
     for &nid in &facts.order {
         let node = graph.node(nid);
-        let ins: Vec<_> = node.inputs.iter().map(fact).collect();
-        let outs: Vec<_> = node.outputs.iter().map(fact).collect();
+        let (ins, outs) = facts.node_io(node);
         if !ops::axes::concat_in_place(node, &ins, &outs) {
             continue;
         }
@@ -135,8 +133,7 @@ pub fn assemblable(graph: &Graph, facts: &Facts) -> Vec<NodeId> {
             };
             let qn = graph.node(q);
             let q_view = slot == 0 && {
-                let qi: Vec<_> = qn.inputs.iter().map(fact).collect();
-                let qo: Vec<_> = qn.outputs.iter().map(fact).collect();
+                let (qi, qo) = facts.node_io(qn);
                 ops::is_view(qn, &qi, &qo)
             };
             let in_order = at >= prev;
@@ -270,16 +267,7 @@ impl Timeline {
                     }
                 }
             }
-            let in_facts: Vec<Option<&memplan_ir::Fact>> = node
-                .inputs
-                .iter()
-                .map(|i| i.map(|v| facts.get(v)))
-                .collect();
-            let out_facts: Vec<Option<&memplan_ir::Fact>> = node
-                .outputs
-                .iter()
-                .map(|o| o.map(|v| facts.get(v)))
-                .collect();
+            let (in_facts, out_facts) = facts.node_io(node);
             let view = ops::is_view(node, &in_facts, &out_facts)
                 && node
                     .inputs

@@ -300,8 +300,7 @@ mod tests {
 
     fn flow_of(t: &TestGraph, f: &crate::Facts, node: usize) -> Vec<Vec<AxisFlow>> {
         let n = &t.g.nodes[node];
-        let ins: Vec<Option<&Fact>> = n.inputs.iter().map(|i| i.map(|v| f.get(v))).collect();
-        let outs: Vec<Option<&Fact>> = n.outputs.iter().map(|o| o.map(|v| f.get(v))).collect();
+        let (ins, outs) = f.node_io(n);
         axis_flow(n, &ins, &outs).unwrap()
     }
 

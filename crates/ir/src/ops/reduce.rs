@@ -626,9 +626,7 @@ mod tests {
             .iter()
             .map(|n| {
                 let rule = crate::ops::lookup(n).unwrap().mem.scratch.unwrap();
-                let fact = |v: &Option<crate::ValueId>| v.map(|v| f.get(v));
-                let ins: Vec<_> = n.inputs.iter().map(fact).collect();
-                let outs: Vec<_> = n.outputs.iter().map(fact).collect();
+                let (ins, outs) = f.node_io(n);
                 rule(n, opset, &ins, &outs).eval_map(&env).unwrap()
             })
             .collect()

@@ -504,9 +504,7 @@ pub(crate) fn predict(
     for &n in region.nodes.difference(&region.keep) {
         seconds -= *cache.whole.entry(n).or_insert_with(|| {
             let node = g.node(n);
-            let f = |v: &Option<ValueId>| v.map(|v| base.facts.get(v));
-            let ins: Vec<Option<&Fact>> = node.inputs.iter().map(f).collect();
-            let outs: Vec<Option<&Fact>> = node.outputs.iter().map(f).collect();
+            let (ins, outs) = base.facts.node_io(node);
             cost.node_seconds(node, &ins, &outs, base.view[n.index()], base.dims)
         });
     }
