@@ -70,6 +70,10 @@ const PAR_MIN_WORK: usize = 1 << 20;
 const TASK_MIN_WORK: usize = 1 << 17;
 /// Row blocks are rounded to this (the widest micro-kernel height) so that few tiles are masked.
 const ROW_ALIGN: usize = 16;
+/// Fewest rows in a task when there are more tasks than threads: every task packs the whole right
+/// operand, so tasks of a few rows each (a chunk of 16 rows times a `[1024, 256]` weight, cut into
+/// 8 tasks of 2 rows) spend most of their time packing the same matrix again.
+const TASK_MIN_ROWS: usize = 64;
 
 /// A float type with a general-stride GEMM from `matrixmultiply`.
 pub trait GemmFloat:
@@ -390,7 +394,10 @@ pub(crate) fn par_rows<T: Send>(
     }
     let per_row = n.saturating_mul(k.max(1)).max(1);
     let min_rows = TASK_MIN_WORK.div_ceil(per_row).max(1);
-    let mut rpt = rows.div_ceil(threads * 4).max(min_rows);
+    let mut rpt = rows
+        .div_ceil(threads * 4)
+        .max(min_rows)
+        .max(TASK_MIN_ROWS.min(rows.div_ceil(threads)));
     if rpt >= ROW_ALIGN {
         rpt = rpt.div_ceil(ROW_ALIGN) * ROW_ALIGN;
     }
@@ -976,6 +983,36 @@ mod tests {
             same_bits(&full, &pieced),
             "m={m} k={k} n={n} rows={rc:?} cols={cc:?}"
         );
+    }
+
+    /// A few rows times a large right operand go to one task per thread at most (each task packs
+    /// the whole operand); many rows still get more tasks than threads, of at least 64 rows.
+    #[test]
+    fn few_rows_are_not_cut_into_more_tasks_than_threads() {
+        let tasks = |rows: usize, n: usize, k: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(2)
+                .build()
+                .unwrap();
+            let sizes = std::sync::Mutex::new(Vec::new());
+            let mut out = vec![0f32; rows * n];
+            pool.install(|| {
+                par_rows(rows, n, k, &mut out, |r, chunk| {
+                    assert_eq!(chunk.len(), r.len() * n);
+                    sizes.lock().unwrap().push(r.len());
+                    Ok(())
+                })
+            })
+            .unwrap();
+            let mut sizes = sizes.into_inner().unwrap();
+            sizes.sort();
+            assert_eq!(sizes.iter().sum::<usize>(), rows);
+            sizes
+        };
+        assert_eq!(tasks(16, 256, 1024), vec![8, 8]);
+        assert_eq!(tasks(16, 256, 256), vec![8, 8]);
+        let many = tasks(1024, 256, 1024);
+        assert!(many.len() > 2 && many[0] >= 64, "{many:?}");
     }
 
     #[test]
