@@ -32,6 +32,11 @@ pub const PAR_THRESHOLD: usize = 1 << 15;
 const SHORT_ROW: usize = 16;
 /// Elements per rayon task once an output is split.
 const PAR_TASK: usize = 1 << 14;
+/// [`PAR_THRESHOLD`] and [`PAR_TASK`] for a function of several nanoseconds per element (a libm
+/// call through a function pointer: `Erf`, `Tanh`, `Gelu`, ...), where 16 Ki elements on one
+/// thread take hundreds of microseconds.
+const COSTLY_PAR_THRESHOLD: usize = 1 << 12;
+const COSTLY_PAR_TASK: usize = 1 << 11;
 
 /// The error for an index outside `[-len, len)` (or `[0, len)` where negatives are not allowed).
 pub(crate) fn index_err(index: i64, axis: usize, len: usize) -> KernelError {
@@ -296,6 +301,27 @@ pub(crate) fn map3<A: Copy, B: Copy, C: Copy, O>(
 
 /// `out[i] = f(a[i])` for equal-length slices.
 pub fn unary<A: Elem, O: Elem>(a: &[A], out: &mut [O], f: impl Fn(A) -> O + Sync) -> KResult<()> {
+    unary_split(a, out, f, PAR_THRESHOLD, PAR_TASK)
+}
+
+/// [`unary`] for a function of several nanoseconds per element: split over threads from a few
+/// thousand elements (a chunk's slice of a large tensor is often that small). The split never
+/// changes a bit: each element is `f` of its input.
+pub fn unary_costly<A: Elem, O: Elem>(
+    a: &[A],
+    out: &mut [O],
+    f: impl Fn(A) -> O + Sync,
+) -> KResult<()> {
+    unary_split(a, out, f, COSTLY_PAR_THRESHOLD, COSTLY_PAR_TASK)
+}
+
+fn unary_split<A: Elem, O: Elem>(
+    a: &[A],
+    out: &mut [O],
+    f: impl Fn(A) -> O + Sync,
+    threshold: usize,
+    task: usize,
+) -> KResult<()> {
     if a.len() != out.len() {
         return Err(shape_err(format!(
             "unary: input has {} elements, output {}",
@@ -304,11 +330,11 @@ pub fn unary<A: Elem, O: Elem>(a: &[A], out: &mut [O], f: impl Fn(A) -> O + Sync
         )));
     }
     let run = |a: &[A], o: &mut [O]| map1(a, o, &f);
-    if out.len() < PAR_THRESHOLD {
+    if out.len() < threshold {
         run(a, out);
     } else {
-        out.par_chunks_mut(PAR_TASK)
-            .zip(a.par_chunks(PAR_TASK))
+        out.par_chunks_mut(task)
+            .zip(a.par_chunks(task))
             .for_each(|(o, a)| run(a, o));
     }
     Ok(())
@@ -1345,6 +1371,26 @@ mod tests {
         binary(&x, &oshape, &out, &oshape, &mut same, &oshape, |x, y| x + y).unwrap();
         let want: Vec<f32> = x.iter().zip(&out).map(|(x, y)| x + y).collect();
         assert_eq!(bits(&same), bits(&want));
+    }
+
+    #[test]
+    fn a_costly_unary_splits_small_outputs_without_changing_a_bit() {
+        // Sizes below, at and past the costly threshold, with a ragged last task.
+        for n in [
+            1,
+            COSTLY_PAR_THRESHOLD - 1,
+            COSTLY_PAR_THRESHOLD,
+            3 * COSTLY_PAR_TASK + 7,
+        ] {
+            let x = data_f32(n, 5);
+            let f = |v: f32| libm::erff(v) * 3.0 + v;
+            let mut out = vec![0f32; n];
+            unary_costly(&x, &mut out, f).unwrap();
+            let want: Vec<f32> = x.iter().map(|&v| f(v)).collect();
+            assert_eq!(bits(&out), bits(&want), "n={n}");
+        }
+        let mut short = vec![0f32; 3];
+        assert!(unary_costly(&[1f32, 2.0], &mut short, |v| v).is_err());
     }
 
     #[test]

@@ -14,7 +14,8 @@ use memplan_ir::DataType;
 use super::{fail, opt, raw, raw_mut, req, unsupported, OpCtx, OpFail, OpFn};
 use crate::kernels::cast::{CastElem, CastValue};
 use crate::kernels::elementwise::{
-    assign_broadcast, binary, binary_op, broadcast_shapes, ternary, unary, Arith, BinaryOp, Shift,
+    assign_broadcast, binary, binary_op, broadcast_shapes, ternary, unary, unary_costly, Arith,
+    BinaryOp, Shift,
 };
 use crate::kernels::minifloat::RoundMode;
 use crate::tensor::{elem_size, Tensor};
@@ -404,7 +405,9 @@ fn run_unary<S: crate::kernels::elementwise::Elem, T: Fl>(
             *slot = T::c(ctx.float(name, default)? as f64);
         }
     }
-    unary(x, out, move |v| store(f(load(v), &p)))?;
+    // The scalar function is called through a pointer, most of them libm calls: costly enough
+    // per element to spread over threads from a few thousand elements.
+    unary_costly(x, out, move |v| store(f(load(v), &p)))?;
     Ok(())
 }
 
