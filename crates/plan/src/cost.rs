@@ -228,15 +228,8 @@ impl CostModel {
         if view {
             return Some((Kind::View, 0.0));
         }
-        let numel = |f: &[Option<&Fact>]| -> Option<f64> {
-            let mut n = 0.0;
-            for x in f.iter().flatten() {
-                n += x.numel()?.eval_map(dims).ok()?.max(0) as f64;
-            }
-            Some(n)
-        };
         let def = ops::lookup(node);
-        let out = numel(outs)?;
+        let out = elements(outs, dims)?;
         if let Some(k) = def.and_then(|d| d.contracted) {
             let k = k(node, ins)?.eval_map(dims).ok()?.max(1) as f64;
             return Some((Kind::Contraction, out * k));
@@ -244,7 +237,7 @@ impl CostModel {
         Some(match def.map(|d| d.values) {
             Some(Values::Pointwise) => (Kind::Elementwise, out),
             Some(Values::Selects(_) | Values::SelectsAny) => (Kind::Copy, out),
-            _ => (Kind::Other, out.max(numel(ins)?)),
+            _ => (Kind::Other, out.max(elements(ins, dims)?)),
         })
     }
 
@@ -267,12 +260,7 @@ impl CostModel {
     ) -> f64 {
         match Self::work(node, ins, outs, view, dims) {
             Some((Kind::Contraction, w)) => {
-                let read = ins
-                    .iter()
-                    .flatten()
-                    .map(|f| f.numel()?.eval_map(dims).ok().map(|n| n.max(0) as f64))
-                    .sum::<Option<f64>>();
-                let packed = read.map_or(0.0, |n| {
+                let packed = elements(ins, dims).map_or(0.0, |n| {
                     self.elementwise.seconds(n) - self.elementwise.seconds(w / CALIBRATION_COLUMNS)
                 });
                 (self.seconds(Kind::Contraction, w) + packed).max(self.view_seconds)
@@ -298,6 +286,15 @@ impl CostModel {
         };
         c.seconds(work).max(self.view_seconds)
     }
+}
+
+/// The elements of these tensors together at `dims` (`None`: a size is not known there).
+fn elements(facts: &[Option<&Fact>], dims: &BTreeMap<String, i64>) -> Option<f64> {
+    let mut n = 0.0;
+    for x in facts.iter().flatten() {
+        n += x.numel()?.eval_map(dims).ok()?.max(0) as f64;
+    }
+    Some(n)
 }
 
 #[cfg(test)]
