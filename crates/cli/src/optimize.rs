@@ -50,9 +50,14 @@ pub struct OptimizeArgs {
     #[arg(long)]
     pub budget: Option<String>,
     /// With --budget: the chunk counts chunking may choose from (comma-separated; default
-    /// 2,4,8,16,32,64).
+    /// 2,4,8,16,32,64,128,256).
     #[arg(long, value_name = "K,K,...", value_delimiter = ',')]
     pub chunks: Vec<usize>,
+    /// With --budget: a region cut into at least this many chunks of equal width is written as one
+    /// `Scan` (its body one chunk) instead of unrolled, when its plan still fits (or is no higher),
+    /// so the file stays small; memplan plans and runs the Scan exactly. 0: always unroll.
+    #[arg(long, value_name = "K", default_value_t = memplan_plan::fit::SCAN_FROM)]
+    pub scan_from: usize,
     /// With --budget or --device-budget: the cost model (chunking's predicted time; the steps' time
     /// beside which host copies run), a JSON file of per-kind curves (seconds per node against its
     /// work, at a thread count) as `bench/calibrate_cost.py` writes it for a machine (default: the
@@ -254,6 +259,8 @@ pub struct OptimizeRequest {
     pub host_bandwidth: f64,
     /// Frontier states the exact schedule search explores.
     pub exact_work: usize,
+    /// Fold regions of at least this many equal chunks into a `Scan` (`None`: never).
+    pub scan_from: Option<usize>,
 }
 
 impl OptimizeRequest {
@@ -269,6 +276,7 @@ impl OptimizeRequest {
             device_budget: None,
             host_bandwidth: memplan_plan::offload::DEFAULT_BANDWIDTH,
             exact_work: memplan_plan::DEFAULT_EXACT_WORK,
+            scan_from: Some(memplan_plan::fit::SCAN_FROM),
         }
     }
 }
@@ -408,6 +416,7 @@ pub fn optimize_model(
                 chunk,
                 recompute: req.recompute.then(memplan_plan::remat::Options::default),
                 narrow: req.narrow.then(memplan_plan::narrow::Options::default),
+                scan_from: req.scan_from,
                 ..FitOptions::new(b)
             };
             let fit = memplan_plan::fit_budget(&model, facts, dims, &fo)
@@ -504,6 +513,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         device_budget,
         host_bandwidth: a.host_bandwidth * 1e9,
         exact_work: a.exact_work,
+        scan_from: (a.scan_from > 0).then_some(a.scan_from),
         ..OptimizeRequest::new(dims.clone())
     };
     let label = a.model.display().to_string();

@@ -508,3 +508,107 @@ fn a_layer_norm_read_across_the_peak_is_made_again_for_the_gate() {
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// `--scan-from K` folds a region of K or more equal chunks into one `Scan` (its body one chunk):
+/// on the corpus at half the unoptimized peak in 8 chunks, the folded file holds a `Scan` where
+/// the report says so, fewer nodes than the unrolled one, and runs bit-identical to the original
+/// from its plan (measured peak = planned) and without one.
+#[test]
+fn regions_folded_into_a_scan_run_bit_identical() {
+    let tmp = std::env::temp_dir().join(format!("memplan-scan-corpus-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut folded = 0;
+    for base in ["of3_pair_transition", "of3_tri_att_start", "bert_encoder"] {
+        for variant in ["", ".legacy"] {
+            let model = repo().join(format!("tests/corpus/models/{base}{variant}.onnx"));
+            let npz = std::fs::read_dir(repo().join("tests/corpus/inputs"))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| {
+                    let s = p.file_stem().unwrap().to_str().unwrap();
+                    s.rsplit_once('_').is_some_and(|(b, _)| b == base)
+                })
+                .min()
+                .unwrap();
+            let stem = format!("{base}{variant}");
+            let reference = tmp.join(format!("{stem}.ref.npz"));
+            let (m, i, r) = (
+                model.to_str().unwrap(),
+                npz.to_str().unwrap(),
+                reference.to_str().unwrap(),
+            );
+            let (peak, dims) = unoptimized(m, i, r);
+            let dim_args: Vec<&str> = dims.iter().map(String::as_str).collect();
+            let budget = (peak / 2).max(floor_of(m, &dim_args)).to_string();
+            let mut sizes = Vec::new();
+            for scan_from in ["0", "2"] {
+                let opt = tmp.join(format!("{stem}.scan{scan_from}.onnx"));
+                let plan = tmp.join(format!("{stem}.scan{scan_from}.plan.json"));
+                let (o, p) = (opt.to_str().unwrap(), plan.to_str().unwrap());
+                let mut args = vec![
+                    "optimize",
+                    m,
+                    "--budget",
+                    &budget,
+                    "--chunks",
+                    "8",
+                    "--scan-from",
+                    scan_from,
+                    "--exact-work",
+                    "0",
+                    "-o",
+                    o,
+                    "--plan-out",
+                    p,
+                    "--json",
+                ];
+                args.extend(&dim_args);
+                let (code, rep) = json_and_status(&args);
+                assert!(code == 0 || code == 3, "{stem}: exit status {code}");
+                let steps = rep["chunking"]["steps"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let scans = steps.iter().filter(|s| s["scan"] == true).count();
+                let text = std::fs::read(o).unwrap();
+                let has_scan = text.windows(4).any(|w| w == b"Scan");
+                assert_eq!(
+                    has_scan,
+                    scans > 0,
+                    "{stem}: a Scan in the file iff reported"
+                );
+                if scan_from == "0" {
+                    assert_eq!(scans, 0, "{stem}: --scan-from 0 never folds");
+                }
+                folded += scans;
+                sizes.push((text.len(), scans));
+                for planned in [true, false] {
+                    let mut args = vec!["run", o, "--inputs-npz", i, "--compare", r, "--exact"];
+                    args.push("--json");
+                    if planned {
+                        args.extend(["--plan", p]);
+                    }
+                    let run = json_of(&args);
+                    assert_eq!(
+                        run["mismatches"].as_array().unwrap().len(),
+                        0,
+                        "{stem} --scan-from {scan_from} (planned {planned}): {}",
+                        run["mismatches"]
+                    );
+                    if planned {
+                        assert_eq!(
+                            run["peak_bytes"], rep["peak_bytes_after"],
+                            "{stem} --scan-from {scan_from}: the measured peak is the plan's"
+                        );
+                    }
+                }
+            }
+            if sizes[1].1 > 0 {
+                assert!(sizes[1].0 < sizes[0].0, "{stem}: folded file {sizes:?}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    eprintln!("{folded} regions folded into a Scan over the models");
+    assert!(folded >= 2, "only {folded} regions folded over the models");
+}

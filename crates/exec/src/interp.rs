@@ -649,8 +649,18 @@ fn execute(
                 }
             }
             // A body's allocations go to the heap, as the plan's `heap_bytes` counts; the node's
-            // outputs are then copied into their planned ranges.
-            if !is_cf {
+            // outputs are then copied into their planned ranges, except those it makes first and
+            // fills in place, which take their ranges before the first body runs.
+            if is_cf {
+                let first = memplan_ir::ops::control::outputs_made_first(node, opset);
+                if !first.is_empty() {
+                    let mut c = arena::lock(&stats.cursor);
+                    c.arena = Some(p.arena.clone());
+                    c.outputs = first
+                        .map(|slot| want.get(slot).copied().flatten())
+                        .collect();
+                }
+            } else {
                 let mut c = arena::lock(&stats.cursor);
                 c.arena = Some(p.arena.clone());
                 c.outputs = queue;

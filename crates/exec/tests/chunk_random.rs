@@ -13,19 +13,24 @@ const GRAPHS: u64 = 120;
 
 #[test]
 fn fitted_random_graphs_are_bit_identical() {
-    let (mut chunked, mut narrowed, mut offloaded) = (0, 0, 0);
+    let (mut chunked, mut narrowed, mut offloaded, mut folded) = (0, 0, 0, 0);
     for seed in 0..GRAPHS {
         match fitted::check_fitted(&mut SplitMix(seed), 40) {
             Ok(l) => {
                 chunked += usize::from(l.chunked);
                 narrowed += usize::from(l.narrowed);
                 offloaded += usize::from(l.offloaded);
+                folded += usize::from(l.folded);
             }
             Err(e) => panic!("seed {seed}: {e}"),
         }
     }
     eprintln!(
-        "{GRAPHS} random graphs fitted to half their peak, {chunked} of them chunked, {narrowed} narrowed, {offloaded} offloaded"
+        "{GRAPHS} random graphs fitted to half their peak, {chunked} of them chunked, {narrowed} narrowed, {offloaded} offloaded, {folded} folded into a Scan"
+    );
+    assert!(
+        folded >= GRAPHS as usize / 20,
+        "only {folded} of {GRAPHS} graphs were folded: the property is barely exercised"
     );
     assert!(
         chunked >= GRAPHS as usize / 10,

@@ -643,9 +643,11 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
         if !ops::control::is_control(&node.op) {
             continue;
         }
+        let first = ops::control::outputs_made_first(node, facts.opset);
         let mut outs = 0u64;
-        for o in node.output_ids() {
-            if storage[o.index()] == Storage::Owned(o) {
+        for (slot, o) in node.outputs.iter().enumerate() {
+            let Some(o) = *o else { continue };
+            if storage[o.index()] == Storage::Owned(o) && !first.contains(&slot) {
                 outs += size_of(o)?;
             }
         }

@@ -31,6 +31,7 @@ mod freeze;
 mod predict;
 mod region;
 mod rewrite;
+pub mod roll;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -87,6 +88,11 @@ pub struct ChunkStep {
     pub predicted_seconds: f64,
     /// Region nodes also kept whole for their readers outside the region (recomputed per chunk).
     pub recomputed_nodes: usize,
+    /// Folded into one `Scan` ([`roll`]) instead of unrolled.
+    pub scan: bool,
+    /// The nodes the step added, by name (what folding needs).
+    #[serde(skip)]
+    pub unrolled: Option<roll::Unrolled>,
 }
 
 /// Options of [`chunk_to_budget`].
@@ -531,9 +537,13 @@ pub fn chunk_to_budget(
             added_nodes: best.pred.added,
             predicted_seconds: best.seconds,
             recomputed_nodes: region.keep.len(),
+            scan: false,
+            unrolled: None,
         };
         drop(base);
-        let next = apply(&cur, &facts, dims, region)?;
+        let (next, unrolled) = rewrite::apply_unrolled(&cur, &facts, dims, region)?;
+        let mut step = step;
+        step.unrolled = Some(unrolled);
         let old: BTreeSet<&str> = cur.graph.nodes.iter().map(|n| n.name.as_str()).collect();
         let new: Vec<String> = next
             .graph

@@ -12,6 +12,9 @@
 //!    the planned peak still exceeds the budget the target is lowered by the excess and chunking
 //!    starts again from the original model (three rounds at most). The plan kept is the one with
 //!    the lowest planned peak, so a budget that cannot be met still gets the lowest plan reached.
+//! 5. With [`FitOptions::scan_from`], chunked regions of that many equal chunks or more are folded
+//!    into one `Scan` each ([`crate::chunk::roll`]) and the result is planned; it is kept when its
+//!    planned peak fits the budget or is no higher than the unrolled one's.
 //!
 //! Every bound is on work (rounds, candidates, search states), never on time: the same input gives
 //! the same plan on any machine.
@@ -39,6 +42,9 @@ pub struct FitOptions {
     pub narrow: Option<narrow::Options>,
     /// Recompute values read after the peak first (training graphs).
     pub recompute: Option<remat::Options>,
+    /// Fold a chunked region of at least this many equal chunks into one `Scan`
+    /// ([`crate::chunk::roll`]) when the folded plan still fits (or is no higher); `None`: never.
+    pub scan_from: Option<usize>,
 }
 
 impl FitOptions {
@@ -50,9 +56,14 @@ impl FitOptions {
             chunk: ChunkOptions::default(),
             narrow: Some(narrow::Options::default()),
             recompute: None,
+            scan_from: Some(SCAN_FROM),
         }
     }
 }
+
+/// The default [`FitOptions::scan_from`]: regions of this many chunks or more are folded into a
+/// `Scan`, so the written file stays small.
+pub const SCAN_FROM: usize = 128;
 
 /// What chunking did.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -187,7 +198,11 @@ pub fn fit_budget(
             recompute,
         });
     }
-    let (chunked, chunked_facts, o, summary) = chunk_and_plan(&model, dims, opts)?;
+    let (chunked, chunked_facts, o, mut summary) = chunk_and_plan(&model, dims, opts)?;
+    let (chunked, chunked_facts, o) = match opts.scan_from {
+        Some(from) => fold_into_scans(chunked, chunked_facts, o, &mut summary, dims, opts, from)?,
+        None => (chunked, chunked_facts, o),
+    };
     // Passes: the original graph order (and recomputation), each chunking step, then the planner's
     // passes over the chunked graph (after its own graph order).
     let mut passes: Vec<Pass> = out
@@ -200,12 +215,13 @@ pub fn fit_budget(
     for (i, s) in summary.steps.iter().enumerate() {
         passes.push(Pass {
             name: format!(
-                "chunk {}: {} nodes ({} .. {}) in {} chunks",
+                "chunk {}: {} nodes ({} .. {}) in {} chunks{}",
                 i + 1,
                 s.nodes,
                 s.first,
                 s.last,
-                s.chunks
+                s.chunks,
+                if s.scan { ", as one Scan" } else { "" }
             ),
             peak_bytes: s.peak_after,
         });
@@ -239,6 +255,53 @@ pub fn fit_budget(
         narrowing,
         recompute,
     })
+}
+
+/// Folds every chunked region of at least `from` equal chunks into a `Scan` and plans the result;
+/// keeps it when its planned peak fits the budget or is no higher than the unrolled one's.
+fn fold_into_scans(
+    model: Model,
+    facts: Facts,
+    outcome: Outcome,
+    summary: &mut ChunkSummary,
+    dims: &BTreeMap<String, i64>,
+    opts: &FitOptions,
+    from: usize,
+) -> Result<(Model, Facts, Outcome), FitError> {
+    let fold: Vec<usize> = (0..summary.steps.len())
+        .filter(|&i| {
+            let s = &summary.steps[i];
+            s.chunks >= from && s.unrolled.as_ref().is_some_and(|u| u.foldable())
+        })
+        .collect();
+    if fold.is_empty() {
+        return Ok((model, facts, outcome));
+    }
+    let (mut m, mut f) = (model.clone(), facts.clone());
+    let mut folded = Vec::new();
+    for &i in &fold {
+        let Some(u) = &summary.steps[i].unrolled else {
+            continue;
+        };
+        if let Some(next) = crate::chunk::roll::roll(&m, &f, dims, u)? {
+            m = next;
+            f = memplan_ir::infer_model_for(&m, dims)
+                .map_err(|e| FitError::Infer(e.to_string()))?;
+            folded.push(i);
+        }
+    }
+    if folded.is_empty() {
+        return Ok((model, facts, outcome));
+    }
+    let o = optimize(&m.graph, &f, dims, &opts.plan)?;
+    let (was, now) = (outcome.report.peak_bytes_after, o.report.peak_bytes_after);
+    if now <= opts.budget || now <= was {
+        for &i in &folded {
+            summary.steps[i].scan = true;
+        }
+        return Ok((m, f, o));
+    }
+    Ok((model, facts, outcome))
 }
 
 /// Chunks to a target and plans, lowering the target by the planned excess while the plan does not

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use memplan_ir::graph::{Graph, NodeId};
+use memplan_ir::graph::{Graph, NodeId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_sim::peak::eval_sizes;
 use memplan_sim::timeline::{Category, SimError, Timeline};
@@ -130,10 +130,23 @@ impl Problem {
                 _ => {}
             }
         }
-        // A body runs on the heap and makes the node's outputs there too.
+        // A body runs on the heap and makes the node's outputs there too, except those the node
+        // makes first and fills in place (they get their arena ranges).
         let body_heap = (0..n)
             .filter(|&k| memplan_ir::ops::control::is_control(&graph.nodes[k].op))
-            .map(|k| body_scratch[k] + allocs[k].iter().map(|&b| size[b as usize]).sum::<u64>())
+            .map(|k| {
+                let first =
+                    memplan_ir::ops::control::outputs_made_first(&graph.nodes[k], facts.opset);
+                let on_heap = allocs[k]
+                    .iter()
+                    .filter(|&&b| match graph.value(owner[b as usize]).kind {
+                        ValueKind::Node { slot, .. } => !first.contains(&(slot as usize)),
+                        _ => true,
+                    })
+                    .map(|&b| size[b as usize])
+                    .sum::<u64>();
+                body_scratch[k] + on_heap
+            })
             .max()
             .unwrap_or(0);
         let value_buf: Vec<Option<Buf>> = t

@@ -11,15 +11,20 @@
 //! peak `P` (its resident inputs included) and, at its end, the body's resident bytes, its outputs'
 //! buffers and those copies (`E`); afterwards it holds exactly its outputs' bytes.
 //!
-//! A `Loop` or `Scan` with trip count `T`, loop-carried bytes `C` and scan-output bytes `S` per
+//! A `Loop` with trip count `T`, loop-carried bytes `C` and scan-output bytes `S` per
 //! iteration: iteration 0 reads the node's own inputs as carried values, so it holds
 //! `max(P, E) - C` above the outside; iteration `t >= 1` holds `max(P, E) + S*t` (the previous
 //! iterations' scan pieces); at the end the scan outputs are stacked into fresh buffers while the
 //! pieces are alive, `C + 2*S*T`. With no iteration the outputs are copies of the initial values.
 //! The node's outputs (`C + S*T`) are the simulator's output buffers, so the scratch is the rest:
-//! `max([T>=1](max(P,E) - C), [T>=2](max(P,E) + S*(T-1)), C + 2*S*T) - C - S*T`. This is exact
-//! when the loop-carried shapes do not change between iterations (inference gives changing dims
-//! fresh symbols; the estimate then holds for the body's facts, not per iteration).
+//! `max([T>=1](max(P,E) - C), [T>=2](max(P,E) + S*(T-1)), C + 2*S*T) - C - S*T`.
+//!
+//! A `Scan` (opset 9 on) knows its trip count before it starts, so it makes its scan outputs
+//! (`S*T`) first and writes each iteration's pieces into their places, dropping them
+//! ([`memplan_ir::ops::control::outputs_made_first`]): `max([T>=1](max(P,E) - C) + S*T,
+//! [T>=2](max(P,E) + S*T), C + S*T) - C - S*T`. Both are exact when the loop-carried shapes do not
+//! change between iterations (inference gives changing dims fresh symbols; the estimate then holds
+//! for the body's facts, not per iteration).
 //!
 //! A `Scan` before opset 9 is batched: its outputs (final states `[B, ...]`, scan outputs
 //! `[B, T, ...]`) are made first, zero-filled; each batch entry copies its slice of the initial
@@ -218,10 +223,17 @@ pub fn scratch(graph: &Graph, facts: &Facts, nid: NodeId) -> Result<Option<Expr>
             let scans = out_bytes(g, f, first_out + n..g.outputs.len())?;
             let (pk, _) = body_peak(g, f)?;
             let t = trips;
+            let held = &carried + &(&scans * t);
+            if node.op == "Scan" {
+                // The scan outputs are made first and filled piece by piece.
+                let all = &scans * t;
+                let first = at_least(t, 1) * (&pk - &carried) + &all;
+                let later = at_least(t, 2) * (&pk + &all);
+                return Ok(Some(max_of(vec![first, later, held.clone()]) - held));
+            }
             let first = at_least(t, 1) * (&pk - &carried);
             let later = at_least(t, 2) * (&pk + &(&scans * &(t - &Expr::one())));
             let end = &carried + &(&scans * &(t * &Expr::int(2)));
-            let held = &carried + &(&scans * t);
             Ok(Some(max_of(vec![first, later, end]) - held))
         }
         _ => Ok(None),

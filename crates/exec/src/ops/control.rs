@@ -7,9 +7,10 @@
 //! initializers are charged while it runs; outer-scope values are read in place. Values are freed
 //! after their last reader in the body's order. When the body ends, each output that does not own
 //! a buffer made in the body ([`memplan_sim::control::owned_outputs`]) is copied, then the rest of
-//! the body is dropped. A `Loop`/`Scan` keeps each iteration's scan outputs and stacks them into
-//! fresh buffers at the end, all pieces alive until every output is stacked; with no iteration
-//! its loop-carried outputs are copies of the initial values. A `Scan` before opset 9 (batched)
+//! the body is dropped. A `Loop` keeps each iteration's scan outputs and stacks them into fresh
+//! buffers at the end, all pieces alive until every output is stacked; a `Scan` makes its scan
+//! outputs first (in their planned ranges in a planned run) and writes each iteration's pieces
+//! into place. With no iteration the loop-carried outputs are copies of the initial values. A `Scan` before opset 9 (batched)
 //! makes its outputs first and writes each batch entry's final states and scan pieces into them.
 
 use std::sync::Arc;
@@ -60,17 +61,31 @@ fn body_err(g: &Graph, e: ExecError) -> OpFail {
     OpFail::Invalid(format!("body '{}': {e}", g.name))
 }
 
+/// A body with its facts and its timeline, built once per run of its node (not per iteration).
+struct Body<'a> {
+    g: &'a Graph,
+    f: &'a Facts,
+    timeline: memplan_sim::Timeline,
+}
+
+impl<'a> Body<'a> {
+    fn new(g: &'a Graph, f: &'a Facts) -> Result<Body<'a>, OpFail> {
+        let timeline = memplan_sim::Timeline::build(g, f, &f.order)
+            .map_err(|e| OpFail::Invalid(format!("body '{}': {e}", g.name)))?;
+        Ok(Body { g, f, timeline })
+    }
+}
+
 /// One iteration of a scan body on `inputs` (consumed, so they are freed before the outputs are
 /// used): its `n` new states and its `k_out` scan pieces.
 fn scan_step(
     ctx: &CtlCtx,
-    g: &Graph,
-    f: &Facts,
+    body: &Body,
     inputs: Vec<Tensor>,
     n: usize,
     k_out: usize,
 ) -> Result<(Vec<Tensor>, Vec<Tensor>), OpFail> {
-    let outs = run_body(ctx, g, f, &inputs)?;
+    let outs = run_body(ctx, body, &inputs)?;
     drop(inputs);
     if outs.len() != n + k_out {
         return Err(OpFail::Invalid(format!(
@@ -86,12 +101,8 @@ fn scan_step(
 
 /// Runs one body on `inputs` (its graph inputs, by position) and returns its outputs, each owning
 /// its buffer.
-fn run_body(
-    ctx: &CtlCtx,
-    g: &Graph,
-    facts: &Facts,
-    inputs: &[Tensor],
-) -> Result<Vec<Tensor>, OpFail> {
+fn run_body(ctx: &CtlCtx, body: &Body, inputs: &[Tensor]) -> Result<Vec<Tensor>, OpFail> {
+    let (g, facts, timeline) = (body.g, body.f, &body.timeline);
     if inputs.len() != g.inputs.len() {
         return Err(OpFail::Invalid(format!(
             "body '{}' takes {} inputs, given {}",
@@ -100,8 +111,6 @@ fn run_body(
             inputs.len()
         )));
     }
-    let timeline = memplan_sim::Timeline::build(g, facts, &facts.order)
-        .map_err(|e| OpFail::Invalid(format!("body '{}': {e}", g.name)))?;
     let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
     for (&v, t) in g.inputs.iter().zip(inputs) {
         values[v.index()] = Some(t.clone());
@@ -129,9 +138,9 @@ fn run_body(
         }
     }
     ctx.stats.add(weights);
-    let r = run_nodes(ctx, g, facts, &timeline, &mut values);
+    let r = run_nodes(ctx, g, facts, timeline, &mut values);
     let outs = r.and_then(|()| {
-        let owned = memplan_sim::control::owned_outputs(g, &timeline);
+        let owned = memplan_sim::control::owned_outputs(g, timeline);
         g.outputs
             .iter()
             .zip(owned)
@@ -333,7 +342,7 @@ fn run_if(
             "the condition chose '{name}', whose facts were not inferred (inference took the other branch)"
         )));
     }
-    run_body(ctx, g, f, &[])
+    run_body(ctx, &Body::new(g, f)?, &[])
 }
 
 /// Stacks the pieces of each scan output along its axis (reversed when asked), all pieces kept
@@ -454,6 +463,7 @@ fn run_loop(
     let k_out = ctx.node.outputs.len().saturating_sub(n);
     let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); k_out];
     let mut trips = 0i64;
+    let body = Body::new(g, f)?;
     while cond && max_trips.is_none_or(|m| trips < m) {
         let mut inputs = vec![
             Tensor::from_vec::<i64>(&[], &[trips], Some(ctx.stats))?,
@@ -461,7 +471,7 @@ fn run_loop(
         ];
         inputs[1].dtype = DataType::Bool;
         inputs.append(&mut carried);
-        let outs = run_body(ctx, g, f, &inputs)?;
+        let outs = run_body(ctx, &body, &inputs)?;
         drop(inputs);
         if outs.len() != 1 + n + k_out {
             return Err(OpFail::Invalid(format!(
@@ -527,7 +537,7 @@ fn slice_at(ctx: &CtlCtx, t: &Tensor, a: usize, idx: usize) -> Result<Tensor, Op
     let len = shape.remove(a);
     let outer: usize = t.shape[..a].iter().product();
     let inner: usize = t.shape[a + 1..].iter().product::<usize>() * es;
-    let mut out = Tensor::zeros(t.dtype, &shape, Some(ctx.stats))?;
+    let mut out = Tensor::for_overwrite_planned(t.dtype, &shape, ctx.stats)?;
     let src = t.bytes();
     let dst = out.bytes_mut()?;
     for o in 0..outer {
@@ -579,6 +589,41 @@ fn run_scan(
                 .ok_or_else(|| OpFail::Invalid(format!("state input {j} is missing")))?,
         );
     }
+    let rev: Vec<bool> = out_dirs.iter().map(|&d| d != 0).collect();
+    let made = scan_outputs_first(ctx, g, f, n, &out_axes, trips)?;
+    let body = Body::new(g, f)?;
+    // The planned ranges of the outputs made first are taken; the bodies allocate on the heap.
+    {
+        let mut c = crate::arena::lock(&ctx.stats.cursor);
+        c.arena = None;
+        c.outputs.clear();
+    }
+    if let Some(mut outs) = made {
+        for t in 0..trips {
+            let mut inputs: Vec<Tensor> = std::mem::take(&mut carried);
+            for &(x, a, rev) in &scan_in {
+                let idx = if rev { trips - 1 - t } else { t };
+                inputs.push(slice_at(ctx, x, a, idx)?);
+            }
+            let (states, got) = scan_step(ctx, &body, inputs, n, k_out)?;
+            carried = states;
+            for (k, (p, (dst, a))) in got.iter().zip(outs.iter_mut()).enumerate() {
+                let at = if rev.get(k).copied().unwrap_or(false) {
+                    trips - 1 - t
+                } else {
+                    t
+                };
+                put_piece(dst, *a, at, p, &format!("scan output {k} of iteration {t}"))?;
+            }
+        }
+        if trips == 0 {
+            for t in carried.iter_mut() {
+                *t = t.to_owned_buffer(Some(ctx.stats))?;
+            }
+        }
+        carried.extend(outs.into_iter().map(|(t, _)| t));
+        return Ok(carried);
+    }
     let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); k_out];
     for t in 0..trips {
         let mut inputs: Vec<Tensor> = std::mem::take(&mut carried);
@@ -586,7 +631,7 @@ fn run_scan(
             let idx = if rev { trips - 1 - t } else { t };
             inputs.push(slice_at(ctx, x, a, idx)?);
         }
-        let (states, outs) = scan_step(ctx, g, f, inputs, n, k_out)?;
+        let (states, outs) = scan_step(ctx, &body, inputs, n, k_out)?;
         carried = states;
         for (k, t) in outs.into_iter().enumerate() {
             pieces[k].push(t);
@@ -605,11 +650,67 @@ fn run_scan(
         };
         axes.push(norm_axis(a, rank + 1)?);
     }
-    let rev: Vec<bool> = out_dirs.iter().map(|&d| d != 0).collect();
     let empty_piece = |i: usize| piece_of(ctx, g, f, n + i);
     let stacked = stack_all(ctx, pieces, &axes, &rev, &empty_piece)?;
     carried.extend(stacked);
     Ok(carried)
+}
+
+/// A `Scan`'s scan outputs, made before its first iteration (in their planned ranges when the run
+/// is planned), each with its axis; `None` when a piece's shape is not known from the body's facts
+/// at the run's dims (the pieces are then stacked at the end).
+fn scan_outputs_first(
+    ctx: &CtlCtx,
+    g: &Graph,
+    f: &Facts,
+    n: usize,
+    out_axes: &[i64],
+    trips: usize,
+) -> Result<Option<Vec<(Tensor, usize)>>, OpFail> {
+    let mut shapes = Vec::with_capacity(out_axes.len());
+    for (i, &a) in out_axes.iter().enumerate() {
+        let Ok((dtype, piece)) = piece_of(ctx, g, f, n + i) else {
+            return Ok(None);
+        };
+        let a = norm_axis(a, piece.len() + 1)?;
+        let mut full = piece;
+        full.insert(a, trips);
+        shapes.push((dtype, full, a));
+    }
+    let mut outs = Vec::with_capacity(shapes.len());
+    for (dtype, full, a) in shapes {
+        outs.push((Tensor::for_overwrite_planned(dtype, &full, ctx.stats)?, a));
+    }
+    Ok(Some(outs))
+}
+
+/// Writes `piece` over index `idx` of `dst` along axis `a` (`dst`'s shape is the piece's with that
+/// axis inserted).
+fn put_piece(
+    dst: &mut Tensor,
+    a: usize,
+    idx: usize,
+    piece: &Tensor,
+    what: &str,
+) -> Result<(), OpFail> {
+    let mut want = dst.shape.clone();
+    let len = want.remove(a);
+    if piece.dtype != dst.dtype || piece.shape != want {
+        return Err(OpFail::Invalid(format!(
+            "{what} is {} {:?}, want {} {want:?}",
+            piece.dtype, piece.shape, dst.dtype
+        )));
+    }
+    let es = crate::tensor::elem_size(dst.dtype)?;
+    let outer: usize = want[..a].iter().product();
+    let inner: usize = want[a..].iter().product::<usize>() * es;
+    let src = piece.bytes();
+    let out = dst.bytes_mut()?;
+    for o in 0..outer {
+        let d = (o * len + idx) * inner;
+        out[d..d + inner].copy_from_slice(&src[o * inner..(o + 1) * inner]);
+    }
+    Ok(())
 }
 
 /// Block `idx` of `t` seen as `[t.shape[..lead] flattened, rest]`, in a fresh buffer of shape
@@ -617,7 +718,7 @@ fn run_scan(
 fn block_at(ctx: &CtlCtx, t: &Tensor, lead: usize, idx: usize) -> Result<Tensor, OpFail> {
     let shape = t.shape[lead..].to_vec();
     let inner = shape.iter().product::<usize>() * crate::tensor::elem_size(t.dtype)?;
-    let mut out = Tensor::zeros(t.dtype, &shape, Some(ctx.stats))?;
+    let mut out = Tensor::for_overwrite_planned(t.dtype, &shape, ctx.stats)?;
     out.bytes_mut()?
         .copy_from_slice(&t.bytes()[idx * inner..(idx + 1) * inner]);
     Ok(out)
@@ -730,6 +831,7 @@ fn run_scan8(
         let shape: Vec<usize> = [batch, steps].into_iter().chain(piece).collect();
         outs.push(Tensor::zeros(dtype, &shape, Some(ctx.stats))?);
     }
+    let body = Body::new(g, f)?;
     for (b, &len) in lens.iter().enumerate() {
         let mut states: Vec<Tensor> = Vec::with_capacity(n);
         for x in &xs[..n] {
@@ -741,7 +843,7 @@ fn run_scan8(
                 let step = if d != 0 { len - 1 - t } else { t };
                 inputs.push(block_at(ctx, x, 2, b * steps + step)?);
             }
-            let (next, got) = scan_step(ctx, g, f, inputs, n, k_out)?;
+            let (next, got) = scan_step(ctx, &body, inputs, n, k_out)?;
             states = next;
             for (i, p) in got.into_iter().enumerate() {
                 let what = format!("scan output {i} of step {t}");

@@ -6,7 +6,9 @@
 //! (`Cast(Greater(x, 0))`) make narrowing part of the property. The fitted plan is then offloaded
 //! to a device budget below it (`memplan_plan::offload`): the offloaded run's device tier is the
 //! planned one, its host tier holds what the plan says, it makes every planned copy (on the copier
-//! thread beside the compute, or synchronously), and its outputs are the same bits.
+//! thread beside the compute, or synchronously), and its outputs are the same bits. Every chunked
+//! region of equal chunks, folded into a `Scan` (`memplan_plan::chunk::roll`), runs to the same
+//! bits from its own plan, measured peak = planned.
 
 use std::collections::BTreeMap;
 
@@ -55,6 +57,7 @@ pub struct Levers {
     pub chunked: bool,
     pub narrowed: bool,
     pub offloaded: bool,
+    pub folded: bool,
 }
 
 /// Checks one random graph drawn from `e`, and says which levers the fit used.
@@ -147,9 +150,56 @@ pub fn check_fitted(e: &mut impl Entropy, max_nodes: usize) -> Result<Levers, St
             ));
         }
     }
+    let folded = check_folded(&model, &fit, &dims, &plain.outputs)?;
     Ok(Levers {
         chunked: fit.chunking.is_some_and(|c| !c.steps.is_empty()),
         narrowed: fit.narrowing.is_some(),
         offloaded: moved,
+        folded,
     })
+}
+
+/// Folds every chunked region of the fit that can be folded into a `Scan`, plans the result and
+/// runs it: same bits as `want`, measured peak = planned. Says whether anything was folded.
+fn check_folded(
+    model: &Model,
+    fit: &memplan_plan::Fit,
+    dims: &BTreeMap<String, i64>,
+    want: &[(String, Tensor)],
+) -> Result<bool, String> {
+    let Some(c) = &fit.chunking else {
+        return Ok(false);
+    };
+    let (mut m, mut f) = (fit.model.clone(), fit.facts.clone());
+    let mut folded = false;
+    for s in &c.steps {
+        let Some(u) = s.unrolled.as_ref().filter(|u| u.foldable() && !s.scan) else {
+            continue;
+        };
+        let Some(next) =
+            memplan_plan::chunk::roll::roll(&m, &f, dims, u).map_err(|e| format!("fold: {e}"))?
+        else {
+            continue;
+        };
+        m = next;
+        f = memplan_ir::infer_model_for(&m, dims).map_err(|e| format!("folded infer: {e}"))?;
+        folded = true;
+    }
+    if !folded {
+        return Ok(false);
+    }
+    let out = memplan_plan::optimize(&m.graph, &f, dims, &memplan_plan::Options::default())
+        .map_err(|e| format!("folded plan: {e}"))?;
+    let run = run_planned(&m.graph, &f, inputs(model), &out.plan, 18)
+        .map_err(|e| format!("folded run: {e}"))?;
+    if bits(&run.outputs) != bits(want) {
+        return Err("the folded graph's outputs differ from the original's".into());
+    }
+    if run.peak_bytes != out.report.peak_bytes_after {
+        return Err(format!(
+            "folded: measured peak {} != planned peak {}",
+            run.peak_bytes, out.report.peak_bytes_after
+        ));
+    }
+    Ok(true)
 }

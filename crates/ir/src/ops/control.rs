@@ -29,6 +29,22 @@ pub fn is_control(op: &str) -> bool {
     matches!(op, "If" | "Loop" | "Scan")
 }
 
+/// The outputs of a control-flow node that its run makes before the first iteration and fills in
+/// place, one piece per iteration: a `Scan`'s scan outputs from opset 9 on. A planned run gives
+/// them their arena ranges; the node's other outputs are made on the heap by its bodies and copied
+/// into their ranges at the end.
+pub fn outputs_made_first(node: &crate::graph::Node, opset: i64) -> std::ops::Range<usize> {
+    if node.op != "Scan" || opset < 9 {
+        return 0..0;
+    }
+    let k = match node.attr("num_scan_inputs") {
+        Some(AttrValue::Int(k)) => usize::try_from(*k).unwrap_or(0),
+        _ => 0,
+    };
+    let states = node.inputs.len().saturating_sub(k).min(node.outputs.len());
+    states..node.outputs.len()
+}
+
 /// The position of the graph attribute `name` among the node's bodies (the order of
 /// [`crate::graph::Node::subgraphs`]).
 pub fn body_index(node: &crate::graph::Node, name: &str) -> Option<usize> {

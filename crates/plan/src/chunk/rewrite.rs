@@ -226,6 +226,17 @@ pub fn apply(
     dims: &BTreeMap<String, i64>,
     region: &Region,
 ) -> Result<Model, ChunkError> {
+    apply_unrolled(model, facts, dims, region).map(|(m, _)| m)
+}
+
+/// [`apply`], with the names of the nodes it added (what [`super::roll`] needs to fold the
+/// chunks into a `Scan`).
+pub(crate) fn apply_unrolled(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    region: &Region,
+) -> Result<(Model, super::roll::Unrolled), ChunkError> {
     let g = &model.graph;
     let consumers = g.consumers();
     let em = emit(g, facts, dims, &consumers, region)?;
@@ -240,6 +251,11 @@ pub fn apply(
         .map_or_else(|| "chunk".to_string(), |&v| g.value(v).name.clone());
     let mut wires: BTreeMap<Wire, ValueId> = BTreeMap::new();
     let mut new_nodes: Vec<Node> = Vec::new();
+    let mut unrolled = super::roll::Unrolled {
+        chunks: vec![Default::default(); em.bounds.len()],
+        concats: Vec::new(),
+        equal: em.bounds.iter().all(|&(lo, hi)| hi - lo == em.width(0)),
+    };
     let blank = |name: String, op: &str, inputs: Vec<Option<ValueId>>| Node {
         name,
         op: op.into(),
@@ -287,6 +303,9 @@ pub fn apply(
                 }
                 let vname = names.fresh(&format!("{}__chunk{c}", g.value(v).name));
                 let mut node = blank(names.fresh(&format!("{vname}_slice")), "Slice", ins);
+                unrolled.chunks[c as usize]
+                    .slices
+                    .push((node.name.clone(), *axis));
                 let id = out.add_value(vname, made.clone());
                 node.outputs = vec![Some(id)];
                 wires.insert(Wire::Chunk(c, v), id);
@@ -340,6 +359,7 @@ pub fn apply(
                     orig.name.clone()
                 };
                 let mut node = blank(names.fresh(&format!("{base}__chunk{c}")), &orig.op, ins);
+                unrolled.chunks[c as usize].clones.push(node.name.clone());
                 node.domain = orig.domain.clone();
                 node.attrs = orig.attrs.clone();
                 for o in &orig.outputs {
@@ -374,6 +394,7 @@ pub fn apply(
                     value: AttrValue::Int(*axis as i64),
                     doc: String::new(),
                 }];
+                unrolled.concats.push((node.name.clone(), *axis));
                 node.outputs = vec![Some(v)];
                 new_nodes.push(node);
             }
@@ -394,10 +415,11 @@ pub fn apply(
     let order = out.topo_order().map_err(|e| err(e.to_string()))?;
     let mut out = crate::reorder(&out, &order);
     out = compact(out);
-    Ok(Model {
+    let model = Model {
         graph: out,
         ..model.clone()
-    })
+    };
+    Ok((model, unrolled))
 }
 
 /// Points every node output's value at its producer.
@@ -420,7 +442,7 @@ pub(crate) fn set_producers(g: &mut Graph) {
 
 /// Drops node-made values no node makes any more (a chunked region's original intermediates) and
 /// renumbers the rest, keeping their order.
-fn compact(g: Graph) -> Graph {
+pub(crate) fn compact(g: Graph) -> Graph {
     let mut made = vec![false; g.values.len()];
     for n in &g.nodes {
         for v in n.output_ids() {
@@ -433,6 +455,12 @@ fn compact(g: Graph) -> Graph {
         .enumerate()
         .map(|(i, v)| made[i] || !matches!(v.kind, ValueKind::Node { .. }))
         .collect();
+    retain_values(g, &keep)
+}
+
+/// Keeps the values marked in `keep` (no node may read or make another) and renumbers them,
+/// keeping their order.
+pub(crate) fn retain_values(g: Graph, keep: &[bool]) -> Graph {
     if keep.iter().all(|&k| k) {
         return g;
     }

@@ -1,0 +1,456 @@
+//! Folding an unrolled chunking back into one `Scan`, so that hundreds of chunks do not make a
+//! file hundreds of times the region's size.
+//!
+//! [`super::rewrite::apply`] unrolls a region: per chunk, `Slice`s of the split inputs and a clone
+//! of every region node, then one `Concat` per region output. When every chunk has the same width
+//! `k` (extent `E = T*k`), the chunks differ only in which slice they read, so chunk 0's clones are
+//! the body of a `Scan` over `T` iterations:
+//!
+//! - each split input `x` (split along `a`) is reshaped (a view) from `[.., E, ..]` to
+//!   `[.., T, k, ..]` and scanned along `a`: iteration `t` reads `[.., k, ..]`, chunk `t`'s slice;
+//! - the body is chunk 0's clones; what they read from outside the region (weights, inputs read
+//!   whole, the chunk's own shape constants) they read from the enclosing scope;
+//! - each region output is a scan output along the concatenation axis, `[.., T, k, ..]`, reshaped
+//!   (a view) to `[.., E, ..]` under the output's own name, so its readers are untouched.
+//!
+//! Every iteration computes exactly what the clone of its chunk computed, from the same elements,
+//! so outputs stay bit-identical. The `Scan`'s memory (its body's peak, its outputs made first and
+//! filled in place) is what `memplan_sim::control` predicts and the executor does, so the plan of
+//! the folded graph is exact too; it is planned like any other graph.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use memplan_ir::graph::{
+    AttrValue, Attribute, DeclDim, DeclType, Graph, Model, Node, NodeId, ValueId, ValueKind,
+};
+use memplan_ir::infer::Facts;
+use memplan_ir::TensorData;
+
+use super::ChunkError;
+
+/// The nodes one chunk of an unrolled region is made of, by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChunkNodes {
+    /// The `Slice` of each split input, with its axis.
+    pub slices: Vec<(String, usize)>,
+    /// The region nodes' clones, in order.
+    pub clones: Vec<String>,
+}
+
+/// What [`super::rewrite::apply`] added for one region, by name (names survive later rewrites).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Unrolled {
+    pub chunks: Vec<ChunkNodes>,
+    /// The `Concat` of each region output, with its axis.
+    pub concats: Vec<(String, usize)>,
+    /// Whether every chunk has the same width (a `Scan` needs that).
+    pub equal: bool,
+}
+
+impl Unrolled {
+    /// Whether the region can be folded into a `Scan`.
+    pub fn foldable(&self) -> bool {
+        self.equal && self.chunks.len() >= 2 && !self.concats.is_empty()
+    }
+}
+
+fn err(m: String) -> ChunkError {
+    ChunkError::Region(m)
+}
+
+/// The declared type of `v` at `dims`.
+fn decl_of(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    v: ValueId,
+) -> Result<DeclType, ChunkError> {
+    let f = facts.get(v);
+    let name = &g.value(v).name;
+    let dtype = f
+        .dtype
+        .ok_or_else(|| err(format!("'{name}' has no known type")))?;
+    Ok(DeclType::tensor(
+        dtype,
+        const_shape(facts, dims, v, name)?
+            .into_iter()
+            .map(DeclDim::Value)
+            .collect(),
+    ))
+}
+
+/// The shape of `v` at `dims`.
+fn const_shape(
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    v: ValueId,
+    name: &str,
+) -> Result<Vec<i64>, ChunkError> {
+    facts
+        .get(v)
+        .shape
+        .as_ref()
+        .and_then(|s| {
+            s.iter()
+                .map(|d| d.eval_map(dims).ok())
+                .collect::<Option<Vec<i64>>>()
+        })
+        .ok_or_else(|| {
+            err(format!(
+                "the shape of '{name}' is not known at the given dims"
+            ))
+        })
+}
+
+fn attr(name: &str, value: AttrValue) -> Attribute {
+    Attribute {
+        name: name.into(),
+        value,
+        doc: String::new(),
+    }
+}
+
+fn blank(name: String, op: &str, inputs: Vec<Option<ValueId>>, outputs: Vec<ValueId>) -> Node {
+    Node {
+        name,
+        op: op.into(),
+        domain: String::new(),
+        overload: String::new(),
+        inputs,
+        outputs: outputs.into_iter().map(Some).collect(),
+        attrs: Vec::new(),
+        doc: String::new(),
+        metadata: Vec::new(),
+    }
+}
+
+/// A fresh name in `g` (values and nodes) from `base`.
+fn fresh(g: &Graph, taken: &mut BTreeSet<String>, base: &str) -> String {
+    let mut name = base.to_string();
+    let mut k = 1;
+    while taken.contains(&name) || g.find_value(&name).is_some() {
+        k += 1;
+        name = format!("{base}_{k}");
+    }
+    taken.insert(name.clone());
+    name
+}
+
+/// Folds the chunks `u` describes into one `Scan` (see the module docs), with the shapes at
+/// `dims` (every symbol given). The node list of the result is in topological order. `None` when
+/// a later rewrite made something outside the chunks read a value inside them (a node made again
+/// for another reader): the chunks are then no longer a closed region.
+pub fn roll(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    u: &Unrolled,
+) -> Result<Option<Model>, ChunkError> {
+    if !u.foldable() {
+        return Err(err("the chunks are not all of one width".into()));
+    }
+    let g = &model.graph;
+    let by_name: BTreeMap<&str, NodeId> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), NodeId::from_index(i)))
+        .collect();
+    let find = |name: &str| {
+        by_name
+            .get(name)
+            .copied()
+            .ok_or_else(|| err(format!("node '{name}' of the chunked region is gone")))
+    };
+    if !closed(g, &by_name, u) {
+        return Ok(None);
+    }
+    let trips = u.chunks.len() as i64;
+    let first = &u.chunks[0];
+    let mut taken: BTreeSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
+    let mut out = g.clone();
+    let mut body = Graph {
+        name: fresh(g, &mut taken, &format!("{}__body", u.concats[0].0)),
+        ..Graph::default()
+    };
+    // Main-graph value -> body value.
+    let mut inside: BTreeMap<ValueId, ValueId> = BTreeMap::new();
+    let mut new_nodes: Vec<Node> = Vec::new();
+    let shape_const = |out: &mut Graph, taken: &mut BTreeSet<String>, base: &str, s: &[i64]| {
+        let name = fresh(g, taken, base);
+        out.add_initializer(TensorData::from_i64(name, vec![s.len() as u64], s))
+    };
+    let made = ValueKind::Node {
+        node: NodeId(u32::MAX),
+        slot: 0,
+    };
+    // Split inputs: reshaped to [.., T, k, ..] and scanned along the chunk axis.
+    let (mut scan_ins, mut in_axes) = (Vec::new(), Vec::new());
+    for (name, axis) in &first.slices {
+        let node = g.node(find(name)?);
+        let (Some(Some(x)), Some(Some(piece))) = (node.inputs.first(), node.outputs.first()) else {
+            return Err(err(format!("slice '{name}' has no input or output")));
+        };
+        let xname = &g.value(*x).name;
+        let mut split = const_shape(facts, dims, *x, xname)?;
+        let k = const_shape(facts, dims, *piece, &g.value(*piece).name)?
+            .get(*axis)
+            .copied()
+            .ok_or_else(|| err(format!("slice '{name}' cuts beyond its rank")))?;
+        split[*axis] = k;
+        split.insert(*axis, trips);
+        let target = shape_const(
+            &mut out,
+            &mut taken,
+            &format!("{xname}__scan_shape"),
+            &split,
+        );
+        let y = out.add_value(
+            fresh(g, &mut taken, &format!("{xname}__scan")),
+            made.clone(),
+        );
+        new_nodes.push(blank(
+            fresh(g, &mut taken, &format!("{xname}__scan_reshape")),
+            "Reshape",
+            vec![Some(*x), Some(target)],
+            vec![y],
+        ));
+        scan_ins.push(Some(y));
+        in_axes.push(*axis as i64);
+        let b = body.add_input(
+            g.value(*piece).name.clone(),
+            decl_of(g, facts, dims, *piece)?,
+        );
+        inside.insert(*piece, b);
+    }
+    // The body: chunk 0's clones; everything else they read comes from the enclosing scope.
+    let mut removed: BTreeSet<NodeId> = BTreeSet::new();
+    for name in &first.clones {
+        let id = find(name)?;
+        removed.insert(id);
+        let node = g.node(id);
+        let mut ins = Vec::with_capacity(node.inputs.len());
+        for i in &node.inputs {
+            ins.push(i.map(|v| {
+                *inside
+                    .entry(v)
+                    .or_insert_with(|| body.add_value(g.value(v).name.clone(), ValueKind::Outer))
+            }));
+        }
+        let mut outs = Vec::with_capacity(node.outputs.len());
+        for o in &node.outputs {
+            outs.push(o.map(|v| {
+                let b = body.add_value(g.value(v).name.clone(), made.clone());
+                inside.insert(v, b);
+                b
+            }));
+        }
+        body.nodes.push(Node {
+            inputs: ins,
+            outputs: outs,
+            ..node.clone()
+        });
+    }
+    // Region outputs: chunk 0's piece is a scan output along the concatenation axis.
+    let (mut scan_outs, mut out_axes, mut joins) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, axis) in &u.concats {
+        let id = find(name)?;
+        removed.insert(id);
+        let node = g.node(id);
+        let (Some(Some(piece)), Some(Some(y))) = (node.inputs.first(), node.outputs.first()) else {
+            return Err(err(format!("concat '{name}' has no input or output")));
+        };
+        let b = *inside
+            .get(piece)
+            .ok_or_else(|| err(format!("concat '{name}' reads no piece of chunk 0")))?;
+        body.values[b.index()].decl = Some(decl_of(g, facts, dims, *piece)?);
+        body.outputs.push(b);
+        let yname = g.value(*y).name.clone();
+        let s = out.add_value(
+            fresh(g, &mut taken, &format!("{yname}__scan")),
+            made.clone(),
+        );
+        scan_outs.push(s);
+        out_axes.push(*axis as i64);
+        let target = const_shape(facts, dims, *y, &yname)?;
+        let target = shape_const(
+            &mut out,
+            &mut taken,
+            &format!("{yname}__join_shape"),
+            &target,
+        );
+        joins.push(blank(
+            fresh(g, &mut taken, &format!("{yname}__join")),
+            "Reshape",
+            vec![Some(s), Some(target)],
+            vec![*y],
+        ));
+    }
+    super::rewrite::set_producers(&mut body);
+    let mut scan = blank(
+        fresh(g, &mut taken, &format!("{}__scan", u.concats[0].0)),
+        "Scan",
+        scan_ins,
+        scan_outs,
+    );
+    scan.attrs = vec![
+        attr("body", AttrValue::Graph(Box::new(body))),
+        attr("num_scan_inputs", AttrValue::Int(first.slices.len() as i64)),
+        attr("scan_input_axes", AttrValue::Ints(in_axes)),
+        attr("scan_output_axes", AttrValue::Ints(out_axes)),
+    ];
+    new_nodes.push(scan);
+    new_nodes.append(&mut joins);
+    for c in &u.chunks {
+        for (name, _) in &c.slices {
+            removed.insert(find(name)?);
+        }
+        for name in &c.clones {
+            removed.insert(find(name)?);
+        }
+    }
+    // Constants only the removed nodes read (slice bounds, later chunks' shapes) go with them.
+    let mut read_by_removed: BTreeSet<ValueId> = BTreeSet::new();
+    for &n in &removed {
+        read_by_removed.extend(g.node(n).input_ids());
+    }
+    let at = removed.iter().map(|n| n.index()).max().unwrap_or(0);
+    let mut nodes = Vec::with_capacity(g.nodes.len() + new_nodes.len());
+    for (i, node) in g.nodes.iter().enumerate() {
+        if !removed.contains(&NodeId::from_index(i)) {
+            nodes.push(node.clone());
+        }
+        if i == at {
+            nodes.append(&mut new_nodes);
+        }
+    }
+    out.nodes = nodes;
+    super::rewrite::set_producers(&mut out);
+    let mut read: Vec<bool> = vec![false; out.values.len()];
+    for n in &out.nodes {
+        for v in n.input_ids() {
+            read[v.index()] = true;
+        }
+        for sub in n.subgraphs() {
+            for v in sub.outer_reads_resolved(&out) {
+                read[v.index()] = true;
+            }
+        }
+    }
+    for &v in out.inputs.iter().chain(&out.outputs) {
+        read[v.index()] = true;
+    }
+    let dropped: BTreeSet<ValueId> = read_by_removed
+        .into_iter()
+        .filter(|v| matches!(out.value(*v).kind, ValueKind::Initializer(_)) && !read[v.index()])
+        .collect();
+    out.initializers.retain(|v| !dropped.contains(v));
+    let keep: Vec<bool> = (0..out.values.len())
+        .map(|i| !dropped.contains(&ValueId::from_index(i)))
+        .collect();
+    let out = super::rewrite::retain_values(out, &keep);
+    let order = out.topo_order().map_err(|e| err(e.to_string()))?;
+    let out = super::rewrite::compact(crate::reorder(&out, &order));
+    Ok(Some(Model {
+        graph: out,
+        ..model.clone()
+    }))
+}
+
+/// Whether every node of the chunks and their concatenations is still there, only they read what
+/// the chunks make, and every chunk is chunk 0 over its own slices: each clone reads, slot by slot,
+/// what chunk 0's clone reads, except that where chunk 0 reads its own slice or clone, chunk `c`
+/// reads its own at the same place, and where chunk 0 reads a constant, chunk `c` may read an
+/// equal one (its shape).
+fn closed(g: &Graph, by_name: &BTreeMap<&str, NodeId>, u: &Unrolled) -> bool {
+    if !sliced_alike(g, by_name, u) {
+        return false;
+    }
+    let mut inside: BTreeSet<NodeId> = BTreeSet::new();
+    let names = u
+        .chunks
+        .iter()
+        .flat_map(|c| c.slices.iter().map(|(n, _)| n).chain(&c.clones))
+        .chain(u.concats.iter().map(|(n, _)| n));
+    for name in names {
+        match by_name.get(name.as_str()) {
+            Some(&id) => inside.insert(id),
+            None => return false,
+        };
+    }
+    let consumers = g.consumers();
+    let outputs: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
+    let concat_outs: BTreeSet<ValueId> = u
+        .concats
+        .iter()
+        .filter_map(|(n, _)| by_name.get(n.as_str()))
+        .flat_map(|&id| g.node(id).output_ids())
+        .collect();
+    inside.iter().all(|&id| {
+        g.node(id).output_ids().all(|v| {
+            concat_outs.contains(&v)
+                || (!outputs.contains(&v)
+                    && consumers[v.index()].iter().all(|c| inside.contains(c)))
+        })
+    })
+}
+
+/// The per-chunk half of [`closed`]: every chunk has chunk 0's structure over its own slices.
+fn sliced_alike(g: &Graph, by_name: &BTreeMap<&str, NodeId>, u: &Unrolled) -> bool {
+    // Node -> (chunk, position among the chunk's slices then clones).
+    let mut place: BTreeMap<NodeId, (usize, usize)> = BTreeMap::new();
+    let mut lists: Vec<Vec<NodeId>> = Vec::with_capacity(u.chunks.len());
+    for (c, ch) in u.chunks.iter().enumerate() {
+        let mut list = Vec::new();
+        for name in ch.slices.iter().map(|(n, _)| n).chain(&ch.clones) {
+            let Some(&id) = by_name.get(name.as_str()) else {
+                return false;
+            };
+            place.insert(id, (c, list.len()));
+            list.push(id);
+        }
+        lists.push(list);
+    }
+    let where_made = |v: ValueId| -> Option<(usize, usize, u32)> {
+        match g.value(v).kind {
+            ValueKind::Node { node, slot } => place.get(&node).map(|&(c, i)| (c, i, slot)),
+            _ => None,
+        }
+    };
+    let same_const = |a: ValueId, b: ValueId| match (&g.value(a).kind, &g.value(b).kind) {
+        (ValueKind::Initializer(x), ValueKind::Initializer(y)) => {
+            let (xs, ys) = (x.to_i64_vec(), y.to_i64_vec());
+            x.dtype == y.dtype && x.dims == y.dims && xs.is_some() && xs == ys
+        }
+        _ => false,
+    };
+    let first = &lists[0];
+    lists.iter().enumerate().skip(1).all(|(c, list)| {
+        list.len() == first.len()
+            && first.iter().zip(list).enumerate().all(|(i, (&n0, &nc))| {
+                let (a, b) = (g.node(n0), g.node(nc));
+                let slice = i < u.chunks[0].slices.len();
+                a.op == b.op
+                    && a.inputs.len() == b.inputs.len()
+                    && a.inputs
+                        .iter()
+                        .zip(&b.inputs)
+                        .enumerate()
+                        .all(|(k, (x, y))| {
+                            match (*x, *y) {
+                                (None, None) => true,
+                                // A slice's bounds differ from chunk to chunk.
+                                (Some(_), Some(_)) if slice && k > 0 => true,
+                                (Some(x), Some(y)) => match (where_made(x), where_made(y)) {
+                                    (Some((0, i0, s0)), Some((cy, iy, sy))) => {
+                                        cy == c && iy == i0 && sy == s0
+                                    }
+                                    (None, None) => x == y || same_const(x, y),
+                                    _ => false,
+                                },
+                                _ => false,
+                            }
+                        })
+            })
+    })
+}
