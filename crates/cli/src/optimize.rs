@@ -55,9 +55,11 @@ pub struct OptimizeArgs {
     pub chunks: Vec<usize>,
     /// With --budget: a region cut into at least this many chunks of equal width is written as one
     /// `Scan` (its body one chunk) instead of unrolled, when its plan still fits (or is no higher),
-    /// so the file stays small; memplan plans and runs the Scan exactly. 0: always unroll.
-    #[arg(long, value_name = "K", default_value_t = memplan_plan::fit::SCAN_FROM)]
-    pub scan_from: usize,
+    /// so the file stays small; memplan plans and runs the Scan exactly, its body unplanned. 0:
+    /// always unroll. Default: regions of 100 chunks or more whose unrolling adds 2048 nodes or
+    /// more.
+    #[arg(long, value_name = "K")]
+    pub scan_from: Option<usize>,
     /// With --budget or --device-budget: the cost model (chunking's predicted time; the steps' time
     /// beside which host copies run), a JSON file of per-kind curves (seconds per node against its
     /// work, at a thread count) as `bench/calibrate_cost.py` writes it for a machine (default: the
@@ -259,8 +261,8 @@ pub struct OptimizeRequest {
     pub host_bandwidth: f64,
     /// Frontier states the exact schedule search explores.
     pub exact_work: usize,
-    /// Fold regions of at least this many equal chunks into a `Scan` (`None`: never).
-    pub scan_from: Option<usize>,
+    /// Which chunked regions to fold into a `Scan` (`None`: never).
+    pub scan_from: Option<memplan_plan::fit::ScanFrom>,
 }
 
 impl OptimizeRequest {
@@ -276,7 +278,7 @@ impl OptimizeRequest {
             device_budget: None,
             host_bandwidth: memplan_plan::offload::DEFAULT_BANDWIDTH,
             exact_work: memplan_plan::DEFAULT_EXACT_WORK,
-            scan_from: Some(memplan_plan::fit::SCAN_FROM),
+            scan_from: Some(memplan_plan::fit::ScanFrom::DEFAULT),
         }
     }
 }
@@ -513,7 +515,11 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         device_budget,
         host_bandwidth: a.host_bandwidth * 1e9,
         exact_work: a.exact_work,
-        scan_from: (a.scan_from > 0).then_some(a.scan_from),
+        scan_from: match a.scan_from {
+            None => Some(memplan_plan::fit::ScanFrom::DEFAULT),
+            Some(0) => None,
+            Some(chunks) => Some(memplan_plan::fit::ScanFrom { chunks, nodes: 0 }),
+        },
         ..OptimizeRequest::new(dims.clone())
     };
     let label = a.model.display().to_string();

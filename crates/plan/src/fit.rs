@@ -12,9 +12,10 @@
 //!    the planned peak still exceeds the budget the target is lowered by the excess and chunking
 //!    starts again from the original model (three rounds at most). The plan kept is the one with
 //!    the lowest planned peak, so a budget that cannot be met still gets the lowest plan reached.
-//! 5. With [`FitOptions::scan_from`], chunked regions of that many equal chunks or more are folded
-//!    into one `Scan` each ([`crate::chunk::roll`]) and the result is planned; it is kept when its
-//!    planned peak fits the budget or is no higher than the unrolled one's.
+//! 5. With [`FitOptions::scan_from`], chunked regions of enough equal chunks (whose unrolling adds
+//!    enough nodes) are folded into one `Scan` each ([`crate::chunk::roll`]) and the result is
+//!    planned; it is kept when its planned peak fits the budget or is no higher than the unrolled
+//!    one's.
 //!
 //! Every bound is on work (rounds, candidates, search states), never on time: the same input gives
 //! the same plan on any machine.
@@ -42,9 +43,9 @@ pub struct FitOptions {
     pub narrow: Option<narrow::Options>,
     /// Recompute values read after the peak first (training graphs).
     pub recompute: Option<remat::Options>,
-    /// Fold a chunked region of at least this many equal chunks into one `Scan`
-    /// ([`crate::chunk::roll`]) when the folded plan still fits (or is no higher); `None`: never.
-    pub scan_from: Option<usize>,
+    /// Which chunked regions to fold into one `Scan` each ([`crate::chunk::roll`]), when the
+    /// folded plan still fits (or is no higher); `None`: never.
+    pub scan_from: Option<ScanFrom>,
 }
 
 impl FitOptions {
@@ -56,14 +57,34 @@ impl FitOptions {
             chunk: ChunkOptions::default(),
             narrow: Some(narrow::Options::default()),
             recompute: None,
-            scan_from: Some(SCAN_FROM),
+            scan_from: Some(ScanFrom::DEFAULT),
         }
     }
 }
 
-/// The default [`FitOptions::scan_from`]: regions of this many chunks or more are folded into a
-/// `Scan`, so the written file stays small.
-pub const SCAN_FROM: usize = 128;
+/// Which chunked regions are folded into a `Scan`: those of at least `chunks` chunks (of one width)
+/// whose unrolling adds at least `nodes` nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanFrom {
+    pub chunks: usize,
+    pub nodes: usize,
+}
+
+impl ScanFrom {
+    /// Hundreds of chunks of a region of dozens of nodes: unrolled, thousands of nodes in the file.
+    /// A folded body runs unplanned (per-iteration allocations, no in-place reuse inside it), which
+    /// costs little against a body of many nodes and much against a short elementwise one, so
+    /// smaller regions stay unrolled unless asked.
+    pub const DEFAULT: ScanFrom = ScanFrom {
+        chunks: 100,
+        nodes: 2048,
+    };
+
+    /// Whether a step of `chunks` chunks that added `nodes` nodes is folded.
+    pub fn folds(&self, chunks: usize, nodes: usize) -> bool {
+        chunks >= self.chunks && nodes >= self.nodes
+    }
+}
 
 /// What chunking did.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -257,7 +278,7 @@ pub fn fit_budget(
     })
 }
 
-/// Folds every chunked region of at least `from` equal chunks into a `Scan` and plans the result;
+/// Folds every chunked region `from` selects into a `Scan` and plans the result;
 /// keeps it when its planned peak fits the budget or is no higher than the unrolled one's.
 fn fold_into_scans(
     model: Model,
@@ -266,12 +287,12 @@ fn fold_into_scans(
     summary: &mut ChunkSummary,
     dims: &BTreeMap<String, i64>,
     opts: &FitOptions,
-    from: usize,
+    from: ScanFrom,
 ) -> Result<(Model, Facts, Outcome), FitError> {
     let fold: Vec<usize> = (0..summary.steps.len())
         .filter(|&i| {
             let s = &summary.steps[i];
-            s.chunks >= from && s.unrolled.as_ref().is_some_and(|u| u.foldable())
+            from.folds(s.chunks, s.added_nodes) && s.unrolled.as_ref().is_some_and(|u| u.foldable())
         })
         .collect();
     if fold.is_empty() {

@@ -454,3 +454,97 @@ fn sliced_alike(g: &Graph, by_name: &BTreeMap<&str, NodeId>, u: &Unrolled) -> bo
             })
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::{chunk_to_budget, ChunkOptions};
+    use memplan_ir::DataType;
+
+    /// x [N, 64] -> Exp -> Sigmoid -> Relu -> y: every node passes rows through.
+    fn rows_model() -> Model {
+        let mut g = Graph::default();
+        let x = g.add_input(
+            "x",
+            DeclType::tensor(
+                DataType::F32,
+                vec![DeclDim::Param("N".into()), DeclDim::Value(64)],
+            ),
+        );
+        let (_, a) = g.add_node("exp", "Exp", &[Some(x)], &["a"], vec![]);
+        let (_, b) = g.add_node("sig", "Sigmoid", &[Some(a[0])], &["b"], vec![]);
+        let (_, y) = g.add_node("relu", "Relu", &[Some(b[0])], &["y"], vec![]);
+        g.outputs.push(y[0]);
+        Model {
+            graph: g,
+            ..Model::default()
+        }
+    }
+
+    /// Chunked in 4 at `n` rows, as low as it goes: the one step's record.
+    fn chunked(n: i64) -> (Model, BTreeMap<String, i64>, Unrolled) {
+        let dims = BTreeMap::from([("N".to_string(), n)]);
+        let opts = ChunkOptions {
+            chunk_counts: vec![4],
+            max_steps: 1,
+            ..ChunkOptions::default()
+        };
+        let c = chunk_to_budget(&rows_model(), &dims, &opts).unwrap();
+        assert_eq!(c.steps.len(), 1);
+        let u = c.steps[0].unrolled.clone().unwrap();
+        (c.model, dims, u)
+    }
+
+    #[test]
+    fn equal_chunks_fold_into_one_scan_over_a_reshaped_input() {
+        let (m, dims, u) = chunked(64);
+        assert!(u.foldable());
+        assert_eq!(u.chunks.len(), 4);
+        let facts = memplan_ir::infer_model_for(&m, &dims).unwrap();
+        let folded = roll(&m, &facts, &dims, &u).unwrap().unwrap();
+        let g = &folded.graph;
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.as_str()).collect();
+        assert_eq!(ops, ["Reshape", "Scan", "Reshape"], "{ops:?}");
+        let scan = &g.nodes[1];
+        let body = scan.subgraphs().next().unwrap();
+        let body_ops: Vec<&str> = body.nodes.iter().map(|n| n.op.as_str()).collect();
+        assert_eq!(body_ops, ["Exp", "Sigmoid", "Relu"]);
+        assert!(matches!(scan.attr("scan_input_axes"), Some(AttrValue::Ints(v)) if v == &[0]));
+        // Chunk 0's slice bounds and every later chunk's constants are gone with their nodes.
+        assert!(g.initializers.len() <= 2, "{}", g.initializers.len());
+        // The output keeps its name and shape: [4, 16, 64] reshaped back to [64, 64].
+        let f = memplan_ir::infer_model_for(&folded, &dims).unwrap();
+        let y = g.outputs[0];
+        assert_eq!(g.value(y).name, "y");
+        let shape: Vec<i64> = f
+            .get(y)
+            .shape
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|d| d.eval_map(&dims).unwrap())
+            .collect();
+        assert_eq!(shape, [64, 64]);
+    }
+
+    #[test]
+    fn chunks_of_different_widths_do_not_fold() {
+        // 62 rows in 4: 16, 16, 16, 14.
+        let (m, dims, u) = chunked(62);
+        assert!(!u.foldable());
+        let facts = memplan_ir::infer_model_for(&m, &dims).unwrap();
+        assert!(roll(&m, &facts, &dims, &u).is_err());
+    }
+
+    #[test]
+    fn chunks_read_from_outside_are_not_folded() {
+        let (mut m, dims, u) = chunked(64);
+        // Something outside now reads chunk 1's Exp: the chunks are no longer a closed region.
+        let g = &mut m.graph;
+        let v = g.find_value("a__chunk1").unwrap();
+        let (_, z) = g.add_node("outside", "Neg", &[Some(v)], &["z"], vec![]);
+        g.outputs.push(z[0]);
+        let facts = memplan_ir::infer_model_for(&m, &dims).unwrap();
+        assert!(roll(&m, &facts, &dims, &u).unwrap().is_none());
+    }
+}
