@@ -7,7 +7,8 @@
 //! the body of a `Scan` over `T` iterations:
 //!
 //! - each split input `x` (split along `a`) is reshaped (a view) from `[.., E, ..]` to
-//!   `[.., T, k, ..]` and scanned along `a`: iteration `t` reads `[.., k, ..]`, chunk `t`'s slice;
+//!   `[.., T, k, ..]` and scanned along `a`: iteration `t` reads `[.., k, ..]`, chunk `t`'s slice
+//!   (when only ones precede `a`, `T` goes in front instead: the same bytes, scanned along 0);
 //! - the body is chunk 0's clones; what they read from outside the region (weights, inputs read
 //!   whole, the chunk's own shape constants) they read from the enclosing scope;
 //! - each region output is a scan output along the concatenation axis, `[.., T, k, ..]`, reshaped
@@ -136,6 +137,17 @@ fn fresh(g: &Graph, taken: &mut BTreeSet<String>, base: &str) -> String {
     name
 }
 
+/// Where the iterations' axis goes in a chunk of `shape` cut along `axis`: in front when only
+/// ones precede the cut (the same bytes, and a leading scan axis is what every runtime handles
+/// without a transpose), else right before the cut.
+fn scan_axis(shape: &[i64], axis: usize) -> usize {
+    if shape[..axis].iter().all(|&d| d == 1) {
+        0
+    } else {
+        axis
+    }
+}
+
 /// Folds the chunks `u` describes into one `Scan` (see the module docs), with the shapes at
 /// `dims` (every symbol given). The node list of the result is in topological order. `None` when
 /// a later rewrite made something outside the chunks read a value inside them (a node made again
@@ -198,7 +210,8 @@ pub fn roll(
             .copied()
             .ok_or_else(|| err(format!("slice '{name}' cuts beyond its rank")))?;
         split[*axis] = k;
-        split.insert(*axis, trips);
+        let at = scan_axis(&split, *axis);
+        split.insert(at, trips);
         let target = shape_const(
             &mut out,
             &mut taken,
@@ -216,7 +229,7 @@ pub fn roll(
             vec![y],
         ));
         scan_ins.push(Some(y));
-        in_axes.push(*axis as i64);
+        in_axes.push(at as i64);
         let b = body.add_input(
             g.value(*piece).name.clone(),
             decl_of(g, facts, dims, *piece)?,
@@ -271,7 +284,8 @@ pub fn roll(
             made.clone(),
         );
         scan_outs.push(s);
-        out_axes.push(*axis as i64);
+        let piece_shape = const_shape(facts, dims, *piece, &g.value(*piece).name)?;
+        out_axes.push(scan_axis(&piece_shape, *axis) as i64);
         let target = const_shape(facts, dims, *y, &yname)?;
         let target = shape_const(
             &mut out,
@@ -525,6 +539,14 @@ mod tests {
             .map(|d| d.eval_map(&dims).unwrap())
             .collect();
         assert_eq!(shape, [64, 64]);
+    }
+
+    #[test]
+    fn the_iterations_go_in_front_when_only_ones_precede_the_cut() {
+        assert_eq!(scan_axis(&[1, 16, 8], 1), 0);
+        assert_eq!(scan_axis(&[1, 1, 16], 2), 0);
+        assert_eq!(scan_axis(&[2, 16], 1), 1);
+        assert_eq!(scan_axis(&[16, 2], 0), 0);
     }
 
     #[test]
