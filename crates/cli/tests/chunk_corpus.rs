@@ -41,6 +41,40 @@ fn json_and_status(args: &[&str]) -> (i32, serde_json::Value) {
     (out.status.code().unwrap_or(-1), v)
 }
 
+/// Runs the written model `o` on inputs `i` from its plan `p` and without one: outputs bit-identical
+/// to the reference `r`, and the planned run's measured peak is the plan's (`rep`, optimize's
+/// JSON).
+fn runs_bit_identical(o: &str, p: &str, i: &str, r: &str, rep: &serde_json::Value, what: &str) {
+    for planned in [true, false] {
+        let mut args = vec![
+            "run",
+            o,
+            "--inputs-npz",
+            i,
+            "--compare",
+            r,
+            "--exact",
+            "--json",
+        ];
+        if planned {
+            args.extend(["--plan", p]);
+        }
+        let run = json_of(&args);
+        assert_eq!(
+            run["mismatches"].as_array().unwrap().len(),
+            0,
+            "{what} (planned {planned}): {}",
+            run["mismatches"]
+        );
+        if planned {
+            assert_eq!(
+                run["peak_bytes"], rep["peak_bytes_after"],
+                "{what}: the measured peak is the plan's"
+            );
+        }
+    }
+}
+
 /// The default chunk counts of `memplan_plan::chunk::ChunkOptions`.
 const COUNTS: [usize; 8] = [2, 4, 8, 16, 32, 64, 128, 256];
 
@@ -121,26 +155,7 @@ fn chunked_corpus_runs_bit_identical_at_every_chunk_count() {
                     continue;
                 }
                 chunked += 1;
-                for planned in [true, false] {
-                    let mut args = vec!["run", o, "--inputs-npz", i, "--compare", r, "--exact"];
-                    args.push("--json");
-                    if planned {
-                        args.extend(["--plan", p]);
-                    }
-                    let run = json_of(&args);
-                    assert_eq!(
-                        run["mismatches"].as_array().unwrap().len(),
-                        0,
-                        "{stem} in chunks of {k} (planned {planned}): {}",
-                        run["mismatches"]
-                    );
-                    if planned {
-                        assert_eq!(
-                            run["peak_bytes"], rep["peak_bytes_after"],
-                            "{stem} in chunks of {k}: the measured peak is the plan's"
-                        );
-                    }
-                }
+                runs_bit_identical(o, p, i, r, &rep, &format!("{stem} in chunks of {k}"));
             }
         }
     }
@@ -582,26 +597,7 @@ fn regions_folded_into_a_scan_run_bit_identical() {
                 }
                 folded += scans;
                 sizes.push((text.len(), scans));
-                for planned in [true, false] {
-                    let mut args = vec!["run", o, "--inputs-npz", i, "--compare", r, "--exact"];
-                    args.push("--json");
-                    if planned {
-                        args.extend(["--plan", p]);
-                    }
-                    let run = json_of(&args);
-                    assert_eq!(
-                        run["mismatches"].as_array().unwrap().len(),
-                        0,
-                        "{stem} --scan-from {scan_from} (planned {planned}): {}",
-                        run["mismatches"]
-                    );
-                    if planned {
-                        assert_eq!(
-                            run["peak_bytes"], rep["peak_bytes_after"],
-                            "{stem} --scan-from {scan_from}: the measured peak is the plan's"
-                        );
-                    }
-                }
+                runs_bit_identical(o, p, i, r, &rep, &format!("{stem} --scan-from {scan_from}"));
             }
             if sizes[1].1 > 0 {
                 assert!(sizes[1].0 < sizes[0].0, "{stem}: folded file {sizes:?}");

@@ -598,32 +598,8 @@ fn run_scan(
         c.arena = None;
         c.outputs.clear();
     }
-    if let Some(mut outs) = made {
-        for t in 0..trips {
-            let mut inputs: Vec<Tensor> = std::mem::take(&mut carried);
-            for &(x, a, rev) in &scan_in {
-                let idx = if rev { trips - 1 - t } else { t };
-                inputs.push(slice_at(ctx, x, a, idx)?);
-            }
-            let (states, got) = scan_step(ctx, &body, inputs, n, k_out)?;
-            carried = states;
-            for (k, (p, (dst, a))) in got.iter().zip(outs.iter_mut()).enumerate() {
-                let at = if rev.get(k).copied().unwrap_or(false) {
-                    trips - 1 - t
-                } else {
-                    t
-                };
-                put_piece(dst, *a, at, p, &format!("scan output {k} of iteration {t}"))?;
-            }
-        }
-        if trips == 0 {
-            for t in carried.iter_mut() {
-                *t = t.to_owned_buffer(Some(ctx.stats))?;
-            }
-        }
-        carried.extend(outs.into_iter().map(|(t, _)| t));
-        return Ok(carried);
-    }
+    // Each iteration's pieces go into the outputs made first, or are kept for stacking.
+    let mut placed = made;
     let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); k_out];
     for t in 0..trips {
         let mut inputs: Vec<Tensor> = std::mem::take(&mut carried);
@@ -631,16 +607,34 @@ fn run_scan(
             let idx = if rev { trips - 1 - t } else { t };
             inputs.push(slice_at(ctx, x, a, idx)?);
         }
-        let (states, outs) = scan_step(ctx, &body, inputs, n, k_out)?;
+        let (states, got) = scan_step(ctx, &body, inputs, n, k_out)?;
         carried = states;
-        for (k, t) in outs.into_iter().enumerate() {
-            pieces[k].push(t);
+        match placed.as_mut() {
+            Some(outs) => {
+                for (k, (p, (dst, a))) in got.iter().zip(outs.iter_mut()).enumerate() {
+                    let at = if rev.get(k).copied().unwrap_or(false) {
+                        trips - 1 - t
+                    } else {
+                        t
+                    };
+                    put_piece(dst, *a, at, p, &format!("scan output {k} of iteration {t}"))?;
+                }
+            }
+            None => {
+                for (k, p) in got.into_iter().enumerate() {
+                    pieces[k].push(p);
+                }
+            }
         }
     }
     if trips == 0 {
         for t in carried.iter_mut() {
             *t = t.to_owned_buffer(Some(ctx.stats))?;
         }
+    }
+    if let Some(outs) = placed {
+        carried.extend(outs.into_iter().map(|(t, _)| t));
+        return Ok(carried);
     }
     let mut axes = Vec::with_capacity(k_out);
     for (i, &a) in out_axes.iter().enumerate() {
