@@ -180,6 +180,26 @@ pub struct Node {
 }
 
 impl Node {
+    /// A node of the default domain with no attributes, doc or metadata.
+    pub fn new(
+        name: impl Into<String>,
+        op: &str,
+        inputs: Vec<Option<ValueId>>,
+        outputs: Vec<Option<ValueId>>,
+    ) -> Node {
+        Node {
+            name: name.into(),
+            op: op.to_string(),
+            domain: String::new(),
+            overload: String::new(),
+            inputs,
+            outputs,
+            attrs: Vec::new(),
+            doc: String::new(),
+            metadata: Vec::new(),
+        }
+    }
+
     pub fn attr(&self, name: &str) -> Option<&AttrValue> {
         self.attrs.iter().find(|a| a.name == name).map(|a| &a.value)
     }
@@ -323,17 +343,14 @@ impl Graph {
                 )
             })
             .collect();
-        self.nodes.push(Node {
-            name: name.into(),
-            op: op.to_string(),
-            domain: String::new(),
-            overload: String::new(),
-            inputs: inputs.to_vec(),
-            outputs: outs.iter().map(|v| Some(*v)).collect(),
-            attrs,
-            doc: String::new(),
-            metadata: Vec::new(),
-        });
+        let mut node = Node::new(
+            name,
+            op,
+            inputs.to_vec(),
+            outs.iter().map(|v| Some(*v)).collect(),
+        );
+        node.attrs = attrs;
+        self.nodes.push(node);
         (nid, outs)
     }
 

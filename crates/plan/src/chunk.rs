@@ -520,7 +520,7 @@ pub fn chunk_to_budget(
         let name = |n: Option<&NodeId>| n.map(|&n| g.node(n).name.clone()).unwrap_or_default();
         let region = &best.region;
         let em = rewrite::emit(g, &facts, dims, &base.consumers, region)?;
-        let step = ChunkStep {
+        let mut step = ChunkStep {
             nodes: region.nodes.len(),
             first: name(region.nodes.first()),
             last: name(region.nodes.last()),
@@ -542,7 +542,6 @@ pub fn chunk_to_budget(
         };
         drop(base);
         let (next, unrolled) = rewrite::apply_unrolled(&cur, &facts, dims, region)?;
-        let mut step = step;
         step.unrolled = Some(unrolled);
         let old: BTreeSet<&str> = cur.graph.nodes.iter().map(|n| n.name.as_str()).collect();
         let new: Vec<String> = next

@@ -202,10 +202,17 @@ pub(crate) fn emit(
 }
 
 /// Unique names: a base name, or the base with `_2`, `_3`, ... appended.
-struct Names(BTreeSet<String>);
+pub(crate) struct Names(BTreeSet<String>);
 
 impl Names {
-    fn fresh(&mut self, base: &str) -> String {
+    /// The names of `g`'s values and nodes, taken.
+    pub(crate) fn of(g: &Graph) -> Names {
+        let mut taken: BTreeSet<String> = g.values.iter().map(|v| v.name.clone()).collect();
+        taken.extend(g.nodes.iter().map(|n| n.name.clone()));
+        Names(taken)
+    }
+
+    pub(crate) fn fresh(&mut self, base: &str) -> String {
         let mut name = base.to_string();
         let mut k = 1;
         while self.0.contains(&name) {
@@ -242,8 +249,7 @@ pub(crate) fn apply_unrolled(
     let em = emit(g, facts, dims, &consumers, region)?;
     let err = |m: String| ChunkError::Region(m);
     let mut out = g.clone();
-    let mut names = Names(g.values.iter().map(|v| v.name.clone()).collect());
-    names.0.extend(g.nodes.iter().map(|n| n.name.clone()));
+    let mut names = Names::of(g);
     // Shared names for the chunk bounds: after the first region output.
     let tag = em
         .outputs
@@ -256,17 +262,7 @@ pub(crate) fn apply_unrolled(
         concats: Vec::new(),
         equal: em.bounds.iter().all(|&(lo, hi)| hi - lo == em.width(0)),
     };
-    let blank = |name: String, op: &str, inputs: Vec<Option<ValueId>>| Node {
-        name,
-        op: op.into(),
-        domain: String::new(),
-        overload: String::new(),
-        inputs,
-        outputs: Vec::new(),
-        attrs: Vec::new(),
-        doc: String::new(),
-        metadata: Vec::new(),
-    };
+    let blank = |name: String, op: &str, inputs| Node::new(name, op, inputs, Vec::new());
     // A placeholder producer; value kinds are fixed once the node list is final.
     let made = ValueKind::Node {
         node: NodeId(u32::MAX),

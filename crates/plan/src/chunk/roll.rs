@@ -27,6 +27,7 @@ use memplan_ir::graph::{
 use memplan_ir::infer::Facts;
 use memplan_ir::TensorData;
 
+use super::rewrite::Names;
 use super::ChunkError;
 
 /// The nodes one chunk of an unrolled region is made of, by name.
@@ -112,29 +113,16 @@ fn attr(name: &str, value: AttrValue) -> Attribute {
 }
 
 fn blank(name: String, op: &str, inputs: Vec<Option<ValueId>>, outputs: Vec<ValueId>) -> Node {
-    Node {
-        name,
-        op: op.into(),
-        domain: String::new(),
-        overload: String::new(),
-        inputs,
-        outputs: outputs.into_iter().map(Some).collect(),
-        attrs: Vec::new(),
-        doc: String::new(),
-        metadata: Vec::new(),
-    }
+    Node::new(name, op, inputs, outputs.into_iter().map(Some).collect())
 }
 
-/// A fresh name in `g` (values and nodes) from `base`.
-fn fresh(g: &Graph, taken: &mut BTreeSet<String>, base: &str) -> String {
-    let mut name = base.to_string();
-    let mut k = 1;
-    while taken.contains(&name) || g.find_value(&name).is_some() {
-        k += 1;
-        name = format!("{base}_{k}");
-    }
-    taken.insert(name.clone());
-    name
+/// A new 1-D `int64` initializer holding `s` (a `Reshape` target), named from `base`.
+fn shape_const(out: &mut Graph, names: &mut Names, base: &str, s: &[i64]) -> ValueId {
+    out.add_initializer(TensorData::from_i64(
+        names.fresh(base),
+        vec![s.len() as u64],
+        s,
+    ))
 }
 
 /// Where the iterations' axis goes in a chunk of `shape` cut along `axis`: in front when only
@@ -179,19 +167,15 @@ pub fn roll(
     }
     let trips = u.chunks.len() as i64;
     let first = &u.chunks[0];
-    let mut taken: BTreeSet<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
+    let mut names = Names::of(g);
     let mut out = g.clone();
     let mut body = Graph {
-        name: fresh(g, &mut taken, &format!("{}__body", u.concats[0].0)),
+        name: names.fresh(&format!("{}__body", u.concats[0].0)),
         ..Graph::default()
     };
     // Main-graph value -> body value.
     let mut inside: BTreeMap<ValueId, ValueId> = BTreeMap::new();
     let mut new_nodes: Vec<Node> = Vec::new();
-    let shape_const = |out: &mut Graph, taken: &mut BTreeSet<String>, base: &str, s: &[i64]| {
-        let name = fresh(g, taken, base);
-        out.add_initializer(TensorData::from_i64(name, vec![s.len() as u64], s))
-    };
     let made = ValueKind::Node {
         node: NodeId(u32::MAX),
         slot: 0,
@@ -214,16 +198,13 @@ pub fn roll(
         split.insert(at, trips);
         let target = shape_const(
             &mut out,
-            &mut taken,
+            &mut names,
             &format!("{xname}__scan_shape"),
             &split,
         );
-        let y = out.add_value(
-            fresh(g, &mut taken, &format!("{xname}__scan")),
-            made.clone(),
-        );
+        let y = out.add_value(names.fresh(&format!("{xname}__scan")), made.clone());
         new_nodes.push(blank(
-            fresh(g, &mut taken, &format!("{xname}__scan_reshape")),
+            names.fresh(&format!("{xname}__scan_reshape")),
             "Reshape",
             vec![Some(*x), Some(target)],
             vec![y],
@@ -279,22 +260,19 @@ pub fn roll(
         body.values[b.index()].decl = Some(decl_of(g, facts, dims, *piece)?);
         body.outputs.push(b);
         let yname = g.value(*y).name.clone();
-        let s = out.add_value(
-            fresh(g, &mut taken, &format!("{yname}__scan")),
-            made.clone(),
-        );
+        let s = out.add_value(names.fresh(&format!("{yname}__scan")), made.clone());
         scan_outs.push(s);
         let piece_shape = const_shape(facts, dims, *piece, &g.value(*piece).name)?;
         out_axes.push(scan_axis(&piece_shape, *axis) as i64);
         let target = const_shape(facts, dims, *y, &yname)?;
         let target = shape_const(
             &mut out,
-            &mut taken,
+            &mut names,
             &format!("{yname}__join_shape"),
             &target,
         );
         joins.push(blank(
-            fresh(g, &mut taken, &format!("{yname}__join")),
+            names.fresh(&format!("{yname}__join")),
             "Reshape",
             vec![Some(s), Some(target)],
             vec![*y],
@@ -302,7 +280,7 @@ pub fn roll(
     }
     super::rewrite::set_producers(&mut body);
     let mut scan = blank(
-        fresh(g, &mut taken, &format!("{}__scan", u.concats[0].0)),
+        names.fresh(&format!("{}__scan", u.concats[0].0)),
         "Scan",
         scan_ins,
         scan_outs,
