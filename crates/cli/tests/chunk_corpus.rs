@@ -595,6 +595,11 @@ fn regions_folded_into_a_scan_run_bit_identical() {
                 if scan_from == "0" {
                     assert_eq!(scans, 0, "{stem}: --scan-from 0 never folds");
                 }
+                // Each folded Scan carries no state: the plan runs its body from a plan of its own.
+                let plan_json: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+                let bodies = plan_json["bodies"].as_array().map_or(0, Vec::len);
+                assert_eq!(bodies, scans, "{stem}: body plans for {scans} Scans");
                 folded += scans;
                 sizes.push((text.len(), scans));
                 runs_bit_identical(o, p, i, r, &rep, &format!("{stem} --scan-from {scan_from}"));

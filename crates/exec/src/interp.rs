@@ -263,8 +263,8 @@ pub struct PlanReport {
 }
 
 /// Where a planned run puts things.
-struct Placed<'p> {
-    plan: &'p Plan,
+pub(crate) struct Placed<'p> {
+    pub(crate) plan: &'p Plan,
     arena: Arc<Arena>,
     /// The planned byte range of each value that owns a buffer.
     range: Vec<Option<(usize, usize)>>,
@@ -290,7 +290,8 @@ const OUT_START: usize = 2;
 const OUT_DUE: usize = 3;
 
 impl<'p> Placed<'p> {
-    fn new(
+    /// Reads `plan` for `graph` and allocates its arena, charged to `stats`.
+    pub(crate) fn new(
         graph: &Graph,
         plan: &'p Plan,
         dims: &BTreeMap<String, i64>,
@@ -617,106 +618,34 @@ fn execute(
         };
         stats.take_scratch_high();
         let node_start = Instant::now();
-        let node_err = |e: OpFail| match e {
-            OpFail::Unsupported(m) => ExecError::Node {
-                node: label(),
-                msg: format!("unsupported: {m}"),
-            },
-            e => ExecError::Node {
-                node: label(),
-                msg: e.to_string(),
-            },
+        let control = || {
+            let env = ops::control::Env {
+                graph,
+                values: &values,
+                parent: None,
+            };
+            let cctx = ops::control::CtlCtx {
+                node,
+                control: facts.control.get(&nid),
+                env: &env,
+                stats: &stats,
+                opset,
+                dims: &dims,
+                bound: &bound,
+                body_plan: placed.as_ref().and_then(|p| p.plan.body(nid.0)),
+            };
+            ops::control::run(&cctx, &ins)
         };
-        // The planned range of each output slot (in-place output 0: the dead input's).
-        let mut want: Vec<Option<(usize, usize)>> = vec![None; node.outputs.len()];
-        let mut done_in_place = None;
-        if let Some(p) = &placed {
-            let ip = p.inplace[nid.index()];
-            let mut queue = std::collections::VecDeque::new();
-            for (slot, o) in node.outputs.iter().enumerate() {
-                let Some(v) = o else { continue };
-                match (p.range[v.index()], ip) {
-                    (Some(r), Some(_)) if slot == 0 => {
-                        want[0] = Some(r);
-                        queue.push_back(None);
-                    }
-                    (Some(r), _) => {
-                        want[slot] = Some(r);
-                        queue.push_back(Some(r));
-                    }
-                    (None, _) if slot == 0 && view => {}
-                    (None, _) => queue.push_back(None),
-                }
-            }
-            // A body's allocations go to the heap, as the plan's `heap_bytes` counts; the node's
-            // outputs are then copied into their planned ranges, except those it makes first and
-            // fills in place, which take their ranges before the first body runs.
-            if is_cf {
-                let first = memplan_ir::ops::control::outputs_made_first(node, opset);
-                if !first.is_empty() {
-                    let mut c = arena::lock(&stats.cursor);
-                    c.arena = Some(p.arena.clone());
-                    c.outputs = first
-                        .map(|slot| want.get(slot).copied().flatten())
-                        .collect();
-                }
-            } else {
-                let mut c = arena::lock(&stats.cursor);
-                c.arena = Some(p.arena.clone());
-                c.outputs = queue;
-                c.scratch = p.scratch[nid.index()];
-                c.scratch_top = 0;
-            }
-            if let (Some((slot, (off, len))), Some(f)) = (ip, f) {
-                done_in_place =
-                    inplace::run(&ctx, f, &ins, slot, &p.arena, off, len).map_err(node_err)?;
-                if done_in_place.is_none() {
-                    // The queue made above sends output 0 to the heap; it is copied over the dead
-                    // input once the op has returned.
-                    if let Some(r) = report.as_mut() {
-                        r.inplace_copied.push(label());
-                    }
-                }
-            }
-        }
-        let assembled = placed
-            .as_ref()
-            .filter(|p| p.assembled[nid.index()])
-            .map(|p| {
-                let y = node.outputs.first().copied().flatten();
-                assembled_output(node, &ins, &p.arena, y.and_then(|y| p.range[y.index()]))
-                    .map_err(|msg| ExecError::Node { node: label(), msg })
-            })
-            .transpose()?;
-        let mut outs = match (assembled, done_in_place) {
-            (Some(t), _) => vec![t],
-            (None, Some(t)) => {
-                if let Some(r) = report.as_mut() {
-                    r.inplace_done += 1;
-                }
-                vec![t]
-            }
-            (None, None) => match f {
-                Some(f) => f(&ctx, &ins).map_err(node_err)?,
-                None => {
-                    let env = ops::control::Env {
-                        graph,
-                        values: &values,
-                        parent: None,
-                    };
-                    let cctx = ops::control::CtlCtx {
-                        node,
-                        control: facts.control.get(&nid),
-                        env: &env,
-                        stats: &stats,
-                        opset,
-                        dims: &dims,
-                        bound: &bound,
-                    };
-                    ops::control::run(&cctx, &ins).map_err(node_err)?
-                }
-            },
-        };
+        let outs = run_node(
+            placed.as_ref(),
+            nid,
+            &ctx,
+            f,
+            &ins,
+            &control,
+            report.as_mut(),
+            &label,
+        )?;
         // What a control-flow node's bodies made (and the branch an `If` took) binds theirs.
         if is_cf {
             for (k, v) in std::mem::take(&mut *bound.lock().unwrap_or_else(|e| e.into_inner())) {
@@ -733,20 +662,6 @@ fn execute(
                     label()
                 ));
             }
-        }
-        if let Some(p) = &placed {
-            {
-                let mut c = arena::lock(&stats.cursor);
-                c.arena = None;
-                c.outputs.clear();
-                c.scratch = None;
-                if let Some(r) = report.as_mut() {
-                    r.misses
-                        .extend(c.misses.drain(..).map(|m| format!("node {}: {m}", label())));
-                }
-            }
-            place_outputs(&p.arena, &want, &mut outs, &stats)
-                .map_err(|msg| ExecError::Node { node: label(), msg })?;
         }
         for (slot, o) in node.outputs.iter().enumerate() {
             if let Some(v) = o {
@@ -817,6 +732,125 @@ fn execute(
         scratch_mismatches,
         node_seconds,
     })
+}
+
+/// Runs one node: its op, or `control` for a control-flow node (no op function). In a planned run
+/// (`placed`) its outputs go to their planned ranges: output 0 over the dead input the plan names
+/// (run in place when the executor can, else computed on the heap and copied over it), an
+/// assembled `Concat`'s output is the range its inputs already fill, and what the op made
+/// elsewhere is copied into its range. `report` takes the in-place tallies and the cursor's
+/// misses; without one (a body's node) the misses stay for the enclosing node to report.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_node(
+    placed: Option<&Placed>,
+    nid: NodeId,
+    ctx: &OpCtx,
+    f: Option<ops::OpFn>,
+    ins: &[Option<&Tensor>],
+    control: &dyn Fn() -> Result<Vec<Tensor>, OpFail>,
+    mut report: Option<&mut PlanReport>,
+    label: &dyn Fn() -> String,
+) -> Result<Vec<Tensor>, ExecError> {
+    let (node, opset, view, stats) = (ctx.node, ctx.opset, ctx.view, ctx.stats);
+    let is_cf = f.is_none();
+    let node_err = |e: OpFail| match e {
+        OpFail::Unsupported(m) => ExecError::Node {
+            node: label(),
+            msg: format!("unsupported: {m}"),
+        },
+        e => ExecError::Node {
+            node: label(),
+            msg: e.to_string(),
+        },
+    };
+    // The planned range of each output slot (in-place output 0: the dead input's).
+    let mut want: Vec<Option<(usize, usize)>> = vec![None; node.outputs.len()];
+    let mut done_in_place = None;
+    if let Some(p) = placed {
+        let ip = p.inplace[nid.index()];
+        let mut queue = std::collections::VecDeque::new();
+        for (slot, o) in node.outputs.iter().enumerate() {
+            let Some(v) = o else { continue };
+            match (p.range[v.index()], ip) {
+                (Some(r), Some(_)) if slot == 0 => {
+                    want[0] = Some(r);
+                    queue.push_back(None);
+                }
+                (Some(r), _) => {
+                    want[slot] = Some(r);
+                    queue.push_back(Some(r));
+                }
+                (None, _) if slot == 0 && view => {}
+                (None, _) => queue.push_back(None),
+            }
+        }
+        // A body's allocations go to the heap, as the plan's `heap_bytes` counts; the node's
+        // outputs are then copied into their planned ranges, except those it makes first and
+        // fills in place, which take their ranges before the first body runs.
+        if is_cf {
+            let first = memplan_ir::ops::control::outputs_made_first(node, opset);
+            if !first.is_empty() {
+                let mut c = arena::lock(&stats.cursor);
+                c.arena = Some(p.arena.clone());
+                c.outputs = first
+                    .map(|slot| want.get(slot).copied().flatten())
+                    .collect();
+            }
+        } else {
+            let mut c = arena::lock(&stats.cursor);
+            c.arena = Some(p.arena.clone());
+            c.outputs = queue;
+            c.scratch = p.scratch[nid.index()];
+            c.scratch_top = 0;
+        }
+        if let (Some((slot, (off, len))), Some(f)) = (ip, f) {
+            done_in_place =
+                inplace::run(ctx, f, ins, slot, &p.arena, off, len).map_err(node_err)?;
+            if done_in_place.is_none() {
+                // The queue made above sends output 0 to the heap; it is copied over the dead
+                // input once the op has returned.
+                if let Some(r) = report.as_deref_mut() {
+                    r.inplace_copied.push(label());
+                }
+            }
+        }
+    }
+    let assembled = placed
+        .filter(|p| p.assembled[nid.index()])
+        .map(|p| {
+            let y = node.outputs.first().copied().flatten();
+            assembled_output(node, ins, &p.arena, y.and_then(|y| p.range[y.index()]))
+                .map_err(|msg| ExecError::Node { node: label(), msg })
+        })
+        .transpose()?;
+    let mut outs = match (assembled, done_in_place) {
+        (Some(t), _) => vec![t],
+        (None, Some(t)) => {
+            if let Some(r) = report.as_deref_mut() {
+                r.inplace_done += 1;
+            }
+            vec![t]
+        }
+        (None, None) => match f {
+            Some(f) => f(ctx, ins).map_err(node_err)?,
+            None => control().map_err(node_err)?,
+        },
+    };
+    if let Some(p) = placed {
+        {
+            let mut c = arena::lock(&stats.cursor);
+            c.arena = None;
+            c.outputs.clear();
+            c.scratch = None;
+            if let Some(r) = report {
+                r.misses
+                    .extend(c.misses.drain(..).map(|m| format!("node {}: {m}", label())));
+            }
+        }
+        place_outputs(&p.arena, &want, &mut outs, stats)
+            .map_err(|msg| ExecError::Node { node: label(), msg })?;
+    }
+    Ok(outs)
 }
 
 /// Binds the symbols for sizes made from the data (a `NonZero` count, a branch taken) that value

@@ -543,3 +543,137 @@ fn planned_runs_with_control_flow_measure_what_they_plan() {
         assert!(heap >= if b { 16 } else { 32 }, "{heap}");
     }
 }
+
+/// A `Scan` that carries no state: `zs[t] = y * y` with `y = -exp(xs[t]) + w`, `xs` scanned
+/// backwards, `w` read from the enclosing graph.
+fn stateless_scan_graph() -> Graph {
+    let mut body = Graph {
+        name: "stateless_body".into(),
+        ..Graph::default()
+    };
+    let x = body.add_input(
+        "xe",
+        DeclType::tensor(DataType::F32, vec![DeclDim::Value(64)]),
+    );
+    let w = outer(&mut body, "w");
+    let (_, e) = body.add_node("exp", "Exp", &[Some(x)], &["e"], vec![]);
+    let (_, n) = body.add_node("neg", "Neg", &[Some(e[0])], &["n"], vec![]);
+    let (_, y) = body.add_node("add", "Add", &[Some(n[0]), Some(w)], &["y"], vec![]);
+    let (_, z) = body.add_node("sq", "Mul", &[Some(y[0]), Some(y[0])], &["z"], vec![]);
+    body.outputs.push(z[0]);
+    let mut g = Graph::default();
+    let xs = g.add_input(
+        "xs",
+        DeclType::tensor(
+            DataType::F32,
+            vec![DeclDim::Param("T".into()), DeclDim::Value(64)],
+        ),
+    );
+    g.add_input(
+        "w",
+        DeclType::tensor(DataType::F32, vec![DeclDim::Value(64)]),
+    );
+    let attrs = vec![
+        attr("body", AttrValue::Graph(Box::new(body))),
+        attr("num_scan_inputs", AttrValue::Int(1)),
+        attr("scan_input_directions", AttrValue::Ints(vec![1])),
+    ];
+    let (_, o) = g.add_node("scan", "Scan", &[Some(xs)], &["zs"], attrs);
+    g.outputs.push(o[0]);
+    g
+}
+
+#[test]
+fn a_scan_without_state_runs_its_body_from_one_planned_arena() {
+    let g = stateless_scan_graph();
+    let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+    let heaps: Vec<u64> = [1usize, 3, 8]
+        .iter()
+        .map(|&t| {
+            let inputs = || {
+                BTreeMap::from([
+                    (
+                        "xs".to_string(),
+                        f32s(&[t, 64], |i| (i as f32 * 0.37).sin()),
+                    ),
+                    ("w".to_string(), f32s(&[64], |i| i as f32 * 0.5)),
+                ])
+            };
+            let heap = check_planned(&g, inputs);
+            let dims = BTreeMap::from([("T".to_string(), t as i64)]);
+            let plan = memplan_plan::optimize(&g, &facts, &dims, &Default::default())
+                .unwrap()
+                .plan;
+            let body = plan.body(0).expect("the Scan runs its body from a plan");
+            // The body plan's arena holds e, then n, y and z over it in place: 256 B; its
+            // resident bytes are the one slice it scans.
+            assert_eq!(body.inplace.len(), 3, "{}", body.render());
+            assert_eq!(body.arena_bytes, 256, "{}", body.render());
+            assert_eq!(body.resident_bytes, 256);
+            assert_eq!(heap, memplan_plan::body::heap_of(body));
+            // The unplanned body holds two of e, n, y and z at once, besides its slice.
+            let unplanned = memplan_sim::control::scratch(&g, &facts, memplan_ir::NodeId(0))
+                .unwrap()
+                .unwrap()
+                .eval_map(&dims)
+                .unwrap() as u64;
+            assert!(heap < unplanned, "{heap} vs {unplanned}");
+            let out = memplan_exec::run(&g, &facts, inputs(), &RunOptions::default()).unwrap();
+            let zs = out.outputs[0].1.to_f32_vec().unwrap();
+            let xs = inputs()["xs"].to_f32_vec().unwrap();
+            let w = inputs()["w"].to_f32_vec().unwrap();
+            // xs is scanned backwards: piece k comes from row T - 1 - k.
+            for k in 0..t {
+                for j in 0..64 {
+                    let y = -xs[(t - 1 - k) * 64 + j].exp() + w[j];
+                    let (want, got) = (y * y, zs[k * 64 + j]);
+                    assert!(
+                        (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                        "{got} vs {want}"
+                    );
+                }
+            }
+            heap
+        })
+        .collect();
+    // One arena, one slice buffer: the same heap whatever the trip count.
+    assert!(heaps.iter().all(|&h| h == heaps[0]), "{heaps:?}");
+}
+
+#[test]
+fn the_checker_refuses_a_body_plan_that_does_not_hold() {
+    use memplan_plan::PlanError;
+    let g = stateless_scan_graph();
+    let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+    let dims = BTreeMap::from([("T".to_string(), 3)]);
+    let plan = memplan_plan::optimize(&g, &facts, &dims, &Default::default())
+        .unwrap()
+        .plan;
+    memplan_plan::check(&g, &facts, &plan).unwrap();
+    let refused = |p: &memplan_plan::Plan| memplan_plan::check(&g, &facts, p).unwrap_err();
+    // A body plan whose arena lies: refused by the body's own rules, named by the node.
+    let mut p = plan.clone();
+    p.bodies[0].plan.arena_bytes += 64;
+    let e = refused(&p);
+    assert!(
+        matches!(&e, PlanError::Body { node, why } if node.contains("scan") && why.contains("arena")),
+        "{e}"
+    );
+    // Without its body plan, the node's heap is the simulator's, not what the plan says.
+    let mut p = plan.clone();
+    p.bodies.clear();
+    assert!(matches!(refused(&p), PlanError::Heap { .. }));
+    // Made for other dims, listed twice, or for a node that runs no body.
+    let mut p = plan.clone();
+    p.bodies[0].plan.dims.insert("T".into(), 4);
+    assert!(matches!(refused(&p), PlanError::Body { why, .. } if why.contains("other dims")));
+    let mut p = plan.clone();
+    p.bodies.push(p.bodies[0].clone());
+    assert!(matches!(refused(&p), PlanError::Body { why, .. } if why.contains("two")));
+    let mut p = plan.clone();
+    p.bodies[0].node = 7;
+    assert!(matches!(
+        refused(&p),
+        PlanError::Body { .. } | PlanError::Heap { .. }
+    ));
+}

@@ -19,7 +19,10 @@
 //!    input slot of the node reads (the same value twice is allowed for elementwise ops);
 //! 6. the arena is the highest `offset + size`, the resident bytes are the weights and inputs, and
 //!    the heap bytes are the most any control-flow node holds on the heap (its bodies' scratch from
-//!    the simulator plus its outputs, which the executor makes there and copies into the arena);
+//!    the simulator plus its outputs, which the executor makes there and copies into the arena). A
+//!    node with a body plan ([`crate::plan::Plan::bodies`], at most one per node) is a `Scan` that
+//!    carries no state, the body plan passes every rule for its body at the same dims, and the node
+//!    holds that plan's arena, resident and heap bytes instead of the simulator's scratch;
 //! 7. an assembled `Concat` is one the op allows, over its own inputs in order at the offsets their
 //!    sizes give; each input (with its views) then shares the output's buffer, which is made at the
 //!    first step making any of its values;
@@ -115,6 +118,8 @@ pub enum PlanError {
     Resident { plan: u64, want: u64 },
     #[error("heap bytes: the plan says {plan} B but its control-flow bodies take {want} B")]
     Heap { plan: u64, want: u64 },
+    #[error("body of node {node}: {why}")]
+    Body { node: String, why: String },
     #[error("offload of '{value}': {why}")]
     Offload { value: String, why: String },
     #[error("offload of '{value}': buffer '{other}' overlaps its device range at step {step}, while its {what} is in flight (steps {from}..={to})")]
@@ -638,6 +643,21 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
             want: resident,
         });
     }
+    for b in &plan.bodies {
+        let nd = b.node as usize;
+        let listed = plan.bodies.iter().filter(|o| o.node == b.node).count();
+        let why = if nd >= n || !ops::control::is_control(&graph.nodes[nd].op) {
+            "the node runs no body"
+        } else if listed > 1 {
+            "the node has two body plans"
+        } else {
+            continue;
+        };
+        return Err(PlanError::Body {
+            node: if nd < n { label(nd) } else { format!("#{nd}") },
+            why: why.into(),
+        });
+    }
     let mut heap = 0u64;
     for (nd, node) in graph.nodes.iter().enumerate() {
         if !ops::control::is_control(&node.op) {
@@ -651,11 +671,20 @@ pub fn check(graph: &Graph, facts: &Facts, plan: &Plan) -> Result<(), PlanError>
                 outs += size_of(o)?;
             }
         }
-        let body =
-            body_scratch_bytes(graph, facts, nd, &plan.dims).map_err(|why| PlanError::Scratch {
-                node: label(nd),
-                why,
-            })?;
+        let body = match plan.body(nd as u32) {
+            Some(bp) => {
+                body_plan(graph, facts, nd, bp, &plan.dims).map_err(|why| PlanError::Body {
+                    node: label(nd),
+                    why,
+                })?
+            }
+            None => body_scratch_bytes(graph, facts, nd, &plan.dims).map_err(|why| {
+                PlanError::Scratch {
+                    node: label(nd),
+                    why,
+                }
+            })?,
+        };
         heap = heap.max(body + outs);
     }
     if heap != plan.heap_bytes {
@@ -1033,6 +1062,31 @@ fn body_scratch_bytes(
             .map_err(|e| format!("scratch size unknown at the plan's dims ({e:?})")),
         None => Ok(0),
     }
+}
+
+/// What node `nd` holds on the heap while it runs its body from the plan `bp`
+/// ([`crate::body::heap_of`]), once `bp` is shown to be a valid plan of that body at `dims`.
+fn body_plan(
+    graph: &Graph,
+    facts: &Facts,
+    nd: usize,
+    bp: &Plan,
+    dims: &BTreeMap<String, i64>,
+) -> Result<u64, String> {
+    let node = &graph.nodes[nd];
+    let nid = memplan_ir::NodeId::from_index(nd);
+    let body = node.subgraphs().next();
+    let bf = facts.control.get(&nid).and_then(|c| c.bodies.first());
+    let (true, Some(body), Some(bf)) =
+        (ops::control::carries_no_state(node, facts.opset), body, bf)
+    else {
+        return Err("only a Scan that carries no state runs its body from a plan".into());
+    };
+    if &bp.dims != dims {
+        return Err("its body plan was made for other dims".into());
+    }
+    check(body, bf, bp).map_err(|e| format!("body plan: {e}"))?;
+    Ok(bp.arena_bytes + bp.resident_bytes + bp.heap_bytes)
 }
 
 /// Arena scratch bytes node `nd` needs at `dims`, from the op table (a control-flow node's bodies

@@ -13,6 +13,7 @@
 //!
 //! **Invariant**: every plan [`optimize`] returns has passed [`check::check`].
 
+pub mod body;
 pub mod check;
 pub mod chunk;
 pub mod cost;
@@ -39,7 +40,7 @@ pub use check::{check, checked, Checked, PlanError};
 pub use fit::{fit_budget, Fit, FitError, FitOptions};
 pub use floor::{floor, Floor};
 pub use model::Problem;
-pub use plan::{Assembled, Buffer, BufferKind, InPlace, Offload, Part, Plan, Step};
+pub use plan::{Assembled, BodyPlan, Buffer, BufferKind, InPlace, Offload, Part, Plan, Step};
 
 /// Frontier states the exact schedule search explores by default (all windows together).
 pub const DEFAULT_EXACT_WORK: usize = 2_000_000;
@@ -446,6 +447,7 @@ fn build_plan(graph: &Graph, p: &Problem, ev: &Evaluated, dims: &BTreeMap<String
         arena_bytes,
         resident_bytes: p.resident,
         heap_bytes: p.body_heap,
+        bodies: p.bodies.clone(),
         offloads: Vec::new(),
         host_bytes: 0,
         device_budget: None,

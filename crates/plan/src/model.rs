@@ -54,6 +54,8 @@ pub struct Problem {
     /// the node's outputs, made on the heap and then copied into the arena); see
     /// [`crate::plan::Plan::heap_bytes`]. Such a node has no arena scratch.
     pub body_heap: u64,
+    /// The bodies run from plans of their own ([`crate::body`]), by node.
+    pub bodies: Vec<crate::plan::BodyPlan>,
     /// Position of each node in the graph order the problem was built from (tie-breaks).
     pub graph_pos: Vec<u32>,
     /// The graph order itself.
@@ -131,7 +133,21 @@ impl Problem {
             }
         }
         // A body runs on the heap and makes the node's outputs there too, except those the node
-        // makes first and fills in place (they get their arena ranges).
+        // makes first and fills in place (they get their arena ranges). A body run from a plan of
+        // its own holds that plan's arena, resident bytes and heap instead of its simulated peak.
+        let bodies: Vec<crate::plan::BodyPlan> = (0..n)
+            .filter_map(|k| {
+                let node = NodeId::from_index(k);
+                let plan = crate::body::plan_body(graph, facts, node, dims)?;
+                Some(crate::plan::BodyPlan {
+                    node: k as u32,
+                    plan,
+                })
+            })
+            .collect();
+        for b in &bodies {
+            body_scratch[b.node as usize] = crate::body::heap_of(&b.plan);
+        }
         let body_heap = (0..n)
             .filter(|&k| memplan_ir::ops::control::is_control(&graph.nodes[k].op))
             .map(|k| {
@@ -211,6 +227,7 @@ impl Problem {
             owner,
             resident,
             body_heap,
+            bodies,
             graph_pos,
             graph_order: order.to_vec(),
             reuse: Vec::new(),

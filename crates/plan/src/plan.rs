@@ -102,6 +102,15 @@ pub struct Offload {
     pub size: u64,
 }
 
+/// The plan of a control-flow node's body, which it runs from an arena of its own, allocated once
+/// for all its iterations (see [`crate::body`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BodyPlan {
+    /// The node, as [`Step::node`].
+    pub node: u32,
+    pub plan: Plan,
+}
+
 /// A memory plan at concrete dims.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
@@ -122,10 +131,14 @@ pub struct Plan {
     pub resident_bytes: u64,
     /// Control-flow bodies (`If`, `Loop`, `Scan`) run on the heap beside the arena: the most one
     /// node holds there, its bodies' peak plus its outputs, made on the heap and then copied into
-    /// their arena buffers. Such a node has no arena scratch. The run's peak is
-    /// `arena_bytes + resident_bytes + heap_bytes`.
+    /// their arena buffers (a body run from a plan of its own, [`Plan::bodies`], holds that plan's
+    /// `arena_bytes + resident_bytes + heap_bytes`). Such a node has no arena scratch. The run's
+    /// peak is `arena_bytes + resident_bytes + heap_bytes`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub heap_bytes: u64,
+    /// Control-flow bodies run from plans of their own (see [`crate::body`]), by node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bodies: Vec<BodyPlan>,
     /// Buffers moved to the host tier while idle (two tiers: the arena is the device tier).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offloads: Vec<Offload>,
@@ -177,7 +190,15 @@ impl Plan {
         for a in &mut p.assembled {
             a.node = map(a.node);
         }
+        for b in &mut p.bodies {
+            b.node = map(b.node);
+        }
         p
+    }
+
+    /// The plan node `node`'s body runs from, if it has one.
+    pub fn body(&self, node: u32) -> Option<&Plan> {
+        self.bodies.iter().find(|b| b.node == node).map(|b| &b.plan)
     }
 
     /// A text rendering for reports and snapshot tests.
@@ -257,6 +278,16 @@ impl Plan {
                     "  {} ({} B): out {}..{}, back {}..{} at {}",
                     o.value, o.size, o.out_after, o.out_done, o.in_start, o.in_before, o.offset
                 );
+            }
+        }
+        for b in &self.bodies {
+            let _ = writeln!(
+                s,
+                "body of {} (its own arena, reused by every iteration)",
+                label(b.node)
+            );
+            for line in b.plan.render().lines() {
+                let _ = writeln!(s, "  {line}");
             }
         }
         s

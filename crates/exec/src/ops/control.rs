@@ -10,8 +10,11 @@
 //! the body is dropped. A `Loop` keeps each iteration's scan outputs and stacks them into fresh
 //! buffers at the end, all pieces alive until every output is stacked; a `Scan` makes its scan
 //! outputs first (in their planned ranges in a planned run) and writes each iteration's pieces
-//! into place. With no iteration the loop-carried outputs are copies of the initial values. A `Scan` before opset 9 (batched)
-//! makes its outputs first and writes each batch entry's final states and scan pieces into them.
+//! into place; in a planned run, one that carries no state runs its body from the body's own plan
+//! (`memplan_plan::body`): one arena, its slices and its weights made once for every iteration.
+//! With no iteration the loop-carried outputs are copies of the initial values. A `Scan` before
+//! opset 9 (batched) makes its outputs first and writes each batch entry's final states and scan
+//! pieces into them.
 
 use std::sync::Arc;
 
@@ -55,6 +58,8 @@ pub(crate) struct CtlCtx<'a> {
     /// Sizes made from the data that the bodies met, bound by their first value (see
     /// `interp::bind_data_dependent`); the interpreter adds them to the run's dims.
     pub bound: &'a std::sync::Mutex<std::collections::BTreeMap<String, i64>>,
+    /// The plan the node's body runs from in a planned run (see `memplan_plan::body`).
+    pub body_plan: Option<&'a memplan_plan::Plan>,
 }
 
 fn body_err(g: &Graph, e: ExecError) -> OpFail {
@@ -115,30 +120,10 @@ fn run_body(ctx: &CtlCtx, body: &Body, inputs: &[Tensor]) -> Result<Vec<Tensor>,
     for (&v, t) in g.inputs.iter().zip(inputs) {
         values[v.index()] = Some(t.clone());
     }
-    let mut weights = 0u64;
-    for v in g.value_ids() {
-        let val = g.value(v);
-        match &val.kind {
-            ValueKind::Initializer(t) if values[v.index()].is_none() => {
-                let t = crate::interp::weight_tensor(t)
-                    .map_err(|e| OpFail::Invalid(format!("weight '{}': {e}", val.name)))?;
-                weights += t.bytes().len() as u64;
-                values[v.index()] = Some(t);
-            }
-            ValueKind::Outer => {
-                let t = ctx.env.lookup(&val.name).ok_or_else(|| {
-                    OpFail::Invalid(format!(
-                        "body '{}' reads '{}', which no enclosing graph holds",
-                        g.name, val.name
-                    ))
-                })?;
-                values[v.index()] = Some(t.clone());
-            }
-            _ => {}
-        }
-    }
+    load_outer(ctx, g, &mut values)?;
+    let weights = load_weights(g, &mut values)?;
     ctx.stats.add(weights);
-    let r = run_nodes(ctx, g, facts, timeline, &mut values);
+    let r = run_nodes(ctx, g, facts, timeline, None, &mut values);
     let outs = r.and_then(|()| {
         let owned = memplan_sim::control::owned_outputs(g, timeline);
         g.outputs
@@ -165,15 +150,17 @@ fn run_body(ctx: &CtlCtx, body: &Body, inputs: &[Tensor]) -> Result<Vec<Tensor>,
     outs
 }
 
-/// Runs the nodes of a body in its facts' order, freeing each value after its last reader.
+/// Runs the nodes of a body in its timeline's order, freeing each value after its last reader;
+/// from the arena of `placed` when the body runs from a plan of its own.
 fn run_nodes(
     ctx: &CtlCtx,
     g: &Graph,
     facts: &Facts,
     timeline: &memplan_sim::Timeline,
+    placed: Option<&crate::interp::Placed>,
     values: &mut [Option<Tensor>],
 ) -> Result<(), OpFail> {
-    let order = &facts.order;
+    let order = &timeline.schedule;
     let mut pos = vec![0usize; g.nodes.len()];
     for (s, n) in order.iter().enumerate() {
         pos[n.index()] = s;
@@ -196,11 +183,12 @@ fn run_nodes(
     }
     for (s, &nid) in order.iter().enumerate() {
         let node = g.node(nid);
+        let label = || node.label(nid);
         let fail = |e: OpFail| {
             body_err(
                 g,
                 ExecError::Node {
-                    node: node.label(nid),
+                    node: label(),
                     msg: e.to_string(),
                 },
             )
@@ -219,7 +207,20 @@ fn run_nodes(
                     }),
                 })
                 .collect::<Result<_, _>>()?;
-            if is_control(node) {
+            let f = super::lookup(node);
+            if f.is_none() && !is_control(node) {
+                return Err(fail(OpFail::Unsupported(format!(
+                    "op {} is not implemented by the executor",
+                    node.op
+                ))));
+            }
+            let octx = super::OpCtx {
+                node,
+                opset: ctx.opset,
+                view: timeline.node_is_view[nid.index()],
+                stats: ctx.stats,
+            };
+            let control = || {
                 let env = Env {
                     graph: g,
                     values: &*values,
@@ -233,23 +234,12 @@ fn run_nodes(
                     opset: ctx.opset,
                     dims: ctx.dims,
                     bound: ctx.bound,
+                    body_plan: placed.and_then(|p| p.plan.body(nid.0)),
                 };
-                run(&sub, &ins).map_err(fail)?
-            } else {
-                let Some(f) = super::lookup(node) else {
-                    return Err(fail(OpFail::Unsupported(format!(
-                        "op {} is not implemented by the executor",
-                        node.op
-                    ))));
-                };
-                let octx = super::OpCtx {
-                    node,
-                    opset: ctx.opset,
-                    view: timeline.node_is_view[nid.index()],
-                    stats: ctx.stats,
-                };
-                f(&octx, &ins).map_err(fail)?
-            }
+                run(&sub, &ins)
+            };
+            crate::interp::run_node(placed, nid, &octx, f, &ins, &control, None, &label)
+                .map_err(|e| body_err(g, e))?
         };
         for (slot, o) in node.outputs.iter().enumerate() {
             if let Some(v) = o {
@@ -532,19 +522,26 @@ fn norm_axis(a: i64, rank: usize) -> Result<usize, OpFail> {
 
 /// Slice `idx` of `t` along axis `a`, in a fresh buffer.
 fn slice_at(ctx: &CtlCtx, t: &Tensor, a: usize, idx: usize) -> Result<Tensor, OpFail> {
-    let es = crate::tensor::elem_size(t.dtype)?;
     let mut shape = t.shape.clone();
-    let len = shape.remove(a);
+    shape.remove(a);
+    let mut out = Tensor::for_overwrite_planned(t.dtype, &shape, ctx.stats)?;
+    slice_into(&mut out, t, a, idx)?;
+    Ok(out)
+}
+
+/// Writes slice `idx` of `t` along axis `a` over `dst` (of the slice's shape).
+fn slice_into(dst: &mut Tensor, t: &Tensor, a: usize, idx: usize) -> Result<(), OpFail> {
+    let es = crate::tensor::elem_size(t.dtype)?;
+    let len = t.shape[a];
     let outer: usize = t.shape[..a].iter().product();
     let inner: usize = t.shape[a + 1..].iter().product::<usize>() * es;
-    let mut out = Tensor::for_overwrite_planned(t.dtype, &shape, ctx.stats)?;
     let src = t.bytes();
-    let dst = out.bytes_mut()?;
+    let out = dst.bytes_mut()?;
     for o in 0..outer {
         let s = (o * len + idx) * inner;
-        dst[o * inner..(o + 1) * inner].copy_from_slice(&src[s..s + inner]);
+        out[o * inner..(o + 1) * inner].copy_from_slice(&src[s..s + inner]);
     }
-    Ok(out)
+    Ok(())
 }
 
 fn run_scan(
@@ -591,13 +588,22 @@ fn run_scan(
     }
     let rev: Vec<bool> = out_dirs.iter().map(|&d| d != 0).collect();
     let made = scan_outputs_first(ctx, g, f, n, &out_axes, trips)?;
-    let body = Body::new(g, f)?;
     // The planned ranges of the outputs made first are taken; the bodies allocate on the heap.
     {
         let mut c = crate::arena::lock(&ctx.stats.cursor);
         c.arena = None;
         c.outputs.clear();
     }
+    if let Some(bp) = ctx.body_plan {
+        let (Some(made), 0) = (made, n) else {
+            return Err(OpFail::Invalid(
+                "a body plan is for a Scan that carries no state and knows its outputs' shapes"
+                    .into(),
+            ));
+        };
+        return scan_planned(ctx, g, f, bp, &scan_in, made, &rev);
+    }
+    let body = Body::new(g, f)?;
     // Each iteration's pieces go into the outputs made first, or are kept for stacking.
     let mut placed = made;
     let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); k_out];
@@ -648,6 +654,121 @@ fn run_scan(
     let stacked = stack_all(ctx, pieces, &axes, &rev, &empty_piece)?;
     carried.extend(stacked);
     Ok(carried)
+}
+
+/// A `Scan` that carries no state, its body run from `bp` (see `memplan_plan::body`): the body's
+/// arena, its weights and one buffer per scanned slice are made once and reused by every
+/// iteration, whose pieces are copied into the outputs made first (`made`, each with its axis).
+fn scan_planned(
+    ctx: &CtlCtx,
+    g: &Graph,
+    f: &Facts,
+    bp: &memplan_plan::Plan,
+    scan_in: &[(&Tensor, usize, bool)],
+    mut made: Vec<(Tensor, usize)>,
+    rev: &[bool],
+) -> Result<Vec<Tensor>, OpFail> {
+    let trips = scan_in.first().map_or(0, |(t, a, _)| t.shape[*a]);
+    let schedule: Vec<memplan_ir::NodeId> = bp
+        .schedule
+        .iter()
+        .map(|s| memplan_ir::NodeId(s.node))
+        .collect();
+    let timeline = memplan_sim::Timeline::build(g, f, &schedule)
+        .map_err(|e| OpFail::Invalid(format!("body '{}': {e}", g.name)))?;
+    let placed =
+        crate::interp::Placed::new(g, bp, ctx.dims, ctx.stats).map_err(|e| body_err(g, e))?;
+    let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
+    load_outer(ctx, g, &mut values)?;
+    let weights = load_weights(g, &mut values)?;
+    ctx.stats.add(weights);
+    let run = (|| {
+        let mut slices = Vec::with_capacity(scan_in.len());
+        for &(x, a, _) in scan_in {
+            let mut shape = x.shape.clone();
+            shape.remove(a);
+            slices.push(Tensor::for_overwrite_planned(x.dtype, &shape, ctx.stats)?);
+        }
+        if slices.len() != g.inputs.len() {
+            return Err(OpFail::Invalid(format!(
+                "body '{}' takes {} inputs, given {}",
+                g.name,
+                g.inputs.len(),
+                slices.len()
+            )));
+        }
+        for t in 0..trips {
+            for (s, &(x, a, back)) in slices.iter_mut().zip(scan_in) {
+                slice_into(s, x, a, if back { trips - 1 - t } else { t })?;
+            }
+            let mut vals = values.clone();
+            for (&v, s) in g.inputs.iter().zip(&slices) {
+                vals[v.index()] = Some(s.clone());
+            }
+            run_nodes(ctx, g, f, &timeline, Some(&placed), &mut vals)?;
+            for (k, (&o, (dst, a))) in g.outputs.iter().zip(made.iter_mut()).enumerate() {
+                let piece = vals[o.index()].as_ref().ok_or_else(|| {
+                    OpFail::Invalid(format!(
+                        "body '{}' did not produce its output '{}'",
+                        g.name,
+                        g.value(o).name
+                    ))
+                })?;
+                let at = if rev.get(k).copied().unwrap_or(false) {
+                    trips - 1 - t
+                } else {
+                    t
+                };
+                put_piece(
+                    dst,
+                    *a,
+                    at,
+                    piece,
+                    &format!("scan output {k} of iteration {t}"),
+                )?;
+            }
+        }
+        Ok(())
+    })();
+    drop(values);
+    ctx.stats.sub(weights);
+    run?;
+    Ok(made.into_iter().map(|(t, _)| t).collect())
+}
+
+/// Loads body `g`'s weights into `values` (where no input gives them), returning their bytes,
+/// which the caller charges while the body runs.
+fn load_weights(g: &Graph, values: &mut [Option<Tensor>]) -> Result<u64, OpFail> {
+    let mut weights = 0u64;
+    for v in g.value_ids() {
+        let val = g.value(v);
+        if let ValueKind::Initializer(t) = &val.kind {
+            if values[v.index()].is_none() {
+                let t = crate::interp::weight_tensor(t)
+                    .map_err(|e| OpFail::Invalid(format!("weight '{}': {e}", val.name)))?;
+                weights += t.bytes().len() as u64;
+                values[v.index()] = Some(t);
+            }
+        }
+    }
+    Ok(weights)
+}
+
+/// Puts the values body `g` reads from enclosing graphs into `values`.
+fn load_outer(ctx: &CtlCtx, g: &Graph, values: &mut [Option<Tensor>]) -> Result<(), OpFail> {
+    for v in g.value_ids() {
+        let val = g.value(v);
+        if val.kind == ValueKind::Outer {
+            let t = ctx.env.lookup(&val.name).ok_or_else(|| {
+                OpFail::Invalid(format!(
+                    "body '{}' reads '{}', which no enclosing graph holds",
+                    g.name, val.name
+                ))
+            })?;
+            values[v.index()] = Some(t.clone());
+        }
+    }
+    Ok(())
 }
 
 /// A `Scan`'s scan outputs, made before its first iteration (in their planned ranges when the run

@@ -190,8 +190,20 @@ fn check_folded(
     }
     let out = memplan_plan::optimize(&m.graph, &f, dims, &memplan_plan::Options::default())
         .map_err(|e| format!("folded plan: {e}"))?;
+    // A fold's Scan carries no state: its body runs from a plan of its own.
+    let scans = m.graph.nodes.iter().filter(|n| n.op == "Scan").count();
+    if out.plan.bodies.len() != scans {
+        return Err(format!(
+            "folded: {} of {scans} Scans run their body from a plan",
+            out.plan.bodies.len()
+        ));
+    }
     let run = run_planned(&m.graph, &f, inputs(model), &out.plan, 18)
         .map_err(|e| format!("folded run: {e}"))?;
+    let misses = run.plan.as_ref().map_or(0, |r| r.misses.len());
+    if misses > 0 {
+        return Err(format!("folded: {misses} allocations missed the plan"));
+    }
     if bits(&run.outputs) != bits(want) {
         return Err("the folded graph's outputs differ from the original's".into());
     }

@@ -45,6 +45,14 @@ pub fn outputs_made_first(node: &crate::graph::Node, opset: i64) -> std::ops::Ra
     states..node.outputs.len()
 }
 
+/// Whether every output of the node is made first ([`outputs_made_first`]): a `Scan` (opset 9
+/// on) that carries no state, whose iterations share nothing but what they read from outside. A
+/// planned run gives such a node's body a plan of its own (see `memplan_plan::body`).
+pub fn carries_no_state(node: &crate::graph::Node, opset: i64) -> bool {
+    let first = outputs_made_first(node, opset);
+    !first.is_empty() && first.start == 0
+}
+
 /// The position of the graph attribute `name` among the node's bodies (the order of
 /// [`crate::graph::Node::subgraphs`]).
 pub fn body_index(node: &crate::graph::Node, name: &str) -> Option<usize> {
