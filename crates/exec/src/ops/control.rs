@@ -130,13 +130,7 @@ fn run_body(ctx: &CtlCtx, body: &Body, inputs: &[Tensor]) -> Result<Vec<Tensor>,
             .iter()
             .zip(owned)
             .map(|(&o, own)| {
-                let t = values[o.index()].as_ref().ok_or_else(|| {
-                    OpFail::Invalid(format!(
-                        "body '{}' did not produce its output '{}'",
-                        g.name,
-                        g.value(o).name
-                    ))
-                })?;
+                let t = body_output(g, &values, o)?;
                 if own {
                     Ok(t.clone())
                 } else {
@@ -610,19 +604,14 @@ fn run_scan(
     for t in 0..trips {
         let mut inputs: Vec<Tensor> = std::mem::take(&mut carried);
         for &(x, a, rev) in &scan_in {
-            let idx = if rev { trips - 1 - t } else { t };
-            inputs.push(slice_at(ctx, x, a, idx)?);
+            inputs.push(slice_at(ctx, x, a, step_index(t, trips, rev))?);
         }
         let (states, got) = scan_step(ctx, &body, inputs, n, k_out)?;
         carried = states;
         match placed.as_mut() {
             Some(outs) => {
                 for (k, (p, (dst, a))) in got.iter().zip(outs.iter_mut()).enumerate() {
-                    let at = if rev.get(k).copied().unwrap_or(false) {
-                        trips - 1 - t
-                    } else {
-                        t
-                    };
+                    let at = step_index(t, trips, rev.get(k).copied().unwrap_or(false));
                     put_piece(dst, *a, at, p, &format!("scan output {k} of iteration {t}"))?;
                 }
             }
@@ -699,7 +688,7 @@ fn scan_planned(
         }
         for t in 0..trips {
             for (s, &(x, a, back)) in slices.iter_mut().zip(scan_in) {
-                slice_into(s, x, a, if back { trips - 1 - t } else { t })?;
+                slice_into(s, x, a, step_index(t, trips, back))?;
             }
             let mut vals = values.clone();
             for (&v, s) in g.inputs.iter().zip(&slices) {
@@ -707,18 +696,8 @@ fn scan_planned(
             }
             run_nodes(ctx, g, f, &timeline, Some(&placed), &mut vals)?;
             for (k, (&o, (dst, a))) in g.outputs.iter().zip(made.iter_mut()).enumerate() {
-                let piece = vals[o.index()].as_ref().ok_or_else(|| {
-                    OpFail::Invalid(format!(
-                        "body '{}' did not produce its output '{}'",
-                        g.name,
-                        g.value(o).name
-                    ))
-                })?;
-                let at = if rev.get(k).copied().unwrap_or(false) {
-                    trips - 1 - t
-                } else {
-                    t
-                };
+                let piece = body_output(g, &vals, o)?;
+                let at = step_index(t, trips, rev.get(k).copied().unwrap_or(false));
                 put_piece(
                     dst,
                     *a,
@@ -734,6 +713,30 @@ fn scan_planned(
     ctx.stats.sub(weights);
     run?;
     Ok(made.into_iter().map(|(t, _)| t).collect())
+}
+
+/// Body `g`'s output `o` among its `values`.
+fn body_output<'v>(
+    g: &Graph,
+    values: &'v [Option<Tensor>],
+    o: memplan_ir::ValueId,
+) -> Result<&'v Tensor, OpFail> {
+    values[o.index()].as_ref().ok_or_else(|| {
+        OpFail::Invalid(format!(
+            "body '{}' did not produce its output '{}'",
+            g.name,
+            g.value(o).name
+        ))
+    })
+}
+
+/// The index iteration `t` of `trips` reads or writes along a scan axis, backwards when `back`.
+fn step_index(t: usize, trips: usize, back: bool) -> usize {
+    if back {
+        trips - 1 - t
+    } else {
+        t
+    }
 }
 
 /// Loads body `g`'s weights into `values` (where no input gives them), returning their bytes,
