@@ -7,8 +7,9 @@
 //! to a device budget below it (`memplan_plan::offload`): the offloaded run's device tier is the
 //! planned one, its host tier holds what the plan says, it makes every planned copy (on the copier
 //! thread beside the compute, or synchronously), and its outputs are the same bits. Every chunked
-//! region of equal chunks, folded into a `Scan` (`memplan_plan::chunk::roll`), runs to the same
-//! bits from its own plan, measured peak = planned.
+//! region whose leading chunks have one width, folded into a `Scan` (`memplan_plan::chunk::roll`;
+//! `N` is 50, so a shorter last chunk often stays unrolled), runs to the same bits from its own
+//! plan, its Scans' bodies from plans of their own, measured peak = planned.
 
 use std::collections::BTreeMap;
 
@@ -17,8 +18,9 @@ use memplan_ir::graph::{DeclDim, Model};
 use memplan_plan::gen::{random_graph, Entropy};
 use memplan_plan::{fit_budget, FitOptions};
 
-/// Rows of the inputs (the symbol `N`).
-pub const ROWS: i64 = 48;
+/// Rows of the inputs (the symbol `N`): not a power of two, so most chunk counts leave a shorter
+/// last chunk.
+pub const ROWS: i64 = 50;
 
 /// Every input (`[N or 1, C]`) filled with distinct values of both signs.
 pub fn inputs(model: &Model) -> BTreeMap<String, Tensor> {
@@ -58,6 +60,8 @@ pub struct Levers {
     pub narrowed: bool,
     pub offloaded: bool,
     pub folded: bool,
+    /// A region folded with a shorter last chunk left unrolled.
+    pub folded_tail: bool,
 }
 
 /// Checks one random graph drawn from `e`, and says which levers the fit used.
@@ -150,28 +154,30 @@ pub fn check_fitted(e: &mut impl Entropy, max_nodes: usize) -> Result<Levers, St
             ));
         }
     }
-    let folded = check_folded(&model, &fit, &dims, &plain.outputs)?;
+    let (folded, folded_tail) = check_folded(&model, &fit, &dims, &plain.outputs)?;
     Ok(Levers {
         chunked: fit.chunking.is_some_and(|c| !c.steps.is_empty()),
         narrowed: fit.narrowing.is_some(),
         offloaded: moved,
         folded,
+        folded_tail,
     })
 }
 
 /// Folds every chunked region of the fit that can be folded into a `Scan`, plans the result and
-/// runs it: same bits as `want`, measured peak = planned. Says whether anything was folded.
+/// runs it: same bits as `want`, measured peak = planned. Says whether anything was folded, and
+/// whether a region was folded with chunks left unrolled after the folded ones.
 fn check_folded(
     model: &Model,
     fit: &memplan_plan::Fit,
     dims: &BTreeMap<String, i64>,
     want: &[(String, Tensor)],
-) -> Result<bool, String> {
+) -> Result<(bool, bool), String> {
     let Some(c) = &fit.chunking else {
-        return Ok(false);
+        return Ok((false, false));
     };
     let (mut m, mut f) = (fit.model.clone(), fit.facts.clone());
-    let mut folded = false;
+    let (mut folded, mut tail) = (false, false);
     for s in &c.steps {
         let Some(u) = s.unrolled.as_ref().filter(|u| u.foldable() && !s.scan) else {
             continue;
@@ -184,9 +190,10 @@ fn check_folded(
         m = next;
         f = memplan_ir::infer_model_for(&m, dims).map_err(|e| format!("folded infer: {e}"))?;
         folded = true;
+        tail |= u.trips() < u.chunks.len();
     }
     if !folded {
-        return Ok(false);
+        return Ok((false, false));
     }
     let out = memplan_plan::optimize(&m.graph, &f, dims, &memplan_plan::Options::default())
         .map_err(|e| format!("folded plan: {e}"))?;
@@ -213,5 +220,5 @@ fn check_folded(
             run.peak_bytes, out.report.peak_bytes_after
         ));
     }
-    Ok(true)
+    Ok((true, tail))
 }

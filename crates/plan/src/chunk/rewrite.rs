@@ -260,7 +260,7 @@ pub(crate) fn apply_unrolled(
     let mut unrolled = super::roll::Unrolled {
         chunks: vec![Default::default(); em.bounds.len()],
         concats: Vec::new(),
-        equal: em.bounds.iter().all(|&(lo, hi)| hi - lo == em.width(0)),
+        widths: em.bounds.iter().map(|&(lo, hi)| hi - lo).collect(),
     };
     let blank = |name: String, op: &str, inputs| Node::new(name, op, inputs, Vec::new());
     // A placeholder producer; value kinds are fixed once the node list is final.

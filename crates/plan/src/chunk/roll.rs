@@ -14,6 +14,11 @@
 //! - each region output is a scan output along the concatenation axis, `[.., T, k, ..]`, reshaped
 //!   (a view) to `[.., E, ..]` under the output's own name, so its readers are untouched.
 //!
+//! When the last chunk is shorter (the extent is not a multiple of `k`), the leading `T` chunks of
+//! width `k` fold: each split input's first `T*k` along `a` (a `Slice`, a view when only ones
+//! precede `a`) is reshaped and scanned, and each region output's `Concat` stays, joining the
+//! scan output (reshaped to `T*k` along its axis) with the pieces of the chunks left unrolled.
+//!
 //! Every iteration computes exactly what the clone of its chunk computed, from the same elements,
 //! so outputs stay bit-identical. The `Scan`'s memory (its body's peak, its outputs made first and
 //! filled in place) is what `memplan_sim::control` predicts and the executor does, so the plan of
@@ -45,14 +50,20 @@ pub struct Unrolled {
     pub chunks: Vec<ChunkNodes>,
     /// The `Concat` of each region output, with its axis.
     pub concats: Vec<(String, usize)>,
-    /// Whether every chunk has the same width (a `Scan` needs that).
-    pub equal: bool,
+    /// Each chunk's width along the split axis.
+    pub widths: Vec<i64>,
 }
 
 impl Unrolled {
-    /// Whether the region can be folded into a `Scan`.
+    /// How many leading chunks have chunk 0's width: the iterations of the `Scan` they fold into.
+    pub fn trips(&self) -> usize {
+        let k = self.widths.first();
+        self.widths.iter().take_while(|w| Some(*w) == k).count()
+    }
+
+    /// Whether the region can be folded into a `Scan` (two or more leading chunks of one width).
     pub fn foldable(&self) -> bool {
-        self.equal && self.chunks.len() >= 2 && !self.concats.is_empty()
+        self.trips() >= 2 && self.widths.len() == self.chunks.len() && !self.concats.is_empty()
     }
 }
 
@@ -147,7 +158,7 @@ pub fn roll(
     u: &Unrolled,
 ) -> Result<Option<Model>, ChunkError> {
     if !u.foldable() {
-        return Err(err("the chunks are not all of one width".into()));
+        return Err(err("fewer than two leading chunks have one width".into()));
     }
     let g = &model.graph;
     let by_name: BTreeMap<&str, NodeId> = g
@@ -165,7 +176,26 @@ pub fn roll(
     if !closed(g, &by_name, u) {
         return Ok(None);
     }
-    let trips = u.chunks.len() as i64;
+    let folded = u.trips();
+    let trips = folded as i64;
+    // Chunks after the leading ones of one width (a shorter last chunk) stay unrolled, and must
+    // not read what a folded chunk makes.
+    let tail = folded < u.chunks.len();
+    let nodes_of = |cs: &[ChunkNodes]| -> Result<BTreeSet<NodeId>, ChunkError> {
+        cs.iter()
+            .flat_map(|c| c.slices.iter().map(|(n, _)| n).chain(&c.clones))
+            .map(|n| find(n))
+            .collect()
+    };
+    let gone = nodes_of(&u.chunks[..folded])?;
+    for id in nodes_of(&u.chunks[folded..])? {
+        if g.node(id)
+            .input_ids()
+            .any(|v| g.producer(v).is_some_and(|p| gone.contains(&p)))
+        {
+            return Ok(None);
+        }
+    }
     let first = &u.chunks[0];
     let mut names = Names::of(g);
     let mut out = g.clone();
@@ -196,6 +226,25 @@ pub fn roll(
         split[*axis] = k;
         let at = scan_axis(&split, *axis);
         split.insert(at, trips);
+        // With chunks left unrolled after them, the folded ones read the first `T*k` of `x`.
+        let whole = if tail {
+            let bound = |names: &mut Names, out: &mut Graph, what: &str, v: i64| {
+                shape_const(out, names, &format!("{xname}__scan_{what}"), &[v])
+            };
+            let starts = bound(&mut names, &mut out, "start", 0);
+            let ends = bound(&mut names, &mut out, "end", trips * k);
+            let axes = bound(&mut names, &mut out, "axis", *axis as i64);
+            let p = out.add_value(names.fresh(&format!("{xname}__scan_prefix")), made.clone());
+            new_nodes.push(blank(
+                names.fresh(&format!("{xname}__scan_slice")),
+                "Slice",
+                vec![Some(*x), Some(starts), Some(ends), Some(axes)],
+                vec![p],
+            ));
+            p
+        } else {
+            *x
+        };
         let target = shape_const(
             &mut out,
             &mut names,
@@ -206,7 +255,7 @@ pub fn roll(
         new_nodes.push(blank(
             names.fresh(&format!("{xname}__scan_reshape")),
             "Reshape",
-            vec![Some(*x), Some(target)],
+            vec![Some(whole), Some(target)],
             vec![y],
         ));
         scan_ins.push(Some(y));
@@ -245,8 +294,10 @@ pub fn roll(
             ..node.clone()
         });
     }
-    // Region outputs: chunk 0's piece is a scan output along the concatenation axis.
+    // Region outputs: chunk 0's piece is a scan output along the concatenation axis. With chunks
+    // left unrolled, the `Concat` stays and joins the folded part with their pieces.
     let (mut scan_outs, mut out_axes, mut joins) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rewired: BTreeMap<NodeId, Node> = BTreeMap::new();
     for (name, axis) in &u.concats {
         let id = find(name)?;
         removed.insert(id);
@@ -264,7 +315,27 @@ pub fn roll(
         scan_outs.push(s);
         let piece_shape = const_shape(facts, dims, *piece, &g.value(*piece).name)?;
         out_axes.push(scan_axis(&piece_shape, *axis) as i64);
-        let target = const_shape(facts, dims, *y, &yname)?;
+        let mut target = const_shape(facts, dims, *y, &yname)?;
+        let joined = if tail {
+            let k = piece_shape.get(*axis).copied().unwrap_or(0);
+            let at = target
+                .get_mut(*axis)
+                .ok_or_else(|| err(format!("concat '{name}' joins beyond its rank")))?;
+            *at = trips * k;
+            let j = out.add_value(names.fresh(&format!("{yname}__folded")), made.clone());
+            let mut ins = vec![Some(j)];
+            ins.extend(node.inputs.iter().skip(folded).copied());
+            rewired.insert(
+                id,
+                Node {
+                    inputs: ins,
+                    ..node.clone()
+                },
+            );
+            j
+        } else {
+            *y
+        };
         let target = shape_const(
             &mut out,
             &mut names,
@@ -275,7 +346,7 @@ pub fn roll(
             names.fresh(&format!("{yname}__join")),
             "Reshape",
             vec![Some(s), Some(target)],
-            vec![*y],
+            vec![joined],
         ));
     }
     super::rewrite::set_producers(&mut body);
@@ -293,7 +364,7 @@ pub fn roll(
     ];
     new_nodes.push(scan);
     new_nodes.append(&mut joins);
-    for c in &u.chunks {
+    for c in &u.chunks[..folded] {
         for (name, _) in &c.slices {
             removed.insert(find(name)?);
         }
@@ -309,11 +380,14 @@ pub fn roll(
     let at = removed.iter().map(|n| n.index()).max().unwrap_or(0);
     let mut nodes = Vec::with_capacity(g.nodes.len() + new_nodes.len());
     for (i, node) in g.nodes.iter().enumerate() {
-        if !removed.contains(&NodeId::from_index(i)) {
-            nodes.push(node.clone());
-        }
+        let id = NodeId::from_index(i);
         if i == at {
             nodes.append(&mut new_nodes);
+        }
+        if let Some(r) = rewired.remove(&id) {
+            nodes.push(r);
+        } else if !removed.contains(&id) {
+            nodes.push(node.clone());
         }
     }
     out.nodes = nodes;
@@ -387,12 +461,13 @@ fn closed(g: &Graph, by_name: &BTreeMap<&str, NodeId>, u: &Unrolled) -> bool {
     })
 }
 
-/// The per-chunk half of [`closed`]: every chunk has chunk 0's structure over its own slices.
+/// The per-chunk half of [`closed`]: every chunk to fold has chunk 0's structure over its own
+/// slices.
 fn sliced_alike(g: &Graph, by_name: &BTreeMap<&str, NodeId>, u: &Unrolled) -> bool {
     // Node -> (chunk, position among the chunk's slices then clones).
     let mut place: BTreeMap<NodeId, (usize, usize)> = BTreeMap::new();
     let mut lists: Vec<Vec<NodeId>> = Vec::with_capacity(u.chunks.len());
-    for (c, ch) in u.chunks.iter().enumerate() {
+    for (c, ch) in u.chunks.iter().take(u.trips()).enumerate() {
         let mut list = Vec::new();
         for name in ch.slices.iter().map(|(n, _)| n).chain(&ch.clones) {
             let Some(&id) = by_name.get(name.as_str()) else {
@@ -528,9 +603,46 @@ mod tests {
     }
 
     #[test]
-    fn chunks_of_different_widths_do_not_fold() {
+    fn the_leading_chunks_of_one_width_fold_and_a_shorter_last_one_stays() {
         // 62 rows in 4: 16, 16, 16, 14.
         let (m, dims, u) = chunked(62);
+        assert_eq!(u.widths, [16, 16, 16, 14]);
+        assert!(u.foldable());
+        assert_eq!(u.trips(), 3);
+        let facts = memplan_ir::infer_model_for(&m, &dims).unwrap();
+        let folded = roll(&m, &facts, &dims, &u).unwrap().unwrap();
+        let g = &folded.graph;
+        let mut ops: Vec<&str> = g.nodes.iter().map(|n| n.op.as_str()).collect();
+        ops.sort_unstable();
+        // The first 48 rows (a Slice, a view here) reshaped and scanned; the last chunk's Slice
+        // and clones as they were; the Concat joins the Scan's rows and the last chunk's.
+        let want = [
+            "Concat", "Exp", "Relu", "Reshape", "Reshape", "Scan", "Sigmoid", "Slice", "Slice",
+        ];
+        assert_eq!(ops, want, "{ops:?}");
+        let scan = g.nodes.iter().find(|n| n.op == "Scan").unwrap();
+        let f = memplan_ir::infer_model_for(&folded, &dims).unwrap();
+        let shape_of = |v: ValueId| -> Vec<i64> {
+            f.get(v)
+                .shape
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|d| d.eval_map(&dims).unwrap())
+                .collect()
+        };
+        assert_eq!(shape_of(scan.outputs[0].unwrap()), [3, 16, 64]);
+        let y = g.outputs[0];
+        assert_eq!(g.value(y).name, "y");
+        assert_eq!(shape_of(y), [62, 64]);
+    }
+
+    #[test]
+    fn one_chunk_of_its_width_does_not_fold() {
+        // Only the leading chunks of chunk 0's width fold: here there is one.
+        let (m, dims, mut u) = chunked(62);
+        u.widths = vec![16, 14, 16, 16];
+        assert_eq!(u.trips(), 1);
         assert!(!u.foldable());
         let facts = memplan_ir::infer_model_for(&m, &dims).unwrap();
         assert!(roll(&m, &facts, &dims, &u).is_err());
