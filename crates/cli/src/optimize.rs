@@ -607,8 +607,13 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         r.inplace
     ));
     if r.heap_bytes > 0 {
+        let planned = match r.body_plans {
+            0 => String::new(),
+            1 => ", one from a plan of its own (its arena reused by every iteration)".into(),
+            k => format!(", {k} from plans of their own (each arena reused by every iteration)"),
+        };
         s.push_str(&format!(
-            "heap       {} beside the arena: control-flow bodies (If, Loop, Scan) run on the heap\n",
+            "heap       {} beside the arena: control-flow bodies (If, Loop, Scan) run on the heap{planned}\n",
             human(r.heap_bytes)
         ));
     }

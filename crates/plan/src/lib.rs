@@ -108,6 +108,8 @@ pub struct Report {
     pub resident_bytes: u64,
     /// What control-flow bodies hold on the heap beside the arena ([`Plan::heap_bytes`]).
     pub heap_bytes: u64,
+    /// Bodies run from plans of their own ([`Plan::bodies`]).
+    pub body_plans: usize,
     pub inplace: usize,
     pub exact_windows_solved: usize,
     pub exact_windows_improved: usize,
@@ -259,7 +261,7 @@ pub fn optimize(
         candidates.push(Candidate {
             scheduler: name,
             peak_bytes: peak,
-            inplace_peak_bytes: ev.inplace_peak + p.resident,
+            inplace_peak_bytes: ev.inplace_peak + p.resident + p.body_heap,
             arena_bytes: ev.arena,
             placement: ev.placement.to_string(),
         });
@@ -303,7 +305,7 @@ pub fn optimize(
                         p.assembled.len()
                     )
                 },
-                peak_bytes: ev.inplace_peak + p.resident,
+                peak_bytes: ev.inplace_peak + p.resident + p.body_heap,
             },
             Pass {
                 name: format!("placement: {}", ev.placement),
@@ -318,6 +320,7 @@ pub fn optimize(
         arena_lower_bound: ev.lower,
         resident_bytes: p.resident,
         heap_bytes: p.body_heap,
+        body_plans: p.bodies.len(),
         inplace: ev.decisions.len(),
         exact_windows_solved: stats.solved,
         exact_windows_improved: stats.improved,
