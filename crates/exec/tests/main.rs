@@ -3,6 +3,7 @@
 //! tests with `cargo test --release -p memplan-exec --test exec FILE::`.
 
 mod assembled;
+mod chunk_conv;
 mod chunk_random;
 mod control_flow;
 mod data_dependent;

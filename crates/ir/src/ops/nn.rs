@@ -24,7 +24,9 @@ pub const DEFS: &[OpDef] = &[
         with_scratch(widened_scratch),
     ),
     OpDef::new("GroupNormalization", THREE, same_as_input, Mem::NEW),
-    OpDef::new("Conv", (2, 3), conv, with_scratch(conv_scratch)).contracted(conv_k),
+    OpDef::new("Conv", (2, 3), conv, with_scratch(conv_scratch))
+        .flow(conv_flow)
+        .contracted(conv_k),
     OpDef::new("MaxPool", ONE, pool, with_scratch(widened_scratch)),
     OpDef::new("AveragePool", ONE, pool, with_scratch(widened_scratch)),
     OpDef::new("LpPool", ONE, pool, with_scratch(widened_scratch)),
@@ -409,6 +411,53 @@ fn window_out(
 fn conv_k(_node: &Node, inputs: &[Option<&Fact>]) -> Option<Expr> {
     let w = super::axes::in_shape(inputs, 1)?;
     Some(Expr::product(w.get(1..)?))
+}
+
+/// Conv: batch entries are independent; with one group, output channel `m` reads filter `m` (and
+/// bias `m`) and every input channel; a 1x1 kernel with unit strides and no padding makes each
+/// output position from the input position under it. (The executor's product computes each output
+/// element the same way whatever rows or columns it is asked for, so any of these slices is
+/// bit-identical.)
+fn conv_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<super::axes::AxisFlow>>> {
+    use super::axes::{attr_int, attr_ints, in_shape, out_rank, AxisFlow};
+    let r0 = out_rank(outputs, 0)?;
+    let (x, w) = (in_shape(inputs, 0)?, in_shape(inputs, 1)?);
+    if r0 < 3 || x.len() != r0 || w.len() != r0 {
+        return None;
+    }
+    let split = |xa: Option<usize>, wa: Option<usize>| {
+        let mut v = vec![xa, wa];
+        if inputs.len() > 2 {
+            v.push(wa);
+        }
+        AxisFlow::Split(v)
+    };
+    let ones = |v: Option<Vec<i64>>| v.is_none_or(|v| v.iter().all(|&k| k == 1));
+    let kernel_one =
+        w[2..].iter().all(|d| *d == Expr::one()) && ones(attr_ints(node, "kernel_shape"));
+    let unpadded = match node.attr("auto_pad") {
+        Some(AttrValue::String(p)) if p.as_slice() != b"NOTSET" => true,
+        _ => attr_ints(node, "pads").is_none_or(|p| p.iter().all(|&q| q == 0)),
+    };
+    let pointwise = kernel_one && ones(attr_ints(node, "strides")) && unpadded;
+    let mut flows = vec![split(Some(0), None)];
+    flows.push(if attr_int(node, "group", 1) == 1 {
+        split(None, Some(0))
+    } else {
+        AxisFlow::Mixed
+    });
+    flows.extend((2..r0).map(|d| {
+        if pointwise {
+            split(Some(d), None)
+        } else {
+            AxisFlow::Mixed
+        }
+    }));
+    Some(vec![flows])
 }
 
 fn conv(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

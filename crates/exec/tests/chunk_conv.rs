@@ -1,0 +1,148 @@
+//! `Conv` inside chunked regions: along the batch, along output channels (one group: a chunk of
+//! filters and biases), and along spatial axes (a 1x1 kernel with unit strides and no padding).
+//! Each chunked graph runs to the same bits as the original, plain and from its plan, with the
+//! measured peak the planned one.
+
+use std::collections::BTreeMap;
+
+use memplan_exec::{run, run_planned, RunOptions, Tensor};
+use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
+use memplan_ir::{DataType, TensorData};
+use memplan_plan::chunk::{chunk_to_budget, ChunkOptions};
+
+fn ints(name: &str, v: &[i64]) -> Attribute {
+    Attribute {
+        name: name.into(),
+        value: AttrValue::Ints(v.to_vec()),
+        doc: String::new(),
+    }
+}
+
+fn weights(name: &str, shape: &[u64]) -> TensorData {
+    let n: u64 = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919 % 97) as f32 - 48.0) / 61.0)
+        .collect();
+    TensorData::from_f32(name, shape.to_vec(), &v)
+}
+
+/// x [B, 4, H, W] -> a = Conv (k1 x k1, `mid` filters, bias) -> Relu(a) * Sigmoid(a) -> Conv
+/// (k2 x k2, 4 filters) -> y. A 1x1 kernel has no padding, a 3x3 one padding 1.
+fn conv_model(k1: u64, k2: u64, mid: u64) -> Model {
+    let mut g = Graph::default();
+    let dim = |s: &str| DeclDim::Param(s.into());
+    let x = g.add_input(
+        "x",
+        DeclType::tensor(
+            DataType::F32,
+            vec![dim("B"), DeclDim::Value(4), dim("H"), dim("W")],
+        ),
+    );
+    let w1 = g.add_initializer(weights("w1", &[mid, 4, k1, k1]));
+    let b1 = g.add_initializer(weights("b1", &[mid]));
+    let w2 = g.add_initializer(weights("w2", &[4, mid, k2, k2]));
+    let attrs = |k: u64| {
+        let p = (k / 2) as i64;
+        vec![ints("pads", &[p, p, p, p])]
+    };
+    let (_, a) = g.add_node(
+        "c1",
+        "Conv",
+        &[Some(x), Some(w1), Some(b1)],
+        &["a"],
+        attrs(k1),
+    );
+    let (_, r) = g.add_node("relu", "Relu", &[Some(a[0])], &["r"], vec![]);
+    let (_, s) = g.add_node("sig", "Sigmoid", &[Some(a[0])], &["s"], vec![]);
+    let (_, m) = g.add_node("gate", "Mul", &[Some(r[0]), Some(s[0])], &["m"], vec![]);
+    let (_, y) = g.add_node("c2", "Conv", &[Some(m[0]), Some(w2)], &["y"], attrs(k2));
+    g.outputs.push(y[0]);
+    Model {
+        graph: g,
+        ..Model::default()
+    }
+}
+
+/// A step as "NODES nodes FIRST..LAST, extent E".
+fn describe(s: &memplan_plan::chunk::ChunkStep) -> String {
+    format!(
+        "{} nodes {}..{}, extent {}",
+        s.nodes, s.first, s.last, s.extent
+    )
+}
+
+fn input(shape: &[usize]) -> BTreeMap<String, Tensor> {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| ((i * 31 % 113) as f32) / 40.0 - 1.4)
+        .collect();
+    BTreeMap::from([("x".to_string(), Tensor::from_vec(shape, &v, None).unwrap())])
+}
+
+/// Chunks `model` as low as it goes with each chunk count, runs the result plain and planned:
+/// the output bits of the original run, measured = planned. Returns the chunked steps' texts.
+fn check(model: &Model, dims: &[(&str, i64)], shape: &[usize]) -> Vec<String> {
+    let dims: BTreeMap<String, i64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let facts = memplan_ir::infer_model_for(model, &dims).unwrap();
+    let want = run(&model.graph, &facts, input(shape), &RunOptions::default()).unwrap();
+    let mut steps = Vec::new();
+    for chunks in [2, 3, 4, 8] {
+        let opts = ChunkOptions {
+            chunk_counts: vec![chunks],
+            ..ChunkOptions::default()
+        };
+        let c = chunk_to_budget(model, &dims, &opts).unwrap();
+        let f = memplan_ir::infer_model_for(&c.model, &dims).unwrap();
+        let plain = run(&c.model.graph, &f, input(shape), &RunOptions::default()).unwrap();
+        let out = memplan_plan::optimize(&c.model.graph, &f, &dims, &Default::default()).unwrap();
+        let planned = run_planned(&c.model.graph, &f, input(shape), &out.plan, 18).unwrap();
+        for got in [&plain, &planned] {
+            assert_eq!(
+                got.outputs[0].1.bytes(),
+                want.outputs[0].1.bytes(),
+                "{chunks} chunks: {:?}",
+                c.steps.iter().map(describe).collect::<Vec<_>>()
+            );
+        }
+        assert_eq!(planned.peak_bytes, out.report.peak_bytes_after);
+        steps.extend(c.steps.iter().map(describe));
+    }
+    steps
+}
+
+/// Whether some step split an axis of extent `e`.
+fn split_at(steps: &[String], e: i64) -> bool {
+    steps.iter().any(|s| s.ends_with(&format!("extent {e}")))
+}
+
+#[test]
+fn pointwise_convs_chunk_along_rows_bit_identical() {
+    let steps = check(
+        &conv_model(1, 1, 32),
+        &[("B", 1), ("H", 24), ("W", 16)],
+        &[1, 4, 24, 16],
+    );
+    assert!(split_at(&steps, 24), "{steps:?}");
+}
+
+#[test]
+fn convs_chunk_along_the_batch_bit_identical() {
+    let steps = check(
+        &conv_model(3, 3, 4),
+        &[("B", 12), ("H", 8), ("W", 8)],
+        &[12, 4, 8, 8],
+    );
+    assert!(split_at(&steps, 12), "{steps:?}");
+}
+
+#[test]
+fn a_conv_chunks_over_its_filters_bit_identical() {
+    // One image, a 3x3 kernel first: its filters (with the gate after them) can be cut, and the
+    // pointwise Conv after them reads every channel.
+    let steps = check(
+        &conv_model(3, 1, 64),
+        &[("B", 1), ("H", 16), ("W", 16)],
+        &[1, 4, 16, 16],
+    );
+    assert!(split_at(&steps, 64), "{steps:?}");
+}
