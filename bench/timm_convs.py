@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Convolutional models from timm (a package the corpus does not use) at 512 x 512, both torch
+exporters, random weights: the lowest plan (`memplan optimize --budget lowest`), against another
+memplan build's (`--base`, e.g. one from before a change) when given.
+
+Per model and export: the estimated peak, the floor, the lowest planned peak (and the base build's),
+measured = planned, outputs bit-identical to the unoptimized run, and the median whole-process wall
+time of the unoptimized and the planned run over --repeat alternating runs (2 threads).
+
+Needs `pip install timm onnxscript`. Prints a markdown table.
+
+Usage: .venv/bin/python bench/timm_convs.py [--memplan target/release/memplan] [--base OTHER/memplan]
+       [--repeat 3] [--img 512] [--models convnext_atto poolformer_s12 mobilevit_xxs]
+"""
+
+import argparse
+import os
+import statistics
+
+import numpy as np
+
+from benchcli import js, sh, timed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIB = 1024 * 1024
+
+
+def export(name, img, work):
+    import timm
+    import torch
+
+    torch.manual_seed(0)
+    m = timm.create_model(name, pretrained=False, num_classes=10).eval()
+    x = torch.randn(1, 3, img, img)
+    inputs = os.path.join(work, f"{name}.in.npz")
+    np.savez(inputs, x=x.numpy())
+    paths = {}
+    for variant in ("dynamo", "legacy"):
+        p = os.path.join(work, f"{name}.{variant}.onnx")
+        if not os.path.exists(p):
+            with torch.no_grad():
+                if variant == "legacy":
+                    torch.onnx.export(m, (x,), p, dynamo=False, opset_version=17, input_names=["x"],
+                                      output_names=["y"])
+                else:
+                    torch.onnx.export(m, (x,), dynamo=True, input_names=["x"], output_names=["y"]).save(p)
+        paths[variant] = p
+    return inputs, paths
+
+
+def lowest(memplan, model, out):
+    rep = js([memplan, "optimize", model, "--budget", "lowest", "-o", out + ".onnx", "--plan-out",
+              out + ".json", "--json"], ok=(0, 3))
+    return rep
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
+    ap.add_argument("--base", default=None)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--img", type=int, default=512)
+    ap.add_argument("--models", nargs="+", default=["convnext_atto", "poolformer_s12", "mobilevit_xxs"])
+    ap.add_argument("--work", default=os.path.join(ROOT, "target", "timm_convs"))
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    m, w = a.memplan, a.work
+    print("| model | export | peak unoptimized | floor | lowest planned (x) | base build's lowest | "
+          "measured = planned | bit-identical | wall s, unoptimized / lowest |")
+    print("|---|---|---:|---:|---:|---:|---|---|---|")
+    for name in a.models:
+        inputs, paths = export(name, a.img, w)
+        for variant, model in paths.items():
+            ref = os.path.join(w, f"{name}.{variant}.ref.npz")
+            sh([m, "run", model, "--inputs-npz", inputs, "--out", ref, "--threads", "2"])
+            out = os.path.join(w, f"{name}.{variant}.lowest")
+            rep = lowest(m, model, out)
+            before, after = rep["peak_bytes_before"], rep["peak_bytes_after"]
+            base = "-"
+            if a.base:
+                base = f"{lowest(a.base, model, out + '.base')['peak_bytes_after'] / MIB:.1f} MiB"
+            run = [m, "run", out + ".onnx", "--plan", out + ".json", "--inputs-npz", inputs, "--threads", "2",
+                   "--compare", ref, "--exact", "--json"]
+            got = js(run, ok=(0, 1))
+            same = got.get("compared") and not got.get("mismatches")
+            tu, tp = [], []
+            for _ in range(a.repeat):
+                tu.append(timed([m, "run", model, "--inputs-npz", inputs, "--threads", "2", "--json"]))
+                tp.append(timed(run))
+            print(f"| {name} | {variant} | {before / MIB:.1f} MiB | {rep['floor']['bytes'] / MIB:.1f} MiB "
+                  f"| {after / MIB:.1f} MiB ({after / before:.3f}) | {base} "
+                  f"| {'yes' if got['peak_bytes'] == after else 'NO'} | {'yes' if same else 'NO'} "
+                  f"| {statistics.median(tu):.2f} / {statistics.median(tp):.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
