@@ -108,14 +108,7 @@ fn scan_step(
 /// its buffer.
 fn run_body(ctx: &CtlCtx, body: &Body, inputs: &[Tensor]) -> Result<Vec<Tensor>, OpFail> {
     let (g, facts, timeline) = (body.g, body.f, &body.timeline);
-    if inputs.len() != g.inputs.len() {
-        return Err(OpFail::Invalid(format!(
-            "body '{}' takes {} inputs, given {}",
-            g.name,
-            g.inputs.len(),
-            inputs.len()
-        )));
-    }
+    takes(g, inputs.len())?;
     let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
     for (&v, t) in g.inputs.iter().zip(inputs) {
         values[v.index()] = Some(t.clone());
@@ -671,21 +664,14 @@ fn scan_planned(
     load_outer(ctx, g, &mut values)?;
     let weights = load_weights(g, &mut values)?;
     ctx.stats.add(weights);
-    let run = (|| {
+    let run = (|| -> Result<(), OpFail> {
         let mut slices = Vec::with_capacity(scan_in.len());
         for &(x, a, _) in scan_in {
             let mut shape = x.shape.clone();
             shape.remove(a);
             slices.push(Tensor::for_overwrite_planned(x.dtype, &shape, ctx.stats)?);
         }
-        if slices.len() != g.inputs.len() {
-            return Err(OpFail::Invalid(format!(
-                "body '{}' takes {} inputs, given {}",
-                g.name,
-                g.inputs.len(),
-                slices.len()
-            )));
-        }
+        takes(g, slices.len())?;
         for t in 0..trips {
             for (s, &(x, a, back)) in slices.iter_mut().zip(scan_in) {
                 slice_into(s, x, a, step_index(t, trips, back))?;
@@ -713,6 +699,18 @@ fn scan_planned(
     ctx.stats.sub(weights);
     run?;
     Ok(made.into_iter().map(|(t, _)| t).collect())
+}
+
+/// Whether body `g` takes `given` inputs.
+fn takes(g: &Graph, given: usize) -> Result<(), OpFail> {
+    if given == g.inputs.len() {
+        return Ok(());
+    }
+    Err(OpFail::Invalid(format!(
+        "body '{}' takes {} inputs, given {given}",
+        g.name,
+        g.inputs.len()
+    )))
 }
 
 /// Body `g`'s output `o` among its `values`.
