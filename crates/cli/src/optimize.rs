@@ -20,7 +20,7 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 
-use memplan_ir::graph::{Model, NodeId};
+use memplan_ir::graph::Model;
 use memplan_ir::infer::Facts;
 use memplan_plan::chunk::{ChunkOptions, CostModel};
 use memplan_plan::fit::{ChunkSummary, FitOptions};
@@ -307,7 +307,7 @@ impl Optimized {
     /// The model with its nodes in the planned order, and the plan renumbered for it (what `-o`
     /// writes and `--plan-out` then holds).
     pub fn reordered(&self) -> (Model, Plan) {
-        let schedule: Vec<NodeId> = self.plan.schedule.iter().map(|s| NodeId(s.node)).collect();
+        let schedule = self.plan.node_order();
         let mut m2 = self.model.clone();
         m2.graph = memplan_plan::reorder(&self.model.graph, &schedule);
         (m2, self.plan.clone().renumbered_in_schedule_order())

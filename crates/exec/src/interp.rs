@@ -226,7 +226,7 @@ pub fn run_checked(
 ) -> Result<RunResult, ExecError> {
     crate::fold::install_const_folder();
     let plan = checked.plan();
-    let schedule: Vec<NodeId> = plan.schedule.iter().map(|s| NodeId(s.node)).collect();
+    let schedule = plan.node_order();
     execute(
         checked.graph(),
         checked.facts(),

@@ -196,6 +196,14 @@ impl Plan {
         p
     }
 
+    /// The schedule as node ids.
+    pub fn node_order(&self) -> Vec<memplan_ir::NodeId> {
+        self.schedule
+            .iter()
+            .map(|s| memplan_ir::NodeId(s.node))
+            .collect()
+    }
+
     /// The plan node `node`'s body runs from, if it has one.
     pub fn body(&self, node: u32) -> Option<&Plan> {
         self.bodies.iter().find(|b| b.node == node).map(|b| &b.plan)

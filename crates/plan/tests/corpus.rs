@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use memplan_ir::NodeId;
 use memplan_plan::{check, optimize, reorder, Options};
 
 fn repo() -> PathBuf {
@@ -81,7 +80,7 @@ fn corpus_plans_are_valid_and_never_worse_than_graph_order() {
             r.arena_lower_bound,
         ));
         // The reordered model, written and read back, accepts the renumbered plan.
-        let schedule: Vec<NodeId> = out.plan.schedule.iter().map(|s| NodeId(s.node)).collect();
+        let schedule = out.plan.node_order();
         let mut m2 = model.clone();
         m2.graph = reorder(&model.graph, &schedule);
         let file = tmp.join(format!("{stem}.onnx"));

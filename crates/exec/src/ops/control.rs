@@ -71,13 +71,51 @@ struct Body<'a> {
     g: &'a Graph,
     f: &'a Facts,
     timeline: memplan_sim::Timeline,
+    /// Per step of the timeline's schedule: the values freed after it (their last reader, or
+    /// their producer when nothing reads them); the body's outputs are kept.
+    frees: Vec<Vec<memplan_ir::ValueId>>,
 }
 
 impl<'a> Body<'a> {
+    /// The body in its facts' order.
     fn new(g: &'a Graph, f: &'a Facts) -> Result<Body<'a>, OpFail> {
-        let timeline = memplan_sim::Timeline::build(g, f, &f.order)
+        Body::in_order(g, f, &f.order)
+    }
+
+    /// The body in `order` (a body plan's schedule).
+    fn in_order(
+        g: &'a Graph,
+        f: &'a Facts,
+        order: &[memplan_ir::NodeId],
+    ) -> Result<Body<'a>, OpFail> {
+        let timeline = memplan_sim::Timeline::build(g, f, order)
             .map_err(|e| OpFail::Invalid(format!("body '{}': {e}", g.name)))?;
-        Ok(Body { g, f, timeline })
+        let mut pos = vec![0usize; g.nodes.len()];
+        for (s, n) in order.iter().enumerate() {
+            pos[n.index()] = s;
+        }
+        let consumers = g.consumers();
+        let mut keep = vec![false; g.values.len()];
+        for &o in &g.outputs {
+            keep[o.index()] = true;
+        }
+        let mut frees: Vec<Vec<memplan_ir::ValueId>> = vec![Vec::new(); order.len()];
+        for v in g.value_ids() {
+            if keep[v.index()] || !matches!(g.value(v).kind, ValueKind::Node { .. }) {
+                continue;
+            }
+            let last = consumers[v.index()].iter().map(|c| pos[c.index()]).max();
+            let made = g.producer(v).map(|p| pos[p.index()]);
+            if let Some(s) = last.or(made) {
+                frees[s].push(v);
+            }
+        }
+        Ok(Body {
+            g,
+            f,
+            timeline,
+            frees,
+        })
     }
 }
 
@@ -107,7 +145,7 @@ fn scan_step(
 /// Runs one body on `inputs` (its graph inputs, by position) and returns its outputs, each owning
 /// its buffer.
 fn run_body(ctx: &CtlCtx, body: &Body, inputs: &[Tensor]) -> Result<Vec<Tensor>, OpFail> {
-    let (g, facts, timeline) = (body.g, body.f, &body.timeline);
+    let (g, timeline) = (body.g, &body.timeline);
     takes(g, inputs.len())?;
     let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
     for (&v, t) in g.inputs.iter().zip(inputs) {
@@ -116,7 +154,7 @@ fn run_body(ctx: &CtlCtx, body: &Body, inputs: &[Tensor]) -> Result<Vec<Tensor>,
     load_outer(ctx, g, &mut values)?;
     let weights = load_weights(g, &mut values)?;
     ctx.stats.add(weights);
-    let r = run_nodes(ctx, g, facts, timeline, None, &mut values);
+    let r = run_nodes(ctx, body, None, &mut values);
     let outs = r.and_then(|()| {
         let owned = memplan_sim::control::owned_outputs(g, timeline);
         g.outputs
@@ -141,33 +179,12 @@ fn run_body(ctx: &CtlCtx, body: &Body, inputs: &[Tensor]) -> Result<Vec<Tensor>,
 /// from the arena of `placed` when the body runs from a plan of its own.
 fn run_nodes(
     ctx: &CtlCtx,
-    g: &Graph,
-    facts: &Facts,
-    timeline: &memplan_sim::Timeline,
+    body: &Body,
     placed: Option<&crate::interp::Placed>,
     values: &mut [Option<Tensor>],
 ) -> Result<(), OpFail> {
+    let (g, facts, timeline) = (body.g, body.f, &body.timeline);
     let order = &timeline.schedule;
-    let mut pos = vec![0usize; g.nodes.len()];
-    for (s, n) in order.iter().enumerate() {
-        pos[n.index()] = s;
-    }
-    let consumers = g.consumers();
-    let mut keep = vec![false; g.values.len()];
-    for &o in &g.outputs {
-        keep[o.index()] = true;
-    }
-    let mut frees: Vec<Vec<memplan_ir::ValueId>> = vec![Vec::new(); order.len()];
-    for v in g.value_ids() {
-        if keep[v.index()] || !matches!(g.value(v).kind, ValueKind::Node { .. }) {
-            continue;
-        }
-        let last = consumers[v.index()].iter().map(|c| pos[c.index()]).max();
-        let made = g.producer(v).map(|p| pos[p.index()]);
-        if let Some(s) = last.or(made) {
-            frees[s].push(v);
-        }
-    }
     for (s, &nid) in order.iter().enumerate() {
         let node = g.node(nid);
         let label = || node.label(nid);
@@ -244,7 +261,7 @@ fn run_nodes(
             }
         }
         drop(outs);
-        for &v in &frees[s] {
+        for &v in &body.frees[s] {
             values[v.index()] = None;
         }
     }
@@ -509,11 +526,16 @@ fn norm_axis(a: i64, rank: usize) -> Result<usize, OpFail> {
 
 /// Slice `idx` of `t` along axis `a`, in a fresh buffer.
 fn slice_at(ctx: &CtlCtx, t: &Tensor, a: usize, idx: usize) -> Result<Tensor, OpFail> {
-    let mut shape = t.shape.clone();
-    shape.remove(a);
-    let mut out = Tensor::for_overwrite_planned(t.dtype, &shape, ctx.stats)?;
+    let mut out = slice_buffer(ctx, t, a)?;
     slice_into(&mut out, t, a, idx)?;
     Ok(out)
+}
+
+/// A buffer of the shape of one slice of `t` along axis `a`, its contents left to be overwritten.
+fn slice_buffer(ctx: &CtlCtx, t: &Tensor, a: usize) -> Result<Tensor, OpFail> {
+    let mut shape = t.shape.clone();
+    shape.remove(a);
+    Ok(Tensor::for_overwrite_planned(t.dtype, &shape, ctx.stats)?)
 }
 
 /// Writes slice `idx` of `t` along axis `a` over `dst` (of the slice's shape).
@@ -651,13 +673,7 @@ fn scan_planned(
     rev: &[bool],
 ) -> Result<Vec<Tensor>, OpFail> {
     let trips = scan_in.first().map_or(0, |(t, a, _)| t.shape[*a]);
-    let schedule: Vec<memplan_ir::NodeId> = bp
-        .schedule
-        .iter()
-        .map(|s| memplan_ir::NodeId(s.node))
-        .collect();
-    let timeline = memplan_sim::Timeline::build(g, f, &schedule)
-        .map_err(|e| OpFail::Invalid(format!("body '{}': {e}", g.name)))?;
+    let body = Body::in_order(g, f, &bp.node_order())?;
     let placed =
         crate::interp::Placed::new(g, bp, ctx.dims, ctx.stats).map_err(|e| body_err(g, e))?;
     let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
@@ -665,13 +681,11 @@ fn scan_planned(
     let weights = load_weights(g, &mut values)?;
     ctx.stats.add(weights);
     let run = (|| -> Result<(), OpFail> {
+        takes(g, scan_in.len())?;
         let mut slices = Vec::with_capacity(scan_in.len());
         for &(x, a, _) in scan_in {
-            let mut shape = x.shape.clone();
-            shape.remove(a);
-            slices.push(Tensor::for_overwrite_planned(x.dtype, &shape, ctx.stats)?);
+            slices.push(slice_buffer(ctx, x, a)?);
         }
-        takes(g, slices.len())?;
         for t in 0..trips {
             for (s, &(x, a, back)) in slices.iter_mut().zip(scan_in) {
                 slice_into(s, x, a, step_index(t, trips, back))?;
@@ -680,7 +694,7 @@ fn scan_planned(
             for (&v, s) in g.inputs.iter().zip(&slices) {
                 vals[v.index()] = Some(s.clone());
             }
-            run_nodes(ctx, g, f, &timeline, Some(&placed), &mut vals)?;
+            run_nodes(ctx, &body, Some(&placed), &mut vals)?;
             for (k, (&o, (dst, a))) in g.outputs.iter().zip(made.iter_mut()).enumerate() {
                 let piece = body_output(g, &vals, o)?;
                 let at = step_index(t, trips, rev.get(k).copied().unwrap_or(false));

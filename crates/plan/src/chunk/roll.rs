@@ -127,7 +127,8 @@ fn blank(name: String, op: &str, inputs: Vec<Option<ValueId>>, outputs: Vec<Valu
     Node::new(name, op, inputs, outputs.into_iter().map(Some).collect())
 }
 
-/// A new 1-D `int64` initializer holding `s` (a `Reshape` target), named from `base`.
+/// A new 1-D `int64` initializer holding `s` (a `Reshape` target, a `Slice` bound), named from
+/// `base`.
 fn shape_const(out: &mut Graph, names: &mut Names, base: &str, s: &[i64]) -> ValueId {
     out.add_initializer(TensorData::from_i64(
         names.fresh(base),
@@ -187,6 +188,7 @@ pub fn roll(
             .map(|n| find(n))
             .collect()
     };
+    // The folded chunks' slices and clones, removed with the fold.
     let gone = nodes_of(&u.chunks[..folded])?;
     for id in nodes_of(&u.chunks[folded..])? {
         if g.node(id)
@@ -228,12 +230,19 @@ pub fn roll(
         split.insert(at, trips);
         // With chunks left unrolled after them, the folded ones read the first `T*k` of `x`.
         let whole = if tail {
-            let bound = |names: &mut Names, out: &mut Graph, what: &str, v: i64| {
-                shape_const(out, names, &format!("{xname}__scan_{what}"), &[v])
-            };
-            let starts = bound(&mut names, &mut out, "start", 0);
-            let ends = bound(&mut names, &mut out, "end", trips * k);
-            let axes = bound(&mut names, &mut out, "axis", *axis as i64);
+            let starts = shape_const(&mut out, &mut names, &format!("{xname}__scan_start"), &[0]);
+            let ends = shape_const(
+                &mut out,
+                &mut names,
+                &format!("{xname}__scan_end"),
+                &[trips * k],
+            );
+            let axes = shape_const(
+                &mut out,
+                &mut names,
+                &format!("{xname}__scan_axis"),
+                &[*axis as i64],
+            );
             let p = out.add_value(names.fresh(&format!("{xname}__scan_prefix")), made.clone());
             new_nodes.push(blank(
                 names.fresh(&format!("{xname}__scan_slice")),
@@ -364,14 +373,7 @@ pub fn roll(
     ];
     new_nodes.push(scan);
     new_nodes.append(&mut joins);
-    for c in &u.chunks[..folded] {
-        for (name, _) in &c.slices {
-            removed.insert(find(name)?);
-        }
-        for name in &c.clones {
-            removed.insert(find(name)?);
-        }
-    }
+    removed.extend(&gone);
     // Constants only the removed nodes read (slice bounds, later chunks' shapes) go with them.
     let mut read_by_removed: BTreeSet<ValueId> = BTreeSet::new();
     for &n in &removed {
@@ -583,15 +585,7 @@ mod tests {
         let f = memplan_ir::infer_model_for(&folded, &dims).unwrap();
         let y = g.outputs[0];
         assert_eq!(g.value(y).name, "y");
-        let shape: Vec<i64> = f
-            .get(y)
-            .shape
-            .as_ref()
-            .unwrap()
-            .iter()
-            .map(|d| d.eval_map(&dims).unwrap())
-            .collect();
-        assert_eq!(shape, [64, 64]);
+        assert_eq!(const_shape(&f, &dims, y, "y").unwrap(), [64, 64]);
     }
 
     #[test]
@@ -622,15 +616,7 @@ mod tests {
         assert_eq!(ops, want, "{ops:?}");
         let scan = g.nodes.iter().find(|n| n.op == "Scan").unwrap();
         let f = memplan_ir::infer_model_for(&folded, &dims).unwrap();
-        let shape_of = |v: ValueId| -> Vec<i64> {
-            f.get(v)
-                .shape
-                .as_ref()
-                .unwrap()
-                .iter()
-                .map(|d| d.eval_map(&dims).unwrap())
-                .collect()
-        };
+        let shape_of = |v: ValueId| const_shape(&f, &dims, v, &g.value(v).name).unwrap();
         assert_eq!(shape_of(scan.outputs[0].unwrap()), [3, 16, 64]);
         let y = g.outputs[0];
         assert_eq!(g.value(y).name, "y");
