@@ -464,7 +464,31 @@ fn assembled_output(
 }
 
 /// Runs `graph` over `schedule`, from the arena of `plan` when given.
+/// Runs the graph on a worker thread of rayon's current pool (see [`on_worker`]).
 fn execute(
+    graph: &Graph,
+    facts: &Facts,
+    inputs: BTreeMap<String, Tensor>,
+    schedule: &[NodeId],
+    plan: Option<&Plan>,
+    opset: i64,
+) -> Result<RunResult, ExecError> {
+    on_worker(|| execute_here(graph, facts, inputs, schedule, plan, opset))
+}
+
+/// Runs `f` on a worker thread of rayon's current pool, so the kernels' parallel loops inside it
+/// split their work with the other workers by stealing. Called from a thread outside the pool,
+/// every parallel loop would instead be handed to the pool and the calling thread put to sleep
+/// until it is done: two thread switches per loop, which a run of thousands of small nodes (a
+/// chunked graph) pays thousands of times. Inside the pool already, `f` runs where it is.
+pub(crate) fn on_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    rayon::scope(|_| f())
+}
+
+fn execute_here(
     graph: &Graph,
     facts: &Facts,
     mut inputs: BTreeMap<String, Tensor>,

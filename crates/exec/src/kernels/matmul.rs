@@ -65,9 +65,9 @@ pub(crate) fn check_len(what: &str, len: usize, shape: &[usize]) -> KResult<()> 
 }
 
 /// Below this many multiply-adds a matmul runs on the calling thread.
-const PAR_MIN_WORK: usize = 1 << 20;
-/// Smallest number of multiply-adds worth a rayon task.
-const TASK_MIN_WORK: usize = 1 << 17;
+const PAR_MIN_WORK: usize = 1 << 18;
+/// Smallest number of multiply-adds worth a rayon task (a few microseconds).
+const TASK_MIN_WORK: usize = 1 << 16;
 /// Row blocks are rounded to this (the widest micro-kernel height) so that few tiles are masked.
 const ROW_ALIGN: usize = 16;
 /// Fewest rows in a task when there are more tasks than threads: every task packs the whole right

@@ -57,17 +57,25 @@ impl Float for f32 {
 }
 impl Float for f64 {}
 
-/// Below this many elements a kernel stays on the calling thread.
+/// Elements per parallel task, by what an element costs (a task is worth a few microseconds: a
+/// chunk's slice of a large tensor often holds only a few thousand rows); below one task's worth a
+/// kernel stays on the calling thread. Rows are independent, so the split never changes a bit.
+/// Cheap per element (normalizations without a transcendental function per element).
 const PAR_MIN_ELEMS: usize = 1 << 15;
+/// LayerNormalization and RMSNormalization: two passes and a division per element.
+const NORM_MIN_ELEMS: usize = 1 << 13;
+/// Softmax: an exponential per element (several nanoseconds each).
+const SOFTMAX_MIN_ELEMS: usize = 1 << 12;
 
 /// Runs `f(row_index, in_row, out_row)` over rows of length `len`, in parallel for large inputs.
 fn par_rows<T: Float>(
     x: &[T],
     out: &mut [T],
     len: usize,
+    min: usize,
     f: impl Fn(usize, &[T], &mut [T]) + Sync,
 ) {
-    par_row_chunks(x, out, len, |r0, xc, oc| {
+    par_row_chunks(x, out, len, min, |r0, xc, oc| {
         for (i, (xi, oi)) in xc
             .chunks_exact(len)
             .zip(oc.chunks_exact_mut(len))
@@ -79,22 +87,23 @@ fn par_rows<T: Float>(
 }
 
 /// Runs `f(first_row, in_rows, out_rows)` over blocks of whole rows of length `len`, in parallel
-/// for large inputs.
+/// from `min` elements (tasks of at least `min / 2`).
 fn par_row_chunks<T: Float>(
     x: &[T],
     out: &mut [T],
     len: usize,
+    min: usize,
     f: impl Fn(usize, &[T], &mut [T]) + Sync,
 ) {
     if len == 0 {
         return;
     }
     let rows = x.len() / len;
-    if x.len() < PAR_MIN_ELEMS || rayon::current_num_threads() <= 1 || rows < 2 {
+    if x.len() < min || rayon::current_num_threads() <= 1 || rows < 2 {
         f(0, x, out);
         return;
     }
-    let rpt = PAR_MIN_ELEMS
+    let rpt = min
         .div_ceil(2 * len)
         .max(rows.div_ceil(rayon::current_num_threads() * 8))
         .max(1);
@@ -249,11 +258,13 @@ pub fn softmax<T: Float>(
     let axis = normalize_axes(shape.len(), &[axis])?[0];
     let (_, d, inner) = split3(shape, axis);
     if inner == 1 {
-        par_row_chunks(x, out, d, |_, xc, oc| softmax_block(xc, oc, d, log));
+        par_row_chunks(x, out, d, SOFTMAX_MIN_ELEMS, |_, xc, oc| {
+            softmax_block(xc, oc, d, log)
+        });
         return Ok(());
     }
     // Strided axis: gather each sequence, run the same routine, scatter back.
-    par_rows(x, out, d * inner, |_, xi, oi| {
+    par_rows(x, out, d * inner, SOFTMAX_MIN_ELEMS, |_, xi, oi| {
         let mut sx = vec![T::ZERO; d];
         let mut so = vec![T::ZERO; d];
         for i in 0..inner {
@@ -359,7 +370,7 @@ pub fn layer_norm<T: Float>(
     }
     let row = |xi: &[T], oi: &mut [T]| layer_norm_row(xi, oi, epsilon, scale, bias);
     if stats.mean.is_none() && stats.inv_std.is_none() {
-        par_row_chunks(x, out, n, |_, xc, oc| {
+        par_row_chunks(x, out, n, NORM_MIN_ELEMS, |_, xc, oc| {
             layer_norm_block(xc, oc, n, epsilon, scale, bias)
         });
     } else {
@@ -395,7 +406,7 @@ pub fn rms_norm<T: Float>(
     let axis = normalize_axes(shape.len(), &[axis])?[0];
     let n: usize = shape[axis..].iter().product();
     check_param("RMSNormalization scale", scale, n)?;
-    par_rows(x, out, n, |_, xi, oi| {
+    par_rows(x, out, n, NORM_MIN_ELEMS, |_, xi, oi| {
         let ms = fold_lanes(xi, |v| v * v, <T as ReduceElem>::add, T::ZERO).div_count(n);
         let inv = T::ONE / (ms + epsilon).sqrt();
         for (j, (o, &v)) in oi.iter_mut().zip(xi).enumerate() {
@@ -438,7 +449,7 @@ pub fn instance_norm<T: Float>(
         shape,
         &[("scale", scale.len()), ("B", b.len())],
     )?;
-    par_rows(x, out, sp, |r, xi, oi| {
+    par_rows(x, out, sp, PAR_MIN_ELEMS, |r, xi, oi| {
         let ch = r % c;
         let (mean, inv) = mean_inv_std(xi, epsilon);
         for (o, &v) in oi.iter_mut().zip(xi) {
@@ -471,7 +482,7 @@ pub fn batch_norm<T: Float>(
             ("var", var.len()),
         ],
     )?;
-    par_rows(x, out, sp, |r, xi, oi| {
+    par_rows(x, out, sp, PAR_MIN_ELEMS, |r, xi, oi| {
         let ch = r % c;
         let k = scale[ch] / (var[ch] + epsilon).sqrt();
         let (m, bb) = (mean[ch], b[ch]);
