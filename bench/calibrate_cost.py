@@ -6,9 +6,9 @@ crates/plan/src/cost.rs): a curve of seconds per node against work for each kind
 A rewrite's predicted extra time is the time of the nodes it adds less that of the nodes it removes.
 This script measures the curves with memplan's own executor, in planned runs (`memplan optimize
 --plan-out`, then `memplan run --plan --profile --json`), as chunked models run: per kind, a chain of
-R nodes of one op at sizes from 16 to 16 Mi elements (multiply-adds for the contraction), each node
-reading the one before (so a small node's input is in cache, as a chunk's is); the executor's own
-per-node timer, summed per op type by `--profile`, divided by R, is the point of the curve.
+16 nodes of one op at sizes from 16 to 16 Mi elements (multiply-adds for the contraction), each node
+reading the one before (so a small node's input is in cache, as a chunk's is); the median of the
+executor's own per-node timer (`--profile`) over the last 12 nodes is the point of the curve.
 
 * elementwise: Add / Mul with a broadcast row, alternating, over [w/256, 256];
 * copy: Transpose of a square [r, r] (w = r^2), alternating with its inverse;
@@ -23,11 +23,16 @@ with `--cost-model` the calibration) against the measured one (the chunked plann
 less the unchunked planned run's, alternating rounds), and prints a markdown table with whether each
 is within +-30% or +-5 ms.
 
+Every run is the first of its process (`--repeat 1`, the default), as a user's `memplan run` is: it
+maps its arena's pages afresh. Later runs in one process may reuse the pages of the run before (the
+allocator keeps a freed block below its mapping threshold), so their time hides the first touches
+that a lower peak saves.
+
 Writes the calibration as JSON (`--out`, default target/cost_model.json) for `memplan optimize
 --cost-model FILE`; `--rust` prints it as the Rust constants of `CostModel::default()`.
 
 Usage: .venv/bin/python bench/calibrate_cost.py [--memplan target/release/memplan] [--threads 2]
-       [--repeat 9] [--rounds 3] [--out target/cost_model.json] [--no-check] [--only STEM,...] [--rust]
+       [--repeat 1] [--rounds 5] [--out target/cost_model.json] [--no-check] [--only STEM,...] [--rust]
 """
 
 import argparse
@@ -48,7 +53,7 @@ import chunk_bench  # noqa: E402  (the corpus models' inputs)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "corpus", "models")
 MIB = 1024 * 1024
-CHAINS = (4, 16)  # nodes per chain: the difference is the time of 12 nodes, without first touches
+CHAINS = (4, 16)  # nodes per chain: the long one's last 12 nodes give a point, the short one the first touch
 SIZES = [4**k for k in range(2, 13)]  # 16 .. 16 Mi elements
 MATMUL_K = 64
 MATMUL_ROWS = [4**k for k in range(0, 9)]  # 1 .. 65536 rows
@@ -162,10 +167,11 @@ def run(args, out, plan_path, dims, profile=False, npz=None):
 def calibrate(args, work):
     """The curves: {kind: [(work, seconds per node)]}, the view time and the first-touch cost.
 
-    Each point is the difference of the per-op times of a 16-node chain and a 4-node chain over 12:
-    what the first nodes pay once (mapping the arena's pages) cancels. That first-touch cost is then
-    what the 4-node elementwise chain took beyond 4 nodes' time, per byte of its arena, at the
-    sizes of at least 1 Mi elements."""
+    Each point is the median time of the last 12 nodes of a 16-node chain (the executor's per-node
+    timer): the first nodes pay for mapping the
+    arena's pages, and a median of nodes does not move with a moment's interference from other work
+    on the machine, as a sum does. That first-touch cost is what the 4-node elementwise chain took
+    beyond 4 nodes' time, per byte of its arena, at the sizes of at least 1 Mi elements."""
     points = {k: {} for k in ("elementwise", "copy", "other", "contraction")}
     views, faults = [], []
     cases = [(k, w) for k in ("elementwise", "copy", "other") for w in SIZES]
@@ -184,17 +190,18 @@ def calibrate(args, work):
     for rnd in range(args.rounds):
         t = {}
         for key, (out, plan_path, ops, _) in planned.items():
-            prof = run(args, out, plan_path, {}, profile=True)["profile"]
-            t[key] = sum(p["seconds"] for p in prof if p["op"] in ops)
+            nodes = [p["seconds"] for p in run(args, out, plan_path, {}, profile=True)["node_profile"]
+                     if p["op"] in ops]
+            t[key] = nodes
         for kind, w in cases:
-            per = max(t[(kind, w, long_)] - t[(kind, w, short)], 0.0) / (long_ - short)
+            per = statistics.median(t[(kind, w, long_)][short:])
             if kind == "view":
                 views.append(per)
                 continue
             points[kind].setdefault(w, []).append(per)
             if kind == "elementwise" and w >= 1 << 20:
                 arena = planned[(kind, w, short)][3]
-                faults.append(max(t[(kind, w, short)] - short * per, 0.0) / arena)
+                faults.append(max(sum(t[(kind, w, short)]) - short * per, 0.0) / arena)
         print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
     curves = {k: [[float(w), statistics.median(v)] for w, v in sorted(p.items())] for k, p in points.items()}
     return {"threads": args.threads, "view_seconds": statistics.median(views),
@@ -253,8 +260,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=9)
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians over them")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per process (the median's time)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds, a process each; medians over them")
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "cost_model.json"))
     ap.add_argument("--no-check", action="store_true", help="calibrate only")
     ap.add_argument("--check-only", action="store_true", help="check the model in --out, without calibrating")

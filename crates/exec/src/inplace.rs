@@ -15,7 +15,9 @@
 //!   the op writes its output chunk straight into the arena. Large outputs are cut into one range per
 //!   worker thread, each with its own staging buffers. Staging buffers hold at most [`STAGE_BYTES`]
 //!   of the output type per input and thread, whatever the tensors' sizes, and are not charged to
-//!   the run: like a kernel's stack, they do not grow with the dims. The op's own code computes every
+//!   the run: like a kernel's stack, they do not grow with the dims. Each thread keeps its staging
+//!   buffers from node to node ([`take_stage`]): a fresh one per node would be allocated and paged
+//!   in again every time, a cost that a graph of many small chunks pays on every node. The op's own code computes every
 //!   element, and an elementwise kernel computes each element the same way whatever slice it is given
 //!   (the executor's kernel invariant), so the bits are the normal run's.
 //! - **overwrite** (Trilu, CumSum, ScatterND, ScatterElements): the op's [`crate::ops::OverwriteFn`] turns the
@@ -23,6 +25,7 @@
 //!   and no other input reads that buffer (the plan checker's rule). The normal run is the same
 //!   function over a copy of input 0.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use memplan_ir::DataType;
@@ -30,12 +33,50 @@ use rayon::prelude::*;
 
 use crate::arena::{self, Arena};
 use crate::kernels::elementwise::broadcast_shapes;
-use crate::mem::MemStats;
+use crate::mem::{Buf, MemStats};
 use crate::ops::{OpCtx, OpFail, OpFn};
-use crate::tensor::{elem_size, Tensor};
+use crate::tensor::{byte_len, elem_size, Tensor};
 
 /// Bytes of the overwritten input staged at a time.
 pub const STAGE_BYTES: usize = 256 << 10;
+
+/// Staging buffers a thread keeps between nodes, at most this many.
+const STAGES_KEPT: usize = 8;
+
+thread_local! {
+    /// This thread's free staging buffers (see the module docs).
+    static STAGES: RefCell<Vec<Arc<Buf>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A staging tensor of `n` elements of `dtype`, its contents stale: one of this thread's kept
+/// buffers when one is large enough, else a new one of at least [`STAGE_BYTES`]. Taken out of the
+/// thread's list while in use, so a task that this thread runs while it waits inside the op (a
+/// stolen chunk of the same node) takes another.
+fn take_stage(dtype: DataType, n: usize) -> Result<Tensor, OpFail> {
+    let want = byte_len(dtype, n)?;
+    let kept = STAGES.with(|s| {
+        let mut s = s.borrow_mut();
+        let i = s.iter().position(|b| b.len() >= want)?;
+        Some(s.swap_remove(i))
+    });
+    let buf = match kept {
+        Some(b) => b,
+        None => Arc::new(Buf::for_overwrite(want.max(STAGE_BYTES), None)?),
+    };
+    Ok(Tensor::over_buf(dtype, &[n], buf)?)
+}
+
+/// Gives a staging tensor's buffer back to this thread's list (when nothing else holds it).
+fn keep_stage(t: Tensor) {
+    if let Some(b) = t.into_buf().filter(|b| Arc::strong_count(b) == 1) {
+        STAGES.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < STAGES_KEPT {
+                s.push(b);
+            }
+        });
+    }
+}
 
 /// Whether the op table lets `op` (default domain) write output 0 over an input; the executor then
 /// runs it in place without a copy (the overwritten input has the output's size and type, as the
@@ -243,7 +284,7 @@ fn staged_range(ctx: &OpCtx, job: &Job, from: usize, to: usize) -> Result<(), Op
         });
         // No chunk of this range is longer than the range: a small node stages only its size.
         stages.push(match t {
-            Some(t) if staged => Some(Tensor::zeros(t.dtype, &[chunk.min(to - from)], None)?),
+            Some(t) if staged => Some(take_stage(t.dtype, chunk.min(to - from))?),
             _ => None,
         });
     }
@@ -332,6 +373,7 @@ fn staged_range(ctx: &OpCtx, job: &Job, from: usize, to: usize) -> Result<(), Op
         c0 += k;
     }
     arena::lock(&ctx.stats.cursor).outputs.clear();
+    stages.into_iter().flatten().for_each(keep_stage);
     Ok(())
 }
 

@@ -158,6 +158,41 @@ impl Tensor {
         })
     }
 
+    /// A tensor of `shape` over the first bytes of `buf`, whose contents are whatever it held
+    /// (a reused staging buffer, written before it is read).
+    pub(crate) fn over_buf(
+        dtype: DataType,
+        shape: &[usize],
+        buf: Arc<Buf>,
+    ) -> Result<Tensor, TensorError> {
+        let len = byte_len(dtype, elem_count(shape)?)?;
+        if len > buf.len() {
+            return Err(TensorError::View {
+                offset: 0,
+                want: len,
+                have: buf.len(),
+            });
+        }
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            seq: None,
+            data: Data::Buf {
+                buf,
+                offset: 0,
+                len,
+            },
+        })
+    }
+
+    /// The heap buffer behind this tensor, if it has one.
+    pub(crate) fn into_buf(self) -> Option<Arc<Buf>> {
+        match self.data {
+            Data::Buf { buf, .. } => Some(buf),
+            _ => None,
+        }
+    }
+
     /// A tensor over model bytes; copies into a (counted) buffer when the bytes are misaligned.
     pub fn from_bytes(
         dtype: DataType,
