@@ -31,8 +31,10 @@ pub enum Kind {
     /// One function per output element of the corresponding input elements (work: output
     /// elements).
     Elementwise,
-    /// Output elements copied from input elements: transposes, gathers, slices that are not
-    /// views, concatenations (work: output elements).
+    /// Output elements copied from input elements across the innermost axis: transposes that move
+    /// it, gathers or slices along it (work: output elements). A copy of whole innermost rows
+    /// (gathers, concatenations and slices along an outer axis, transposes that keep the last axis
+    /// last) streams like an elementwise node and counts as one.
     Copy,
     /// A contraction (work: multiply-adds, the output elements times what each sums over).
     Contraction,
@@ -107,13 +109,13 @@ pub struct CostModel {
 
 impl Default for CostModel {
     /// `bench/calibrate_cost.py --threads 2` on the development machine (2-core AMD EPYC VM,
-    /// planned runs), 2026-11-26.
+    /// planned runs, each the first of its process), 2026-11-27.
     fn default() -> Self {
         let c = |p: &[(f64, f64)]| Curve(p.to_vec());
         CostModel {
             threads: 2,
-            view_seconds: 3.825e-07,
-            fault_seconds_per_byte: 1.423e-10,
+            view_seconds: 2.400e-07,
+            fault_seconds_per_byte: 2.392e-10,
             elementwise: c(&DEFAULT_ELEMENTWISE),
             copy: c(&DEFAULT_COPY),
             contraction: c(&DEFAULT_CONTRACTION),
@@ -128,54 +130,54 @@ pub const CALIBRATION_COLUMNS: f64 = 64.0;
 
 // Seconds per node at work 4^k (multiply-adds of MatMul [4^k, 64] x [64, 64] for the contraction).
 const DEFAULT_ELEMENTWISE: [(f64, f64); 11] = [
-    (16.0, 2.362e-06),
-    (64.0, 2.592e-06),
-    (256.0, 2.550e-06),
-    (1024.0, 3.812e-06),
-    (4096.0, 6.184e-06),
-    (16384.0, 8.398e-06),
-    (65536.0, 3.003e-05),
-    (262144.0, 8.750e-05),
-    (1048576.0, 3.591e-04),
-    (4194304.0, 1.638e-03),
-    (16777216.0, 8.678e-03),
+    (16.0, 1.575e-06),
+    (64.0, 1.565e-06),
+    (256.0, 1.570e-06),
+    (1024.0, 2.145e-06),
+    (4096.0, 2.774e-06),
+    (16384.0, 4.995e-06),
+    (65536.0, 2.120e-05),
+    (262144.0, 6.745e-05),
+    (1048576.0, 2.069e-04),
+    (4194304.0, 8.013e-04),
+    (16777216.0, 3.038e-03),
 ];
 const DEFAULT_COPY: [(f64, f64); 11] = [
-    (16.0, 1.003e-06),
-    (64.0, 1.009e-06),
-    (256.0, 1.192e-06),
-    (1024.0, 1.463e-06),
-    (4096.0, 4.018e-06),
-    (16384.0, 1.334e-05),
-    (65536.0, 4.352e-05),
-    (262144.0, 1.962e-04),
-    (1048576.0, 1.117e-03),
-    (4194304.0, 7.229e-03),
-    (16777216.0, 5.889e-02),
+    (16.0, 6.700e-07),
+    (64.0, 7.150e-07),
+    (256.0, 8.750e-07),
+    (1024.0, 1.380e-06),
+    (4096.0, 3.465e-06),
+    (16384.0, 1.163e-05),
+    (65536.0, 3.098e-05),
+    (262144.0, 2.486e-04),
+    (1048576.0, 1.532e-03),
+    (4194304.0, 7.087e-03),
+    (16777216.0, 3.529e-02),
 ];
 const DEFAULT_CONTRACTION: [(f64, f64); 9] = [
-    (4096.0, 5.486e-06),
-    (16384.0, 2.567e-06),
-    (65536.0, 3.953e-06),
-    (262144.0, 9.573e-06),
-    (1048576.0, 5.042e-05),
-    (4194304.0, 1.482e-04),
-    (16777216.0, 5.133e-04),
-    (67108864.0, 1.969e-03),
-    (268435456.0, 7.928e-03),
+    (4096.0, 1.810e-06),
+    (16384.0, 2.700e-06),
+    (65536.0, 4.079e-06),
+    (262144.0, 8.005e-06),
+    (1048576.0, 1.884e-05),
+    (4194304.0, 6.279e-05),
+    (16777216.0, 1.959e-04),
+    (67108864.0, 7.691e-04),
+    (268435456.0, 3.000e-03),
 ];
 const DEFAULT_OTHER: [(f64, f64); 11] = [
-    (16.0, 6.596e-07),
-    (64.0, 5.835e-07),
-    (256.0, 8.883e-07),
-    (1024.0, 1.700e-06),
-    (4096.0, 4.913e-06),
-    (16384.0, 1.958e-05),
-    (65536.0, 7.502e-05),
-    (262144.0, 3.278e-04),
-    (1048576.0, 1.246e-03),
-    (4194304.0, 5.052e-03),
-    (16777216.0, 2.502e-02),
+    (16.0, 4.400e-07),
+    (64.0, 5.000e-07),
+    (256.0, 6.800e-07),
+    (1024.0, 1.525e-06),
+    (4096.0, 5.020e-06),
+    (16384.0, 1.229e-05),
+    (65536.0, 4.006e-05),
+    (262144.0, 1.503e-04),
+    (1048576.0, 6.813e-04),
+    (4194304.0, 2.368e-03),
+    (16777216.0, 9.813e-03),
 ];
 
 impl CostModel {
@@ -236,6 +238,9 @@ impl CostModel {
         }
         Some(match def.map(|d| d.values) {
             Some(Values::Pointwise) => (Kind::Elementwise, out),
+            Some(Values::Selects(_) | Values::SelectsAny) if copies_rows(node, ins, outs, dims) => {
+                (Kind::Elementwise, out)
+            }
             Some(Values::Selects(_) | Values::SelectsAny) => (Kind::Copy, out),
             _ => (Kind::Other, out.max(elements(ins, dims)?)),
         })
@@ -286,6 +291,51 @@ impl CostModel {
         };
         c.seconds(work).max(self.view_seconds)
     }
+}
+
+/// The fewest elements of an innermost row for a copy of rows to stream (a 64-byte cache line of
+/// `f32`).
+const STREAM_ROW: i64 = 16;
+
+/// Whether a copying node copies whole innermost rows: its output's last axis comes, position for
+/// position, from the last axis of each input it slices along it (its axis flow), and that axis
+/// holds at least [`STREAM_ROW`] elements at `dims`.
+fn copies_rows(
+    node: &Node,
+    ins: &[Option<&Fact>],
+    outs: &[Option<&Fact>],
+    dims: &BTreeMap<String, i64>,
+) -> bool {
+    let Some(shape) = outs
+        .first()
+        .copied()
+        .flatten()
+        .and_then(|f| f.shape.as_deref())
+    else {
+        return false;
+    };
+    let Some(last) = shape.last() else {
+        return false;
+    };
+    if last.eval_map(dims).map_or(true, |d| d < STREAM_ROW) {
+        return false;
+    }
+    let Some(flow) = ops::axes::axis_flow(node, ins, outs) else {
+        return false;
+    };
+    let Some(ops::axes::AxisFlow::Split(from)) = flow.first().and_then(|f| f.last()) else {
+        return false;
+    };
+    let mut sliced = false;
+    for (i, a) in from.iter().enumerate() {
+        let Some(a) = a else { continue };
+        let rank = ins.get(i).copied().flatten().and_then(|f| f.rank());
+        if rank != Some(a + 1) {
+            return false;
+        }
+        sliced = true;
+    }
+    sliced
 }
 
 /// The elements of these tensors together at `dims` (`None`: a size is not known there).
@@ -402,6 +452,35 @@ mod tests {
         let sm = node("ReduceSum", 1, vec![]);
         assert_eq!(work(&sm, &[&[4, 8]], &[4, 1], false), (Kind::Other, 32.0));
         assert_eq!(work(&tr, &[&[4, 8]], &[8, 4], true), (Kind::View, 0.0));
+    }
+
+    #[test]
+    fn a_copy_of_whole_rows_streams_like_an_elementwise_node() {
+        let dims = BTreeMap::new();
+        let work = |n: &Node, ins: &[&[i64]], out: &[i64]| {
+            let ins: Vec<Fact> = ins.iter().map(|s| fact(s)).collect();
+            let ins: Vec<Option<&Fact>> = ins.iter().map(Some).collect();
+            let out = fact(out);
+            CostModel::work(n, &ins, &[Some(&out)], false, &dims)
+                .unwrap()
+                .0
+        };
+        let perm = |p: &[i64]| node("Transpose", 1, vec![("perm", AttrValue::Ints(p.to_vec()))]);
+        // The last axis stays last: rows of 32 are copied whole.
+        let keep = perm(&[1, 0, 2]);
+        assert_eq!(work(&keep, &[&[4, 8, 32]], &[8, 4, 32]), Kind::Elementwise);
+        // Rows too short to stream, or the last axis moved: element by element.
+        assert_eq!(work(&keep, &[&[4, 8, 2]], &[8, 4, 2]), Kind::Copy);
+        let swap = perm(&[0, 2, 1]);
+        assert_eq!(work(&swap, &[&[4, 32, 32]], &[4, 32, 32]), Kind::Copy);
+        // A concatenation along an outer axis copies rows; along the last axis it does not
+        // pass that axis through.
+        let cat = |axis| node("Concat", 2, vec![("axis", AttrValue::Int(axis))]);
+        assert_eq!(
+            work(&cat(0), &[&[2, 32], &[3, 32]], &[5, 32]),
+            Kind::Elementwise
+        );
+        assert_eq!(work(&cat(1), &[&[32, 2], &[32, 3]], &[32, 5]), Kind::Copy);
     }
 
     #[test]
