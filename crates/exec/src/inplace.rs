@@ -484,3 +484,38 @@ fn gather_into(t: &Tensor, oshape: &[usize], c0: usize, dst: &mut [u8]) -> Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_reuses_its_staging_buffers_and_a_nested_take_gets_another() {
+        // A worker of a pool of its own: no other test's stages on this thread.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let a = take_stage(DataType::F32, 100).unwrap();
+            let pa = a.bytes().as_ptr();
+            assert_eq!(a.shape, vec![100]);
+            // Taken while `a` is in use (a stolen chunk of the same node): another buffer.
+            let b = take_stage(DataType::F32, 100).unwrap();
+            assert_ne!(b.bytes().as_ptr(), pa);
+            keep_stage(b);
+            keep_stage(a);
+            // Given back, a buffer serves the next node, of any type that fits it.
+            let c = take_stage(DataType::I64, STAGE_BYTES / 8).unwrap();
+            let d = take_stage(DataType::F32, 10).unwrap();
+            let kept = [c.bytes().as_ptr(), d.bytes().as_ptr()];
+            assert!(kept.contains(&pa));
+            assert_ne!(kept[0], kept[1]);
+            // A view still alive keeps its buffer out of the list.
+            let view = c.view(0, &[1]).unwrap();
+            keep_stage(c);
+            assert!(STAGES.with(|s| s.borrow().is_empty()));
+            drop(view);
+        });
+    }
+}

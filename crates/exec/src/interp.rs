@@ -972,6 +972,29 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_run_executes_on_a_worker_of_the_pool() {
+        // From a thread outside any pool: moved onto one of the global pool's workers.
+        let outside = std::thread::spawn(|| {
+            let before = rayon::current_thread_index();
+            (before, on_worker(rayon::current_thread_index))
+        })
+        .join()
+        .unwrap();
+        assert_eq!(outside.0, None);
+        assert!(outside.1.is_some());
+        // On a worker already: run where it is.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (at, inside) = pool.install(|| {
+            let at = std::thread::current().id();
+            (at, on_worker(|| std::thread::current().id()))
+        });
+        assert_eq!(at, inside);
+    }
+
     /// x [B, 3] -> MatMul W [3, 4] -> Add b -> Softmax -> Reshape [-1] (a view) -> Slice [2..6)
     /// and ReduceSum over the rows of the softmax; every value checked by hand.
     #[test]
