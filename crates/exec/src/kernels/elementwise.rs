@@ -193,6 +193,25 @@ impl<const K: usize> Layout<K> {
     }
 }
 
+/// When an elementwise kernel splits its output over rayon tasks: from `threshold` elements, in
+/// tasks of `task` elements (whole rows at least). The split never changes a bit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Split {
+    threshold: usize,
+    task: usize,
+}
+
+/// A function of a fraction of a nanosecond per element (arithmetic, comparisons, selects).
+pub(crate) const CHEAP: Split = Split {
+    threshold: PAR_THRESHOLD,
+    task: PAR_TASK,
+};
+/// A function of several nanoseconds per element (a libm call: `powf`, `fmodf`, `erff`, ...).
+pub(crate) const COSTLY: Split = Split {
+    threshold: COSTLY_PAR_THRESHOLD,
+    task: COSTLY_PAR_TASK,
+};
+
 /// Runs `body(first_row, rows_of_out)` over `out` split into whole rows of `inner` elements, on rayon
 /// tasks when `out` is at least [`PAR_THRESHOLD`] long.
 pub(crate) fn par_rows<O: Send>(
@@ -200,12 +219,22 @@ pub(crate) fn par_rows<O: Send>(
     inner: usize,
     body: impl Fn(usize, &mut [O]) + Sync,
 ) {
+    par_rows_split(out, inner, CHEAP, body)
+}
+
+/// [`par_rows`] at the given split.
+fn par_rows_split<O: Send>(
+    out: &mut [O],
+    inner: usize,
+    split: Split,
+    body: impl Fn(usize, &mut [O]) + Sync,
+) {
     let inner = inner.max(1);
-    if out.len() < PAR_THRESHOLD {
+    if out.len() < split.threshold {
         body(0, out);
         return;
     }
-    let rows_per_task = PAR_TASK.div_ceil(inner);
+    let rows_per_task = split.task.div_ceil(inner);
     out.par_chunks_mut(rows_per_task * inner)
         .enumerate()
         .for_each(|(t, chunk)| body(t * rows_per_task, chunk));
@@ -301,7 +330,7 @@ pub(crate) fn map3<A: Copy, B: Copy, C: Copy, O>(
 
 /// `out[i] = f(a[i])` for equal-length slices.
 pub fn unary<A: Elem, O: Elem>(a: &[A], out: &mut [O], f: impl Fn(A) -> O + Sync) -> KResult<()> {
-    unary_split(a, out, f, PAR_THRESHOLD, PAR_TASK)
+    unary_split(a, out, f, CHEAP)
 }
 
 /// [`unary`] for a function of several nanoseconds per element: split over threads from a few
@@ -312,16 +341,16 @@ pub fn unary_costly<A: Elem, O: Elem>(
     out: &mut [O],
     f: impl Fn(A) -> O + Sync,
 ) -> KResult<()> {
-    unary_split(a, out, f, COSTLY_PAR_THRESHOLD, COSTLY_PAR_TASK)
+    unary_split(a, out, f, COSTLY)
 }
 
 fn unary_split<A: Elem, O: Elem>(
     a: &[A],
     out: &mut [O],
     f: impl Fn(A) -> O + Sync,
-    threshold: usize,
-    task: usize,
+    split: Split,
 ) -> KResult<()> {
+    let Split { threshold, task } = split;
     if a.len() != out.len() {
         return Err(shape_err(format!(
             "unary: input has {} elements, output {}",
@@ -350,6 +379,35 @@ pub fn binary<A: Elem, B: Elem, O: Elem>(
     oshape: &[usize],
     f: impl Fn(A, B) -> O + Sync,
 ) -> KResult<()> {
+    binary_split(a, ashape, b, bshape, out, oshape, CHEAP, f)
+}
+
+/// [`binary`] for a function of several nanoseconds per element (split over threads from a few
+/// thousand elements, as [`unary_costly`]).
+#[allow(clippy::too_many_arguments)]
+pub fn binary_costly<A: Elem, B: Elem, O: Elem>(
+    a: &[A],
+    ashape: &[usize],
+    b: &[B],
+    bshape: &[usize],
+    out: &mut [O],
+    oshape: &[usize],
+    f: impl Fn(A, B) -> O + Sync,
+) -> KResult<()> {
+    binary_split(a, ashape, b, bshape, out, oshape, COSTLY, f)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn binary_split<A: Elem, B: Elem, O: Elem>(
+    a: &[A],
+    ashape: &[usize],
+    b: &[B],
+    bshape: &[usize],
+    out: &mut [O],
+    oshape: &[usize],
+    split: Split,
+    f: impl Fn(A, B) -> O + Sync,
+) -> KResult<()> {
     check_len("binary input a", a.len(), ashape)?;
     check_len("binary input b", b.len(), bshape)?;
     check_len("binary output", out.len(), oshape)?;
@@ -366,23 +424,23 @@ pub fn binary<A: Elem, B: Elem, O: Elem>(
     // Same shape (an input with as many elements as the output has the output's layout).
     if a.len() == n && b.len() == n {
         let run = |a: &[A], b: &[B], o: &mut [O]| map2(a, b, o, &f);
-        if n < PAR_THRESHOLD {
+        if n < split.threshold {
             run(a, b, out);
         } else {
-            out.par_chunks_mut(PAR_TASK)
-                .zip(a.par_chunks(PAR_TASK))
-                .zip(b.par_chunks(PAR_TASK))
+            out.par_chunks_mut(split.task)
+                .zip(a.par_chunks(split.task))
+                .zip(b.par_chunks(split.task))
                 .for_each(|((o, a), b)| run(a, b, o));
         }
         return Ok(());
     }
     if a.len() == 1 && b.len() == n {
         let x = a[0];
-        return unary(b, out, |y| f(x, y));
+        return unary_split(b, out, |y| f(x, y), split);
     }
     if b.len() == 1 && a.len() == n {
         let y = b[0];
-        return unary(a, out, |x| f(x, y));
+        return unary_split(a, out, |x| f(x, y), split);
     }
     let l = Layout::new(oshape, [ashape, bshape])?;
     let inner = l.inner();
@@ -394,7 +452,7 @@ pub fn binary<A: Elem, B: Elem, O: Elem>(
         let d2 = l.dims[rank - 2];
         let (sa2, sb2) = (l.strides[0][rank - 2], l.strides[1][rank - 2]);
         let block = d2 * inner;
-        par_rows(out, block, |first, chunk| {
+        par_rows_split(out, block, split, |first, chunk| {
             l.for_blocks(2, first, chunk.len() / block, |r, [oa, ob]| {
                 let o = &mut chunk[r * block..(r + 1) * block];
                 for (i2, o) in o.chunks_exact_mut(inner).enumerate() {
@@ -407,7 +465,7 @@ pub fn binary<A: Elem, B: Elem, O: Elem>(
         });
         return Ok(());
     }
-    par_rows(out, inner, |first, chunk| {
+    par_rows_split(out, inner, split, |first, chunk| {
         l.for_rows(first, chunk.len() / inner, |r, [oa, ob]| {
             let o = &mut chunk[r * inner..(r + 1) * inner];
             match (sa, sb) {
@@ -736,8 +794,8 @@ pub fn binary_op<T: Arith>(
         BinaryOp::Sub => binary(a, ashape, b, bshape, out, oshape, T::sub),
         BinaryOp::Mul => binary(a, ashape, b, bshape, out, oshape, T::mul),
         BinaryOp::Div => binary(a, ashape, b, bshape, out, oshape, T::div),
-        BinaryOp::Pow => binary(a, ashape, b, bshape, out, oshape, T::pow),
-        BinaryOp::Mod { fmod: true } => binary(a, ashape, b, bshape, out, oshape, T::fmod),
+        BinaryOp::Pow => binary_costly(a, ashape, b, bshape, out, oshape, T::pow),
+        BinaryOp::Mod { fmod: true } => binary_costly(a, ashape, b, bshape, out, oshape, T::fmod),
         BinaryOp::Mod { fmod: false } => binary(a, ashape, b, bshape, out, oshape, T::floor_mod),
         BinaryOp::Max => binary(a, ashape, b, bshape, out, oshape, T::max_nan),
         BinaryOp::Min => binary(a, ashape, b, bshape, out, oshape, T::min_nan),
@@ -1391,6 +1449,34 @@ mod tests {
         }
         let mut short = vec![0f32; 3];
         assert!(unary_costly(&[1f32, 2.0], &mut short, |v| v).is_err());
+    }
+
+    #[test]
+    fn a_costly_binary_splits_small_outputs_without_changing_a_bit() {
+        // Same shapes, a one-element exponent, and a broadcast row; below, at and past the
+        // costly threshold, with a ragged last task.
+        let f = |x: f32, y: f32| x.abs().powf(y);
+        for n in [
+            COSTLY_PAR_THRESHOLD - 1,
+            COSTLY_PAR_THRESHOLD,
+            3 * COSTLY_PAR_TASK + 7,
+        ] {
+            let x = data_f32(n, 6);
+            let e = data_f32(n, 7);
+            for (b, bshape) in [(e.clone(), vec![n]), (vec![3.0], vec![1])] {
+                let mut out = vec![0f32; n];
+                binary_costly(&x, &[n], &b, &bshape, &mut out, &[n], f).unwrap();
+                let want = naive_binary(&x, &[n], &b, &bshape, &[n], f);
+                assert_eq!(bits(&out), bits(&want), "n={n} b={bshape:?}");
+            }
+            let rows = n.div_ceil(32);
+            let x = data_f32(rows * 32, 8);
+            let row = data_f32(32, 9);
+            let mut out = vec![0f32; rows * 32];
+            binary_costly(&x, &[rows, 32], &row, &[32], &mut out, &[rows, 32], f).unwrap();
+            let want = naive_binary(&x, &[rows, 32], &row, &[32], &[rows, 32], f);
+            assert_eq!(bits(&out), bits(&want), "rows={rows}");
+        }
     }
 
     #[test]
