@@ -547,16 +547,16 @@ pub fn ternary<A: Elem, B: Elem, C: Elem, O: Elem>(
     }
     let l = Layout::new(oshape, [a.1, b.1, c.1])?;
     let (a, b, c) = (a.0, b.0, c.0);
-    if a.len() == n && b.len() == n && c.len() == n {
-        let run = |a: &[A], b: &[B], c: &[C], o: &mut [O]| map3(a, b, c, o, &f);
+    // Every input the output's size (its layout) or one element (`Where(mask, x, -inf)`): flat
+    // chunks, a one-element input read once per chunk.
+    let flat = |len: usize| len == n || len == 1;
+    if flat(a.len()) && flat(b.len()) && flat(c.len()) {
         if n < PAR_THRESHOLD {
-            run(a, b, c, out);
+            flat3(a, b, c, 0, out, &f);
         } else {
             out.par_chunks_mut(PAR_TASK)
-                .zip(a.par_chunks(PAR_TASK))
-                .zip(b.par_chunks(PAR_TASK))
-                .zip(c.par_chunks(PAR_TASK))
-                .for_each(|(((o, a), b), c)| run(a, b, c, o));
+                .enumerate()
+                .for_each(|(t, o)| flat3(a, b, c, t * PAR_TASK, o, &f));
         }
         return Ok(());
     }
@@ -571,6 +571,47 @@ pub fn ternary<A: Elem, B: Elem, C: Elem, O: Elem>(
         });
     });
     Ok(())
+}
+
+/// `o[i] = f(a[start + i], b[start + i], c[start + i])`, a one-element input standing for every
+/// element, as straight loops over slices (see [`ternary`]).
+fn flat3<A: Copy, B: Copy, C: Copy, O>(
+    a: &[A],
+    b: &[B],
+    c: &[C],
+    start: usize,
+    o: &mut [O],
+    f: &impl Fn(A, B, C) -> O,
+) {
+    let r = start..start + o.len();
+    match (a.len() == 1, b.len() == 1, c.len() == 1) {
+        (false, false, false) => map3(&a[r.clone()], &b[r.clone()], &c[r], o, f),
+        (false, false, true) => {
+            let z = c[0];
+            map2(&a[r.clone()], &b[r], o, &|x, y| f(x, y, z))
+        }
+        (false, true, false) => {
+            let y = b[0];
+            map2(&a[r.clone()], &c[r], o, &|x, z| f(x, y, z))
+        }
+        (true, false, false) => {
+            let x = a[0];
+            map2(&b[r.clone()], &c[r], o, &|y, z| f(x, y, z))
+        }
+        (false, true, true) => {
+            let (y, z) = (b[0], c[0]);
+            map1(&a[r], o, &|x| f(x, y, z))
+        }
+        (true, false, true) => {
+            let (x, z) = (a[0], c[0]);
+            map1(&b[r], o, &|y| f(x, y, z))
+        }
+        (true, true, false) => {
+            let (x, y) = (a[0], b[0]);
+            map1(&c[r], o, &|z| f(x, y, z))
+        }
+        (true, true, true) => o.iter_mut().for_each(|o| *o = f(a[0], b[0], c[0])),
+    }
 }
 
 /// Numeric element types with ONNX arithmetic: f32, f64 and the integer types.
@@ -1476,6 +1517,47 @@ mod tests {
             binary_costly(&x, &[rows, 32], &row, &[32], &mut out, &[rows, 32], f).unwrap();
             let want = naive_binary(&x, &[rows, 32], &row, &[32], &[rows, 32], f);
             assert_eq!(bits(&out), bits(&want), "rows={rows}");
+        }
+    }
+
+    #[test]
+    fn a_ternary_of_full_and_one_element_inputs_matches_element_by_element() {
+        let f = |k: u8, x: f32, y: f32| if k != 0 { x * 2.0 } else { y - x };
+        for n in [1, 5, PAR_THRESHOLD + 3 * PAR_TASK + 11] {
+            let k: Vec<u8> = (0..n).map(|i| (i % 3 == 0) as u8).collect();
+            let x = data_f32(n, 10);
+            let y = data_f32(n, 11);
+            for (ka, xa, ya) in [
+                (true, true, true),
+                (true, false, false),
+                (false, true, false),
+            ] {
+                let pick = |full: bool, v: &[f32]| if full { v.to_vec() } else { vec![v[0]] };
+                let kk = if ka { k.clone() } else { vec![1] };
+                let (xx, yy) = (pick(xa, &x), pick(ya, &y));
+                let sh = |v: usize| if v == 1 && n > 1 { vec![1] } else { vec![n] };
+                let mut out = vec![0f32; n];
+                ternary(
+                    (&kk, &sh(kk.len())),
+                    (&xx, &sh(xx.len())),
+                    (&yy, &sh(yy.len())),
+                    &mut out,
+                    &[n],
+                    f,
+                )
+                .unwrap();
+                let at = |v: &[f32], i: usize| v[if v.len() == 1 { 0 } else { i }];
+                let want: Vec<f32> = (0..n)
+                    .map(|i| {
+                        f(
+                            kk[if kk.len() == 1 { 0 } else { i }],
+                            at(&xx, i),
+                            at(&yy, i),
+                        )
+                    })
+                    .collect();
+                assert_eq!(bits(&out), bits(&want), "n={n} {ka} {xa} {ya}");
+            }
         }
     }
 
