@@ -306,15 +306,7 @@ fn copies_rows(
     outs: &[Option<&Fact>],
     dims: &BTreeMap<String, i64>,
 ) -> bool {
-    let Some(shape) = outs
-        .first()
-        .copied()
-        .flatten()
-        .and_then(|f| f.shape.as_deref())
-    else {
-        return false;
-    };
-    let Some(last) = shape.last() else {
+    let Some(last) = ops::axes::out_shape(outs, 0).and_then(|s| s.last()) else {
         return false;
     };
     if last.eval_map(dims).map_or(true, |d| d < STREAM_ROW) {

@@ -382,21 +382,7 @@ pub fn binary<A: Elem, B: Elem, O: Elem>(
     binary_split(a, ashape, b, bshape, out, oshape, CHEAP, f)
 }
 
-/// [`binary`] for a function of several nanoseconds per element (split over threads from a few
-/// thousand elements, as [`unary_costly`]).
-#[allow(clippy::too_many_arguments)]
-pub fn binary_costly<A: Elem, B: Elem, O: Elem>(
-    a: &[A],
-    ashape: &[usize],
-    b: &[B],
-    bshape: &[usize],
-    out: &mut [O],
-    oshape: &[usize],
-    f: impl Fn(A, B) -> O + Sync,
-) -> KResult<()> {
-    binary_split(a, ashape, b, bshape, out, oshape, COSTLY, f)
-}
-
+/// [`binary`] at the given split ([`COSTLY`] for a function of several nanoseconds per element).
 #[allow(clippy::too_many_arguments)]
 fn binary_split<A: Elem, B: Elem, O: Elem>(
     a: &[A],
@@ -835,8 +821,11 @@ pub fn binary_op<T: Arith>(
         BinaryOp::Sub => binary(a, ashape, b, bshape, out, oshape, T::sub),
         BinaryOp::Mul => binary(a, ashape, b, bshape, out, oshape, T::mul),
         BinaryOp::Div => binary(a, ashape, b, bshape, out, oshape, T::div),
-        BinaryOp::Pow => binary_costly(a, ashape, b, bshape, out, oshape, T::pow),
-        BinaryOp::Mod { fmod: true } => binary_costly(a, ashape, b, bshape, out, oshape, T::fmod),
+        // A libm call per element.
+        BinaryOp::Pow => binary_split(a, ashape, b, bshape, out, oshape, COSTLY, T::pow),
+        BinaryOp::Mod { fmod: true } => {
+            binary_split(a, ashape, b, bshape, out, oshape, COSTLY, T::fmod)
+        }
         BinaryOp::Mod { fmod: false } => binary(a, ashape, b, bshape, out, oshape, T::floor_mod),
         BinaryOp::Max => binary(a, ashape, b, bshape, out, oshape, T::max_nan),
         BinaryOp::Min => binary(a, ashape, b, bshape, out, oshape, T::min_nan),
@@ -1506,7 +1495,7 @@ mod tests {
             let e = data_f32(n, 7);
             for (b, bshape) in [(e.clone(), vec![n]), (vec![3.0], vec![1])] {
                 let mut out = vec![0f32; n];
-                binary_costly(&x, &[n], &b, &bshape, &mut out, &[n], f).unwrap();
+                binary_split(&x, &[n], &b, &bshape, &mut out, &[n], COSTLY, f).unwrap();
                 let want = naive_binary(&x, &[n], &b, &bshape, &[n], f);
                 assert_eq!(bits(&out), bits(&want), "n={n} b={bshape:?}");
             }
@@ -1514,7 +1503,17 @@ mod tests {
             let x = data_f32(rows * 32, 8);
             let row = data_f32(32, 9);
             let mut out = vec![0f32; rows * 32];
-            binary_costly(&x, &[rows, 32], &row, &[32], &mut out, &[rows, 32], f).unwrap();
+            binary_split(
+                &x,
+                &[rows, 32],
+                &row,
+                &[32],
+                &mut out,
+                &[rows, 32],
+                COSTLY,
+                f,
+            )
+            .unwrap();
             let want = naive_binary(&x, &[rows, 32], &row, &[32], &[rows, 32], f);
             assert_eq!(bits(&out), bits(&want), "rows={rows}");
         }

@@ -60,6 +60,11 @@ pub fn out_rank(outputs: &[Option<&Fact>], k: usize) -> Option<usize> {
     outputs.get(k).copied().flatten().and_then(|f| f.rank())
 }
 
+/// The shape of output `k`, when known.
+pub fn out_shape<'a>(outputs: &[Option<&'a Fact>], k: usize) -> Option<&'a [Expr]> {
+    in_shape(outputs, k)
+}
+
 /// The shape of input `k`, when known.
 pub fn in_shape<'a>(inputs: &[Option<&'a Fact>], k: usize) -> Option<&'a [Expr]> {
     inputs
@@ -192,12 +197,7 @@ pub fn concat_in_place(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<
     if !node.is_onnx_domain() || node.op != "Concat" || inputs.len() < 2 {
         return false;
     }
-    let Some(out) = outputs
-        .first()
-        .copied()
-        .flatten()
-        .and_then(|f| f.shape.as_deref())
-    else {
+    let Some(out) = out_shape(outputs, 0) else {
         return false;
     };
     let Some(axis) = norm(attr_int(node, "axis", 0), out.len()) else {
