@@ -463,8 +463,8 @@ fn assembled_output(
     ))
 }
 
-/// Runs `graph` over `schedule`, from the arena of `plan` when given.
-/// Runs the graph on a worker thread of rayon's current pool (see [`on_worker`]).
+/// Runs `graph` over `schedule`, from the arena of `plan` when given, on a worker thread of
+/// rayon's current pool (see [`on_worker`]).
 fn execute(
     graph: &Graph,
     facts: &Facts,
@@ -488,6 +488,7 @@ pub(crate) fn on_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| f())
 }
 
+/// [`execute`] on the calling thread.
 fn execute_here(
     graph: &Graph,
     facts: &Facts,
