@@ -404,15 +404,17 @@ mod tests {
         )
     }
 
+    /// [`CostModel::work`] of `n` over inputs and an output of these shapes, at no dims.
+    fn work_of(n: &Node, ins: &[&[i64]], out: &[i64], view: bool) -> (Kind, f64) {
+        let ins: Vec<Fact> = ins.iter().map(|s| fact(s)).collect();
+        let ins: Vec<Option<&Fact>> = ins.iter().map(Some).collect();
+        let out = fact(out);
+        CostModel::work(n, &ins, &[Some(&out)], view, &BTreeMap::new()).unwrap()
+    }
+
     #[test]
     fn contractions_count_multiply_adds_and_other_kinds_elements() {
-        let dims = BTreeMap::new();
-        let work = |n: &Node, ins: &[&[i64]], out: &[i64], view: bool| {
-            let ins: Vec<Fact> = ins.iter().map(|s| fact(s)).collect();
-            let ins: Vec<Option<&Fact>> = ins.iter().map(Some).collect();
-            let out = fact(out);
-            CostModel::work(n, &ins, &[Some(&out)], view, &dims).unwrap()
-        };
+        let work = work_of;
         let mm = node("MatMul", 2, vec![]);
         assert_eq!(
             work(&mm, &[&[2, 8, 16], &[16, 4]], &[2, 8, 4], false),
@@ -448,15 +450,7 @@ mod tests {
 
     #[test]
     fn a_copy_of_whole_rows_streams_like_an_elementwise_node() {
-        let dims = BTreeMap::new();
-        let work = |n: &Node, ins: &[&[i64]], out: &[i64]| {
-            let ins: Vec<Fact> = ins.iter().map(|s| fact(s)).collect();
-            let ins: Vec<Option<&Fact>> = ins.iter().map(Some).collect();
-            let out = fact(out);
-            CostModel::work(n, &ins, &[Some(&out)], false, &dims)
-                .unwrap()
-                .0
-        };
+        let work = |n: &Node, ins: &[&[i64]], out: &[i64]| work_of(n, ins, out, false).0;
         let perm = |p: &[i64]| node("Transpose", 1, vec![("perm", AttrValue::Ints(p.to_vec()))]);
         // The last axis stays last: rows of 32 are copied whole.
         let keep = perm(&[1, 0, 2]);

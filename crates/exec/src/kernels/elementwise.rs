@@ -537,12 +537,13 @@ pub fn ternary<A: Elem, B: Elem, C: Elem, O: Elem>(
     // chunks, a one-element input read once per chunk.
     let flat = |len: usize| len == n || len == 1;
     if flat(a.len()) && flat(b.len()) && flat(c.len()) {
-        if n < PAR_THRESHOLD {
+        let Split { threshold, task } = CHEAP;
+        if n < threshold {
             flat3(a, b, c, 0, out, &f);
         } else {
-            out.par_chunks_mut(PAR_TASK)
+            out.par_chunks_mut(task)
                 .enumerate()
-                .for_each(|(t, o)| flat3(a, b, c, t * PAR_TASK, o, &f));
+                .for_each(|(t, o)| flat3(a, b, c, t * task, o, &f));
         }
         return Ok(());
     }
