@@ -16,7 +16,7 @@ use memplan_exec::{RunOptions, Tensor};
 use memplan_ir::graph::{Graph, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_ir::DataType;
-use memplan_plan::cost::{CostModel, Kind};
+use memplan_plan::cost::{CostModel, NodeCost};
 
 use crate::npz::{self, Array};
 use crate::units::{human, parse_dims};
@@ -358,7 +358,7 @@ struct OpTime {
 }
 
 /// Per-op-type time from per-node times (measured and predicted), slowest first (ties by name).
-fn op_profile(g: &Graph, node_seconds: &[f64], predicted: &[Predicted]) -> Vec<OpTime> {
+fn op_profile(g: &Graph, node_seconds: &[f64], predicted: &[NodeCost]) -> Vec<OpTime> {
     let mut by_op: BTreeMap<&str, (usize, f64, f64)> = BTreeMap::new();
     for ((n, &t), p) in g.nodes.iter().zip(node_seconds).zip(predicted) {
         let e = by_op.entry(n.op.as_str()).or_default();
@@ -381,34 +381,6 @@ fn op_profile(g: &Graph, node_seconds: &[f64], predicted: &[Predicted]) -> Vec<O
             .then_with(|| x.op.cmp(&y.op))
     });
     v
-}
-
-/// Each node's run time as the cost model predicts it at `dims` (a node whose sizes are unknown
-/// there predicts a view's time), as `plan::offload::step_seconds` predicts a plan's steps.
-fn predicted_seconds(
-    g: &Graph,
-    facts: &Facts,
-    dims: &BTreeMap<String, i64>,
-    cost: &CostModel,
-) -> Vec<Predicted> {
-    g.node_ids()
-        .map(|id| {
-            let node = g.node(id);
-            let (ins, outs) = facts.node_io(node);
-            let view = memplan_ir::ops::is_view(node, &ins, &outs);
-            Predicted {
-                work: CostModel::work(node, &ins, &outs, view, dims),
-                seconds: cost.node_seconds(node, &ins, &outs, view, dims),
-            }
-        })
-        .collect()
-}
-
-/// A node's predicted time, and the kind and amount of work it was read off.
-#[derive(Clone, Copy, Default)]
-struct Predicted {
-    work: Option<(Kind, f64)>,
-    seconds: f64,
 }
 
 /// What `memplan run` does with a loaded model and the inputs given, its arguments parsed.
@@ -648,8 +620,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         process_peak,
     } = run_model(&model, &facts, &label, given, &req)?;
     let predicted = match &cost {
-        Some(c) => predicted_seconds(g, &facts, &res.dims, c),
-        None => vec![Predicted::default(); g.nodes.len()],
+        Some(c) => c.node_costs(g, &facts, &res.dims, req.plan.as_ref()),
+        None => vec![NodeCost::default(); g.nodes.len()],
     };
     let profile = op_profile(g, &res.node_seconds, &predicted);
 

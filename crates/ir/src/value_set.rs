@@ -190,7 +190,7 @@ fn node_sets(
             .collect()
     };
     match def.values {
-        Values::Opaque => Vec::new(),
+        Values::Opaque | Values::Shapes => Vec::new(),
         Values::Selects(srcs) => union(srcs),
         Values::SelectsAny => {
             let srcs: Vec<usize> = (0..node.inputs.len())

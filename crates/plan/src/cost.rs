@@ -17,11 +17,13 @@
 //! The model is data, not measurement: the plan is the same on any machine for the same model
 //! (the built-in curves, or the file `memplan optimize --cost-model` reads).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use memplan_ir::graph::Node;
-use memplan_ir::infer::Fact;
+use memplan_ir::graph::{Graph, Node};
+use memplan_ir::infer::{Fact, Facts};
 use memplan_ir::ops::{self, Values};
+
+use crate::plan::Plan;
 
 /// What a node's run time grows with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -242,6 +244,8 @@ impl CostModel {
                 (Kind::Elementwise, out)
             }
             Some(Values::Selects(_) | Values::SelectsAny) => (Kind::Copy, out),
+            // Writes its output without reading an input element.
+            Some(Values::Shapes) => (Kind::Elementwise, out),
             _ => (Kind::Other, out.max(elements(ins, dims)?)),
         })
     }
@@ -275,6 +279,45 @@ impl CostModel {
         }
     }
 
+    /// Each node of `g` priced at `dims` ([`CostModel::node_seconds`]), in node order. A
+    /// concatenation that `plan` assembles in place copies nothing and costs a view's time. A
+    /// control-flow node is priced as one node over its inputs and outputs, not by its body.
+    pub fn node_costs(
+        &self,
+        g: &Graph,
+        facts: &Facts,
+        dims: &BTreeMap<String, i64>,
+        plan: Option<&Plan>,
+    ) -> Vec<NodeCost> {
+        let assembled: BTreeSet<usize> = plan
+            .map(|p| p.assembled.iter().map(|a| a.node as usize).collect())
+            .unwrap_or_default();
+        g.node_ids()
+            .map(|id| {
+                let node = g.node(id);
+                let (ins, outs) = facts.node_io(node);
+                let view = assembled.contains(&id.index()) || ops::is_view(node, &ins, &outs);
+                NodeCost {
+                    work: Self::work(node, &ins, &outs, view, dims),
+                    seconds: self.node_seconds(node, &ins, &outs, view, dims),
+                }
+            })
+            .collect()
+    }
+
+    /// Predicted seconds of a run of `g` under `plan`: its nodes' time
+    /// ([`CostModel::node_costs`]) and the first touches of the memory the plan maps (its arena
+    /// and its bodies' heap). The difference of two plans' predictions is a rewrite's predicted
+    /// extra time as a run measures it.
+    pub fn plan_seconds(&self, g: &Graph, facts: &Facts, plan: &Plan) -> f64 {
+        let nodes: f64 = self
+            .node_costs(g, facts, &plan.dims, Some(plan))
+            .iter()
+            .map(|c| c.seconds)
+            .sum();
+        nodes + self.fault_seconds((plan.arena_bytes + plan.heap_bytes) as f64)
+    }
+
     /// Predicted seconds of a run's memory growing by `bytes` (negative: shrinking).
     pub fn fault_seconds(&self, bytes: f64) -> f64 {
         bytes * self.fault_seconds_per_byte
@@ -291,6 +334,14 @@ impl CostModel {
         };
         c.seconds(work).max(self.view_seconds)
     }
+}
+
+/// A node's predicted run time, and the work it was read off ([`CostModel::work`]; `None`: a size
+/// is not known at the dims).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeCost {
+    pub work: Option<(Kind, f64)>,
+    pub seconds: f64,
 }
 
 /// The fewest elements of an innermost row for a copy of rows to stream (a 64-byte cache line of
@@ -493,6 +544,72 @@ mod tests {
         // Splitting the rows instead reads each row once: the slices cost about the whole.
         let rows = 32.0 * seconds(&[8192, 32], &[32, 32], &[8192, 32]);
         assert!(rows < 2.0 * whole, "{rows} vs {whole}");
+    }
+
+    #[test]
+    fn a_node_that_reads_only_shapes_costs_its_output_not_its_input() {
+        let shape = node("Shape", 1, vec![]);
+        assert_eq!(
+            work_of(&shape, &[&[1024, 1024, 64]], &[3], false),
+            (Kind::Elementwise, 3.0)
+        );
+        let like = node("RandomNormalLike", 1, vec![]);
+        assert_eq!(
+            work_of(&like, &[&[64, 32]], &[64, 32], false),
+            (Kind::Elementwise, 2048.0)
+        );
+    }
+
+    /// Under its plan, a concatenation of two rows blocks along the outer axis is assembled in
+    /// place: it costs a view's time (priced without the plan, it copies). A plan's run is its
+    /// nodes' time plus the first touches of its arena.
+    #[test]
+    fn a_plans_run_is_its_nodes_and_the_memory_it_maps() {
+        use memplan_ir::graph::{DeclDim, DeclType, Graph, Model};
+        let mut g = Graph::default();
+        let decl = DeclType::tensor(
+            memplan_ir::DataType::F32,
+            vec![DeclDim::Param("N".into()), DeclDim::Value(64)],
+        );
+        let x = g.add_input("x", decl);
+        let a = g.add_node("a", "Relu", &[Some(x)], &["ra"], vec![]).1[0];
+        let b = g.add_node("b", "Sigmoid", &[Some(x)], &["sb"], vec![]).1[0];
+        let axis = Attribute {
+            name: "axis".into(),
+            value: AttrValue::Int(0),
+            doc: String::new(),
+        };
+        let y = g
+            .add_node("cat", "Concat", &[Some(a), Some(b)], &["y"], vec![axis])
+            .1[0];
+        g.outputs = vec![y];
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let facts = memplan_ir::infer_model(&model).unwrap();
+        let dims = BTreeMap::from([("N".to_string(), 4096i64)]);
+        let g = &model.graph;
+        let plan = crate::optimize(g, &facts, &dims, &crate::Options::default())
+            .unwrap()
+            .plan;
+        assert_eq!(plan.assembled.len(), 1, "the concatenation is assembled");
+        let m = CostModel::default();
+        let (with, without) = (
+            m.node_costs(g, &facts, &dims, Some(&plan)),
+            m.node_costs(g, &facts, &dims, None),
+        );
+        assert_eq!(with[2].work, Some((Kind::View, 0.0)));
+        assert_eq!(with[2].seconds, m.view_seconds);
+        assert_eq!(
+            without[2].work,
+            Some((Kind::Elementwise, 2.0 * 4096.0 * 64.0))
+        );
+        assert_eq!(with[..2], without[..2]);
+        let nodes: f64 = with.iter().map(|c| c.seconds).sum();
+        assert_eq!(plan.arena_bytes, 2 * 4096 * 64 * 4);
+        let faults = m.fault_seconds(plan.arena_bytes as f64);
+        assert!((m.plan_seconds(g, &facts, &plan) - nodes - faults).abs() < 1e-12);
     }
 
     #[test]

@@ -100,7 +100,12 @@ pub struct ChunkSummary {
     pub candidates: usize,
     /// Chunk-then-plan rounds run.
     pub rounds: usize,
-    /// Predicted extra run time of the rewrite (cost model), in seconds.
+    /// Predicted extra run time of the rewrite, in seconds: the chunked model's run under its plan
+    /// less the unchunked model's under its own
+    /// ([`CostModel::plan_seconds`](crate::cost::CostModel::plan_seconds), before any fold into a
+    /// `Scan`). It counts every node the rewrite added, the per-reader copies too, and the first
+    /// touches of the planned arenas. Each step's `predicted_seconds` is the search's estimate of
+    /// that step alone, on the simulated peak.
     pub predicted_seconds: f64,
     /// When the budget is not met: the largest tensors live at the (simulated) peak.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -219,7 +224,12 @@ pub fn fit_budget(
             recompute,
         });
     }
-    let (chunked, chunked_facts, o, mut summary) = chunk_and_plan(&model, dims, opts)?;
+    let unchunked_seconds = opts
+        .chunk
+        .cost
+        .plan_seconds(&model.graph, &facts, &out.plan);
+    let (chunked, chunked_facts, o, mut summary) =
+        chunk_and_plan(&model, dims, opts, unchunked_seconds)?;
     let (chunked, chunked_facts, o) = match opts.scan_from {
         Some(from) => fold_into_scans(chunked, chunked_facts, o, &mut summary, dims, opts, from)?,
         None => (chunked, chunked_facts, o),
@@ -256,6 +266,7 @@ pub fn fit_budget(
             fits: false,
             chunking: Some(ChunkSummary {
                 steps: Vec::new(),
+                predicted_seconds: 0.0,
                 ..summary
             }),
             narrowing,
@@ -326,11 +337,14 @@ fn fold_into_scans(
 }
 
 /// Chunks to a target and plans, lowering the target by the planned excess while the plan does not
-/// fit (three rounds at most); keeps the round with the lowest planned peak.
+/// fit (three rounds at most); keeps the round with the lowest planned peak. `unchunked_seconds`:
+/// the predicted run of `model` under its own plan
+/// ([`CostModel::plan_seconds`](crate::cost::CostModel::plan_seconds)).
 fn chunk_and_plan(
     model: &Model,
     dims: &BTreeMap<String, i64>,
     opts: &FitOptions,
+    unchunked_seconds: f64,
 ) -> Result<(Model, Facts, Outcome, ChunkSummary), FitError> {
     let budget = opts.budget;
     let mut target = budget;
@@ -346,7 +360,11 @@ fn chunk_and_plan(
         let out = optimize(&c.model.graph, &facts, dims, &opts.plan)?;
         let planned = out.report.peak_bytes_after;
         let summary = ChunkSummary {
-            predicted_seconds: c.steps.iter().map(|s| s.predicted_seconds).sum(),
+            predicted_seconds: opts
+                .chunk
+                .cost
+                .plan_seconds(&c.model.graph, &facts, &out.plan)
+                - unchunked_seconds,
             simulated_peak_before: c.peak_before,
             simulated_peak_after: c.peak_after,
             candidates,
@@ -394,7 +412,7 @@ mod tests {
     /// has passed the checker against the returned model's facts, and a rerun gives the same plan.
     #[test]
     fn fit_is_checked_deterministic_and_says_whether_it_fits() {
-        let mut tested = 0;
+        let (mut tested, mut chunked) = (0, 0);
         for seed in 0..40u64 {
             let rg = gen::random_graph(&mut gen::SplitMix(seed), 24);
             let dims = rg.dims;
@@ -417,9 +435,23 @@ mod tests {
             );
             assert_eq!(a.fits, a.outcome.report.peak_bytes_after <= budget);
             assert!(a.outcome.report.peak_bytes_after <= plain.report.peak_bytes_after);
+            // The predicted extra time is the returned plan's run less the unchunked plan's
+            // (zero when nothing was kept).
+            if let Some(c) = a.chunking.as_ref().filter(|_| a.narrowing.is_none()) {
+                let cost = &opts.chunk.cost;
+                let want = cost.plan_seconds(&a.model.graph, &a.facts, &a.outcome.plan)
+                    - cost.plan_seconds(&model.graph, &facts, &plain.plan);
+                assert!(
+                    (c.predicted_seconds - want).abs() <= 1e-9,
+                    "seed {seed}: {} vs {want}",
+                    c.predicted_seconds
+                );
+                chunked += usize::from(!c.steps.is_empty());
+            }
             crate::check(&a.model.graph, &a.facts, &a.outcome.plan).unwrap();
             tested += 1;
         }
         assert!(tested >= 20, "only {tested} random models");
+        assert!(chunked > 0, "no random model was chunked");
     }
 }

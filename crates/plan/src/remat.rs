@@ -483,7 +483,7 @@ impl<'a> Cloner<'a> {
 
 /// Values cheap to make again from small tensors, at a cost of the order of their own size: made
 /// by a node that copies or maps its inputs elementwise (its [`Values`](memplan_ir::ops::Values)
-/// rule is not opaque) from inputs that are each small (at most 1/16 of the value's bytes at
+/// rule is pointwise or selects) from inputs that are each small (at most 1/16 of the value's bytes at
 /// `dims`) or light themselves, or by one that makes its output from its shape
 /// ([`shape_input`](memplan_ir::ops::OpDef::shape_input)) and small inputs: a position bias built
 /// by index arithmetic, a mask expanded from a [B, S] input. A product of two small tensors is not
@@ -499,7 +499,11 @@ pub(crate) fn light_values(g: &Graph, facts: &Facts, dims: &BTreeMap<String, i64
         let Some(def) = memplan_ir::ops::lookup(n) else {
             continue;
         };
-        let copies = def.values != memplan_ir::ops::Values::Opaque;
+        use memplan_ir::ops::Values;
+        let copies = matches!(
+            def.values,
+            Values::Pointwise | Values::Selects(_) | Values::SelectsAny
+        );
         if n.subgraphs().next().is_some() || !(copies || def.shape_input.is_some()) {
             continue;
         }

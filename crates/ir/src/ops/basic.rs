@@ -13,8 +13,8 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Identity", ONE, identity, Mem::ALIAS)
         .flow(axes::first_input)
         .selects(&[0]),
-    OpDef::new("Shape", ONE, shape, Mem::NEW),
-    OpDef::new("Size", ONE, size, Mem::NEW),
+    OpDef::new("Shape", ONE, shape, Mem::NEW).shapes_only(),
+    OpDef::new("Size", ONE, size, Mem::NEW).shapes_only(),
     OpDef::new("Constant", (0, 0), constant, Mem::NEW),
     OpDef::new("ConstantOfShape", ONE, constant_of_shape, Mem::NEW)
         .flow(axes::generated)
@@ -32,7 +32,7 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Unsqueeze", (1, 2), unsqueeze, Mem::ALIAS)
         .flow(axes::reshape)
         .selects(&[0]),
-    OpDef::new("EyeLike", ONE, eye_like, Mem::NEW),
+    OpDef::new("EyeLike", ONE, eye_like, Mem::NEW).shapes_only(),
 ];
 
 /// EyeLike: a 2-D input's shape, of type `dtype` (default: the input's).

@@ -164,6 +164,9 @@ pub enum Values {
     Selects(&'static [usize]),
     /// Every element of every output is a copy of an element of some input (`Concat`).
     SelectsAny,
+    /// No output value depends on an input element: only on the inputs' shapes and types (`Shape`,
+    /// `Size`, the `*Like` generators). The op reads no input element.
+    Shapes,
 }
 
 impl OpDef {
@@ -218,6 +221,14 @@ impl OpDef {
     pub const fn selects_any(self) -> OpDef {
         OpDef {
             values: Values::SelectsAny,
+            ..self
+        }
+    }
+
+    /// The same op, reading only its inputs' shapes and types (see [`Values::Shapes`]).
+    pub const fn shapes_only(self) -> OpDef {
+        OpDef {
+            values: Values::Shapes,
             ..self
         }
     }

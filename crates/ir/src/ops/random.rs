@@ -17,8 +17,8 @@ const fn def(op: &'static str, arity: super::Arity, infer: super::InferFn) -> Op
 pub const DEFS: &[OpDef] = &[
     def("RandomUniform", (0, 0), random_shaped),
     def("RandomNormal", (0, 0), random_shaped),
-    def("RandomUniformLike", (1, 1), random_like),
-    def("RandomNormalLike", (1, 1), random_like),
+    def("RandomUniformLike", (1, 1), random_like).shapes_only(),
+    def("RandomNormalLike", (1, 1), random_like).shapes_only(),
     def("Bernoulli", (1, 1), bernoulli),
     def("Multinomial", (1, 1), multinomial),
 ];
