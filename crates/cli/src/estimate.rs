@@ -262,15 +262,27 @@ impl EstimateOutcome {
 /// The facts at `dims`: the model's symbolic `facts`, or, where those lack facts for want of
 /// known contents (shape arithmetic with no formula over the symbols) and `dims` names every
 /// declared symbol, the facts inferred at that point ([`memplan_ir::infer_model_at`]).
+///
+/// When `dims` names every declared symbol, the model is inferred at that point first, and dims
+/// at which it does not type-check are refused, naming the node: symbolic inference broadcasts
+/// two different dims to their larger (exact for every input the model accepts), so it cannot
+/// see that, say, a sequence longer than a 256-row position table makes an `Add` of `[1, S, 64]`
+/// and `[1, 256, 64]` fail.
 pub fn facts_at<'a>(
     model: &Model,
     facts: &'a Facts,
     dims: &BTreeMap<String, i64>,
 ) -> Result<std::borrow::Cow<'a, Facts>> {
+    let declared = &facts.symbols.declared;
+    if declared.is_empty() || !declared.iter().all(|d| dims.contains_key(d)) {
+        return Ok(std::borrow::Cow::Borrowed(facts));
+    }
+    let at = memplan_ir::infer_model_at(model, dims).map_err(|e| {
+        let d: Vec<String> = dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        anyhow::anyhow!("the model does not type-check at {}: {e}", d.join(" "))
+    })?;
     if memplan_ir::wants_point(facts, dims) {
-        Ok(std::borrow::Cow::Owned(memplan_ir::infer_model_at(
-            model, dims,
-        )?))
+        Ok(std::borrow::Cow::Owned(at))
     } else {
         Ok(std::borrow::Cow::Borrowed(facts))
     }

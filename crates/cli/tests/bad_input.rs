@@ -592,3 +592,30 @@ fn control_flow_errors_name_the_node() {
         &["'if' (If)", "different output counts", "then 1, else 2"],
     );
 }
+
+/// Dims at which the model does not type-check are refused before anything is estimated, planned
+/// or run, naming the node: `x[S, 4] + w[8, 4]` holds at S=8 (or 1) only. Symbolic inference
+/// broadcasts S and 8 to their larger, exact for every input the model accepts, so only the
+/// inference at the point sees it.
+#[test]
+fn dims_at_which_the_model_does_not_type_check_name_the_node() {
+    let d = Tmp::new("dims");
+    let m = model(
+        vec![node("add", "Add", &["x", "w"], &["y"])],
+        vec![vi("x", &["S", "4"]), vi("w", &["8", "4"])],
+        vec![vi("y", &["S", "4"])],
+    );
+    let p = write(&d, "bcast.onnx", &m);
+    let p = p.to_str().unwrap();
+    let out = d.path("out.onnx");
+    let out = out.to_str().unwrap();
+    for args in [
+        vec!["estimate", p, "--dim", "S=16"],
+        vec!["optimize", p, "--dim", "S=16", "-o", out],
+        vec!["run", p, "--dim", "S=16", "--random"],
+    ] {
+        fails_with(&args, &["S=16", "'add' (Add)", "16 vs 8"]);
+    }
+    assert!(!std::path::Path::new(out).exists(), "no file written");
+    assert!(memplan(&["estimate", p, "--dim", "S=8"]).status.success());
+}

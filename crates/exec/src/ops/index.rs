@@ -646,6 +646,23 @@ mod tests {
             check_chunks("TopK", &[], &[&x, &k], &[Some(0), None], 0, &cuts).unwrap();
             let idx = t_i64(&[3], &[0, (n - 1) as i64, -1]);
             check_chunks("Gather", &[("axis", AttrValue::Int(1))], &[&x, &idx], &[Some(0), None], 0, &cuts).unwrap();
+            // GatherElements along either axis, chunked along each output axis as its record's
+            // flow says: along the gather axis, the indices' slices over the data read whole.
+            let m = (k_pick % n + 1).min(n);
+            let picks: Vec<i64> = (0..rows * m).map(|i| ((i * 7).wrapping_add(seed as usize) % n) as i64).collect();
+            let along_cols = t_i64(&[rows, m], &picks);
+            let picks: Vec<i64> = (0..rows * n).map(|i| ((i * 5).wrapping_add(seed as usize) % rows) as i64).collect();
+            let along_rows = t_i64(&[rows, n], &picks);
+            for (axis, idx) in [(1, &along_cols), (0, &along_rows)] {
+                let attrs = [("axis", AttrValue::Int(axis))];
+                for out_axis in 0..2 {
+                    let axes = flow_axes("GatherElements", &attrs, &[&x, idx], out_axis).unwrap();
+                    if out_axis == axis as usize {
+                        prop_assert_eq!(&axes, &vec![None, Some(out_axis)]);
+                    }
+                    check_chunks("GatherElements", &attrs, &[&x, idx], &axes, out_axis, &cuts).unwrap();
+                }
+            }
         }
     }
 }

@@ -34,6 +34,36 @@ pub fn node(op: &str, attrs: &[(&str, AttrValue)], n_in: usize, n_out: usize) ->
     }
 }
 
+/// The input axes the op record's axis flow slices for output axis `out_axis` of `op` over these
+/// inputs (`None`: read whole); `None` when the flow says the axis is mixed or gives no flow.
+pub fn flow_axes(
+    op: &str,
+    attrs: &[(&str, AttrValue)],
+    inputs: &[&Tensor],
+    out_axis: usize,
+) -> Option<Vec<Option<usize>>> {
+    let fact = |t: &Tensor| {
+        memplan_ir::infer::Fact::new(
+            t.dtype,
+            t.shape
+                .iter()
+                .map(|&d| memplan_ir::Expr::from(d as i64))
+                .collect(),
+        )
+    };
+    let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
+    let whole = run_op(op, attrs, &ins, 1).ok()?;
+    let in_facts: Vec<_> = inputs.iter().map(|t| fact(t)).collect();
+    let out_fact = fact(&whole[0]);
+    let n = node(op, attrs, inputs.len(), 1);
+    let refs: Vec<Option<&memplan_ir::infer::Fact>> = in_facts.iter().map(Some).collect();
+    let flow = memplan_ir::ops::axes::axis_flow(&n, &refs, &[Some(&out_fact)])?;
+    match flow.first()?.get(out_axis)? {
+        memplan_ir::ops::axes::AxisFlow::Split(v) => Some(v.clone()),
+        memplan_ir::ops::axes::AxisFlow::Mixed => None,
+    }
+}
+
 /// Runs `op` at opset 18 (no view) on `inputs`.
 pub fn run_op(
     op: &str,

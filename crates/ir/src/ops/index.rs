@@ -161,7 +161,9 @@ fn gather_flow(
         .collect()])
 }
 
-/// The gather axis is mixed; the others pass through data and indices alike.
+/// Output element `i` along the gather axis is data's element at index `i`'s value: the slices
+/// along it are the indices' slices over the data read whole. The other axes pass through data and
+/// indices alike.
 fn gather_elements_flow(
     node: &Node,
     _inputs: &[Option<&Fact>],
@@ -172,7 +174,7 @@ fn gather_elements_flow(
     Some(vec![(0..r0)
         .map(|o| {
             if o == axis {
-                AxisFlow::Mixed
+                AxisFlow::Split(vec![None, Some(o)])
             } else {
                 AxisFlow::Split(vec![Some(o), Some(o)])
             }
