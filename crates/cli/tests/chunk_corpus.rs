@@ -428,37 +428,12 @@ fn a_position_bias_every_layer_reads_is_recomputed_per_chunk() {
     let tmp = std::env::temp_dir().join(format!("memplan-chunk-t5-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     for variant in ["", ".legacy"] {
-        let model = repo().join(format!("tests/wide/models/t5_encoder{variant}.onnx"));
-        let m = model.to_str().unwrap();
-        let dims = ["--dim", "B=1", "--dim", "S=512", "--random"];
-        let reference = tmp.join(format!("ref{variant}.npz"));
-        let mut args = vec!["run", m, "--out", reference.to_str().unwrap(), "--json"];
-        args.extend(dims);
-        let free = json_of(&args);
-        let peak = free["peak_bytes"].as_u64().unwrap();
-        let budget = format!("{}B", peak * 15 / 100);
-        let (opt, plan) = (
-            tmp.join(format!("t5{variant}.onnx")),
-            tmp.join(format!("t5{variant}.json")),
-        );
-        let (o, p) = (opt.to_str().unwrap(), plan.to_str().unwrap());
-        let (code, rep) = json_and_status(&[
-            "optimize",
-            m,
-            "--dim",
-            "B=1",
-            "--dim",
-            "S=512",
-            "--budget",
-            &budget,
-            "-o",
-            o,
-            "--plan-out",
-            p,
-            "--json",
-        ]);
-        assert_eq!(code, 0, "t5_encoder{variant}: the budget is met");
-        let shared = rep["chunking"]["per_reader"].as_array().unwrap();
+        let dims = ["--dim", "B=1", "--dim", "S=512"];
+        let c = WideCase::optimize(&tmp, "t5_encoder", variant, &dims, |peak| {
+            format!("{}B", peak * 15 / 100)
+        });
+        assert_eq!(c.code, 0, "t5_encoder{variant}: the budget is met");
+        let shared = c.rep["chunking"]["per_reader"].as_array().unwrap();
         assert!(
             shared
                 .iter()
@@ -466,8 +441,8 @@ fn a_position_bias_every_layer_reads_is_recomputed_per_chunk() {
                     && s["bytes"].as_u64() == Some(4 * 4 * 512 * 512)),
             "t5_encoder{variant}: the [1, 4, S, S] float bias is made per reader: {shared:?}"
         );
-        let planned = run_exact(o, p, &reference, &dims, &rep);
-        assert!(planned * 100 <= peak * 15, "{planned} of {peak}");
+        let planned = c.run_exact(&dims);
+        assert!(planned * 100 <= c.peak * 15, "{planned} of {}", c.peak);
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }
@@ -484,45 +459,93 @@ fn relative_position_gathers_chunk_along_the_query_axis() {
     let tmp = std::env::temp_dir().join(format!("memplan-chunk-deberta-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     for variant in ["", ".legacy"] {
-        let model = repo().join(format!("tests/wide/models/deberta_v2{variant}.onnx"));
-        let m = model.to_str().unwrap();
-        let dims = ["--dim", "B=1", "--dim", "S=256", "--random"];
-        let reference = tmp.join(format!("ref{variant}.npz"));
-        let mut args = vec!["run", m, "--out", reference.to_str().unwrap(), "--json"];
-        args.extend(dims);
-        let peak = json_of(&args)["peak_bytes"].as_u64().unwrap();
-        let (opt, plan) = (
-            tmp.join(format!("d{variant}.onnx")),
-            tmp.join(format!("d{variant}.json")),
-        );
-        let (o, p) = (opt.to_str().unwrap(), plan.to_str().unwrap());
-        let rep = json_of(&[
-            "optimize",
-            m,
-            "--dim",
-            "B=1",
-            "--dim",
-            "S=256",
-            "--budget",
-            "lowest",
-            "-o",
-            o,
-            "--plan-out",
-            p,
-            "--json",
-        ]);
-        let steps = rep["chunking"]["steps"].as_array().unwrap();
+        let dims = ["--dim", "B=1", "--dim", "S=256"];
+        let c = WideCase::optimize(&tmp, "deberta_v2", variant, &dims, |_| "lowest".into());
+        let steps = c.rep["chunking"]["steps"].as_array().unwrap();
         assert!(
             steps.iter().any(|s| s["extent"] == 256),
             "deberta_v2{variant}: no region chunked along the sequence: {steps:?}"
         );
-        let planned = run_exact(o, p, &reference, &dims, &rep);
+        let planned = c.run_exact(&dims);
         assert!(
-            planned * 10 <= peak * 4,
-            "deberta_v2{variant}: planned {planned} of {peak}"
+            planned * 10 <= c.peak * 4,
+            "deberta_v2{variant}: planned {planned} of {}",
+            c.peak
         );
     }
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// One export of a wide-corpus model, run unoptimized at its dims (outputs kept to compare with,
+/// measured peak) and then optimized with `optimize --json`.
+struct WideCase {
+    peak: u64,
+    code: i32,
+    rep: serde_json::Value,
+    reference: PathBuf,
+    out: String,
+    plan: String,
+}
+
+impl WideCase {
+    /// `stem` + `variant` from tests/wide/models at `dims` (`--dim` pairs), under the budget
+    /// `budget` makes of the unoptimized run's measured peak; files under `tmp`.
+    fn optimize(
+        tmp: &Path,
+        stem: &str,
+        variant: &str,
+        dims: &[&str],
+        budget: impl Fn(u64) -> String,
+    ) -> WideCase {
+        let model = repo().join(format!("tests/wide/models/{stem}{variant}.onnx"));
+        let m = model.to_str().unwrap();
+        let reference = tmp.join(format!("{stem}{variant}.ref.npz"));
+        let mut args = vec![
+            "run",
+            m,
+            "--out",
+            reference.to_str().unwrap(),
+            "--json",
+            "--random",
+        ];
+        args.extend(dims);
+        let peak = json_of(&args)["peak_bytes"].as_u64().unwrap();
+        let out = tmp.join(format!("{stem}{variant}.opt.onnx"));
+        let plan = tmp.join(format!("{stem}{variant}.plan.json"));
+        let (out, plan) = (
+            out.to_str().unwrap().to_string(),
+            plan.to_str().unwrap().to_string(),
+        );
+        let b = budget(peak);
+        let mut args = vec![
+            "optimize",
+            m,
+            "--budget",
+            &b,
+            "-o",
+            &out,
+            "--plan-out",
+            &plan,
+        ];
+        args.extend(dims);
+        args.push("--json");
+        let (code, rep) = json_and_status(&args);
+        WideCase {
+            peak,
+            code,
+            rep,
+            reference,
+            out,
+            plan,
+        }
+    }
+
+    /// [`run_exact`] of the optimized file from its plan, at `dims`.
+    fn run_exact(&self, dims: &[&str]) -> u64 {
+        let mut d = dims.to_vec();
+        d.push("--random");
+        run_exact(&self.out, &self.plan, &self.reference, &d, &self.rep)
+    }
 }
 
 /// The pairformer's triangle multiplication reads the layer norm of the residual stream in its
