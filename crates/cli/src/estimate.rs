@@ -274,8 +274,16 @@ pub fn facts_at<'a>(
     dims: &BTreeMap<String, i64>,
 ) -> Result<std::borrow::Cow<'a, Facts>> {
     let declared = &facts.symbols.declared;
-    if declared.is_empty() || !declared.iter().all(|d| dims.contains_key(d)) {
-        return Ok(std::borrow::Cow::Borrowed(facts));
+    // Dims below 1 are refused by name where the command checks its dims.
+    let point = !declared.is_empty()
+        && declared.iter().all(|d| dims.contains_key(d))
+        && dims.values().all(|&v| v >= 1);
+    if !point {
+        return Ok(if memplan_ir::wants_point(facts, dims) {
+            std::borrow::Cow::Owned(memplan_ir::infer_model_at(model, dims)?)
+        } else {
+            std::borrow::Cow::Borrowed(facts)
+        });
     }
     let at = memplan_ir::infer_model_at(model, dims).map_err(|e| {
         let d: Vec<String> = dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -325,7 +333,10 @@ pub fn estimate_model(
         live_limit: req.top,
         no_formula: false,
     };
-    let e = an.at(&req.dims, &opts)?;
+    let mut e = an.at(&req.dims, &opts)?;
+    if let Some(m) = e.max_fitting.as_mut() {
+        cap_to_accepted(model, &an, &req.dims, m)?;
+    }
     let optimized = match (req.optimized, req.budget, &e.max_fitting) {
         (true, Some(b), Some(m)) => {
             let mut rest = req.dims.clone();
@@ -341,6 +352,71 @@ pub fn estimate_model(
         estimate: Box::new(e),
         optimized,
     })
+}
+
+/// The smallest value of `sym` in `lo + 1..=hi` (the other symbols at `dims`) at which `model`
+/// does not type-check, with the reason (the node and the rule broken), given that it does at
+/// `lo`; `None` when it does at `hi`, or does not at `lo` (nothing is claimed then). Found by
+/// bisection: the values a model accepts are taken to run up to a limit (a position table the
+/// sequence indexes), as they do in every model seen.
+pub(crate) fn first_rejected(
+    model: &Model,
+    dims: &BTreeMap<String, i64>,
+    sym: &str,
+    lo: i64,
+    hi: i64,
+) -> Option<(i64, String)> {
+    let reject = |x: i64| {
+        let mut d = dims.clone();
+        d.insert(sym.to_string(), x);
+        memplan_ir::infer_model_at(model, &d)
+            .err()
+            .map(|e| e.to_string())
+    };
+    let mut why = reject(hi)?;
+    if lo >= hi || reject(lo).is_some() {
+        return None;
+    }
+    let (mut ok, mut bad) = (lo, hi);
+    while bad - ok > 1 {
+        let mid = ok + (bad - ok) / 2;
+        match reject(mid) {
+            Some(w) => (bad, why) = (mid, w),
+            None => ok = mid,
+        }
+    }
+    Some((bad, why))
+}
+
+/// Lowers the largest fitting value the peak formula gives to the largest at which the model
+/// type-checks, when it does not at the formula's answer (a sequence longer than the model's
+/// position table), searching up from the value given with `--dim` (or 1).
+fn cap_to_accepted(
+    model: &Model,
+    an: &Analysis,
+    dims: &BTreeMap<String, i64>,
+    m: &mut memplan_sim::estimate::MaxFitting,
+) -> Result<()> {
+    let Some(v) = m.value else {
+        return Ok(());
+    };
+    let lo = dims.get(&m.symbol).copied().unwrap_or(1).min(v);
+    let Some((bad, why)) = first_rejected(model, dims, &m.symbol, lo, v + 1) else {
+        return Ok(());
+    };
+    if bad > v {
+        // The model takes the answer; only the next value is rejected.
+        m.type_error_above = Some(why);
+        m.peak_at_next = None;
+        return Ok(());
+    }
+    let mut at = dims.clone();
+    at.insert(m.symbol.clone(), bad - 1);
+    m.value = Some(bad - 1);
+    m.peak_at_value = an.simulate_peak(&at)?;
+    m.peak_at_next = None;
+    m.type_error_above = Some(why);
+    Ok(())
 }
 
 /// The exact peak at `dims` (every symbol given), by the symbolic peak formula over the graph's
@@ -488,6 +564,16 @@ pub fn render_sweep(path: &Path, sw: &SweepReport) -> String {
 
 fn max_fit_line(m: &memplan_sim::estimate::MaxFitting) -> String {
     match (m.value, m.unbounded) {
+        (Some(v), _) if m.type_error_above.is_some() => format!(
+            "largest {} that fits: {v}   (peak {} at {}={v}; the model does not type-check at \
+             {}={}: {})",
+            m.symbol,
+            m.peak_at_value.map(human).unwrap_or_default(),
+            m.symbol,
+            m.symbol,
+            v + 1,
+            m.type_error_above.as_deref().unwrap_or_default()
+        ),
         (Some(v), _) => format!(
             "largest {} that fits: {v}   (peak {} at {}={v}, {} at {}={})",
             m.symbol,

@@ -125,18 +125,26 @@ struct JsonReport<'a> {
 /// The largest value of `sym` at which `model` (other dims from `dims`) has a plan that fits
 /// `budget` once chunked as `memplan optimize --budget` would, searched by doubling from `start` (a
 /// value that fits without chunking, or 1) and then bisecting; each probe plans (and chunks when
-/// needed) at that value. `None` when even `start` does not fit.
+/// needed) at that value. Values at which the model does not type-check (past its position
+/// table, say) do not fit, and are not planned. `None` when even `start` does not fit.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct OptimizedFit {
     pub symbol: String,
     pub value: Option<i64>,
-    /// The planned peak at `value`, and at the smallest probed value that does not fit.
+    /// The planned peak at `value`, and at the smallest probed value that does not fit (`None`
+    /// there when the model does not type-check at it).
     pub peak_at_value: Option<u64>,
     pub first_failing: Option<i64>,
     pub peak_at_failing: Option<u64>,
+    /// Why the model does not type-check at `first_failing`, when that is why it fails.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub type_error_at_failing: Option<String>,
     /// Values probed (each one a plan, chunked when needed).
     pub probes: usize,
 }
+
+/// The search cap of [`max_fitting_optimized`]'s doubling.
+const OPTIMIZED_SEARCH_MAX: i64 = 1 << 24;
 
 pub fn max_fitting_optimized(
     model: &Model,
@@ -151,8 +159,15 @@ pub fn max_fitting_optimized(
     };
     let mut probes = 0;
     let facts = memplan_ir::infer_model(model).map_err(|e| anyhow!("{e}"))?;
-    // The planned peak at `n`, chunking when the plan alone does not fit.
-    let mut peak_at = |n: i64| -> Result<u64> {
+    let start = start.max(1);
+    let rejected =
+        crate::estimate::first_rejected(model, dims, sym, start, 2 * OPTIMIZED_SEARCH_MAX);
+    // The planned peak at `n`, chunking when the plan alone does not fit; `None` where the model
+    // does not type-check.
+    let mut peak_at = |n: i64| -> Result<Option<u64>> {
+        if rejected.as_ref().is_some_and(|(r, _)| n >= *r) {
+            return Ok(None);
+        }
         probes += 1;
         let mut d = dims.clone();
         d.insert(sym.to_string(), n);
@@ -162,26 +177,33 @@ pub fn max_fitting_optimized(
         };
         let at = crate::estimate::facts_at(model, &facts, &d)?;
         let fit = memplan_plan::fit_budget(model, &at, &d, &fo)?;
-        Ok(fit.outcome.report.peak_bytes_after)
+        Ok(Some(fit.outcome.report.peak_bytes_after))
     };
-    let mut lo = start.max(1);
+    let fits = |p: Option<u64>| p.is_some_and(|p| p <= budget);
+    // A probe without a peak is one the model does not type-check at.
+    let why = |p: Option<u64>| match (p, &rejected) {
+        (None, Some((_, w))) => Some(w.clone()),
+        _ => None,
+    };
+    let mut lo = start;
     let p_lo = peak_at(lo)?;
-    if p_lo > budget {
+    if !fits(p_lo) {
         return Ok(OptimizedFit {
             symbol: sym.to_string(),
             value: None,
             peak_at_value: None,
             first_failing: Some(lo),
-            peak_at_failing: Some(p_lo),
+            peak_at_failing: p_lo,
+            type_error_at_failing: why(p_lo),
             probes,
         });
     }
     let mut best = (lo, p_lo);
     let mut hi = None;
-    while hi.is_none() && lo < (1 << 24) {
+    while hi.is_none() && lo < OPTIMIZED_SEARCH_MAX {
         let n = lo.saturating_mul(2);
         let p = peak_at(n)?;
-        if p <= budget {
+        if fits(p) {
             lo = n;
             best = (n, p);
         } else {
@@ -192,16 +214,17 @@ pub fn max_fitting_optimized(
         return Ok(OptimizedFit {
             symbol: sym.to_string(),
             value: Some(best.0),
-            peak_at_value: Some(best.1),
+            peak_at_value: best.1,
             first_failing: None,
             peak_at_failing: None,
+            type_error_at_failing: None,
             probes,
         });
     };
     while fail.0 - best.0 > 1 {
         let mid = best.0 + (fail.0 - best.0) / 2;
         let p = peak_at(mid)?;
-        if p <= budget {
+        if fits(p) {
             best = (mid, p);
         } else {
             fail = (mid, p);
@@ -210,17 +233,21 @@ pub fn max_fitting_optimized(
     Ok(OptimizedFit {
         symbol: sym.to_string(),
         value: Some(best.0),
-        peak_at_value: Some(best.1),
+        peak_at_value: best.1,
         first_failing: Some(fail.0),
-        peak_at_failing: Some(fail.1),
+        peak_at_failing: fail.1,
+        type_error_at_failing: why(fail.1),
         probes,
     })
 }
 
 /// One line for [`OptimizedFit`], under the estimate's own "largest N that fits".
 pub fn optimized_fit_line(o: &OptimizedFit) -> String {
-    let failing = match (o.first_failing, o.peak_at_failing) {
-        (Some(f), Some(p)) => format!(", {} at {}={f}", human(p), o.symbol),
+    let failing = match (o.first_failing, o.peak_at_failing, &o.type_error_at_failing) {
+        (Some(f), Some(p), _) => format!(", {} at {}={f}", human(p), o.symbol),
+        (Some(f), None, Some(why)) => {
+            format!("; the model does not type-check at {}={f}: {why}", o.symbol)
+        }
         _ => String::new(),
     };
     match (o.value, o.peak_at_value) {

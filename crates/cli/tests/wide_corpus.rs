@@ -439,3 +439,45 @@ fn wide_corpus_runs_plans_and_matches_onnxruntime() {
         unlisted.join("\n")
     );
 }
+
+/// The largest sequence that fits a budget stops where the model stops type-checking: the wide
+/// DeBERTa adds a 256-row position table to its embeddings, so S=257 is no input it accepts, though
+/// its peak formula fits far beyond. Both the formula's answer and the optimized search stop at
+/// 256 and name the node; the search plans no value past it.
+#[test]
+fn the_largest_fitting_value_is_one_the_model_accepts() {
+    let model = s(&wide().join("models/deberta_v2.onnx"));
+    let args: Vec<String> = [
+        "estimate",
+        &model,
+        "--dim",
+        "B=1",
+        "--dim",
+        "S=64",
+        "--budget",
+        "1GiB",
+        "--optimized",
+        "--json",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let e = try_json(&args).unwrap();
+    let m = &e["max_fitting"];
+    assert_eq!(m["value"], 256, "{m}");
+    assert!(m["type_error_above"]
+        .as_str()
+        .unwrap()
+        .contains("'node_add' (Add)"));
+    let o = &e["max_fitting_optimized"];
+    assert_eq!(
+        (&o["value"], &o["first_failing"]),
+        (&256.into(), &257.into()),
+        "{o}"
+    );
+    assert!(o["type_error_at_failing"]
+        .as_str()
+        .unwrap()
+        .contains("257 vs 256"));
+    assert_eq!(o["probes"], 1, "{o}");
+}

@@ -67,6 +67,10 @@ pub struct MaxFitting {
     /// The peak at `value` (fits) and at `value + 1` (does not), as evaluated.
     pub peak_at_value: Option<u64>,
     pub peak_at_next: Option<u64>,
+    /// Set when the model does not type-check at `value + 1` (the node and the rule broken): the
+    /// peak formula holds only for inputs the model accepts, so the value stops there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub type_error_above: Option<String>,
 }
 
 /// The whole estimate at one point.
@@ -241,6 +245,7 @@ impl<'g> Analysis<'g> {
                 unbounded: false,
                 peak_at_value: at(v)?,
                 peak_at_next: at(v + 1)?,
+                type_error_above: None,
             },
             MaxFit::None => MaxFitting {
                 symbol: sym.to_string(),
@@ -248,6 +253,7 @@ impl<'g> Analysis<'g> {
                 unbounded: false,
                 peak_at_value: None,
                 peak_at_next: at(1)?,
+                type_error_above: None,
             },
             MaxFit::Unbounded => MaxFitting {
                 symbol: sym.to_string(),
@@ -255,6 +261,7 @@ impl<'g> Analysis<'g> {
                 unbounded: true,
                 peak_at_value: None,
                 peak_at_next: None,
+                type_error_above: None,
             },
         })
     }
