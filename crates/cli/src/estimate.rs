@@ -209,6 +209,9 @@ pub struct SweepReport {
     pub rows: Vec<(i64, Estimate, Option<i64>)>,
     pub formula: Option<FormulaReport>,
     pub max_fitting: Option<MaxFitting>,
+    /// The first swept value the model does not type-check at, and why (the node and the rule
+    /// broken): the rows stop before it.
+    pub rejected_from: Option<(i64, String)>,
 }
 
 impl EstimateOutcome {
@@ -251,14 +254,15 @@ impl EstimateOutcome {
                 Ok(serde_json::json!({
                     "symbol": sw.symbol, "dims": sw.dims, "budget_bytes": sw.budget, "rows": arr,
                     "formula": sw.formula, "max_fitting": sw.max_fitting,
+                    "rejected_from": sw.rejected_from.as_ref().map(|(v, why)| {
+                        serde_json::json!({"value": v, "reason": why})
+                    }),
                 }))
             }
         }
     }
 }
 
-/// Refuses a model with nodes that have no shape rule, naming the first; `what` is the verb
-/// (`estimate`, `plan`, `run`).
 /// The facts at `dims`: the model's symbolic `facts`, or, where those lack facts for want of
 /// known contents (shape arithmetic with no formula over the symbols) and `dims` names every
 /// declared symbol, the facts inferred at that point ([`memplan_ir::infer_model_at`]).
@@ -285,10 +289,7 @@ pub fn facts_at<'a>(
             std::borrow::Cow::Borrowed(facts)
         });
     }
-    let at = memplan_ir::infer_model_at(model, dims).map_err(|e| {
-        let d: Vec<String> = dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        anyhow::anyhow!("the model does not type-check at {}: {e}", d.join(" "))
-    })?;
+    let at = inferred_at(model, dims)?;
     if memplan_ir::wants_point(facts, dims) {
         Ok(std::borrow::Cow::Owned(at))
     } else {
@@ -296,6 +297,8 @@ pub fn facts_at<'a>(
     }
 }
 
+/// Refuses a model with nodes that have no shape rule, naming the first; `what` is the verb
+/// (`estimate`, `plan`, `run`).
 pub fn check_inferred(facts: &Facts, what: &str) -> Result<()> {
     if let Some(s) = facts.skipped.first() {
         return Err(anyhow::Error::new(crate::UnsupportedError(format!(
@@ -324,7 +327,7 @@ pub fn estimate_model(
     )?;
     let an = Analysis::new(&model.graph, facts, &facts.order)?;
     if let Some(sw) = &req.sweep {
-        let report = sweep(&an, &req.dims, req.budget, sw)?;
+        let report = sweep(model, &an, &req.dims, req.budget, sw)?;
         return Ok(EstimateOutcome::Sweep(Box::new(report)));
     }
     let opts = EstimateOptions {
@@ -351,6 +354,15 @@ pub fn estimate_model(
     Ok(EstimateOutcome::Point {
         estimate: Box::new(e),
         optimized,
+    })
+}
+
+/// The facts of `model` inferred at `dims` ([`memplan_ir::infer_model_at`]), or an error naming
+/// the dims and the node where it does not type-check there.
+fn inferred_at(model: &Model, dims: &BTreeMap<String, i64>) -> Result<Facts> {
+    memplan_ir::infer_model_at(model, dims).map_err(|e| {
+        let d: Vec<String> = dims.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        anyhow!("the model does not type-check at {}: {e}", d.join(" "))
     })
 }
 
@@ -473,13 +485,23 @@ pub fn estimate(a: EstimateArgs) -> Result<()> {
 }
 
 fn sweep(
+    model: &Model,
     an: &Analysis,
     dims: &BTreeMap<String, i64>,
     budget: Option<u64>,
     sw: &Sweep,
 ) -> Result<SweepReport> {
+    let (first, last) = (sw.values[0], sw.values[sw.values.len() - 1]);
+    let mut at_first = dims.clone();
+    at_first.insert(sw.sym.clone(), first);
+    inferred_at(model, &at_first)?;
+    let rejected_from = first_rejected(model, dims, &sw.sym, first, last);
     let mut rows: Vec<(i64, Estimate, Option<i64>)> = Vec::new();
-    for &v in &sw.values {
+    for &v in sw
+        .values
+        .iter()
+        .take_while(|&&v| rejected_from.as_ref().is_none_or(|(r, _)| v < *r))
+    {
         let mut d = dims.clone();
         d.insert(sw.sym.clone(), v);
         let opts = EstimateOptions {
@@ -497,7 +519,11 @@ fn sweep(
     base.insert(sw.sym.clone(), sw.values[0]);
     let formula = an.formula_report(&sw.sym, &base)?;
     let max_fitting = match budget {
-        Some(b) => Some(an.max_fitting(&sw.sym, &base, b)?),
+        Some(b) => {
+            let mut m = an.max_fitting(&sw.sym, &base, b)?;
+            cap_to_accepted(model, an, &base, &mut m)?;
+            Some(m)
+        }
         None => None,
     };
     Ok(SweepReport {
@@ -507,6 +533,7 @@ fn sweep(
         rows,
         formula,
         max_fitting,
+        rejected_from,
     })
 }
 
@@ -553,6 +580,12 @@ pub fn render_sweep(path: &Path, sw: &SweepReport) -> String {
         out.push_str(&format!(
             "\nformula     {}\n            at {}\n",
             f.text, f.node
+        ));
+    }
+    if let Some((v, why)) = &sw.rejected_from {
+        out.push_str(&format!(
+            "\nfrom {}={v} the model does not type-check: {why}\n",
+            sw.symbol
         ));
     }
     if let (Some(b), Some(m)) = (sw.budget, &sw.max_fitting) {

@@ -443,7 +443,7 @@ fn wide_corpus_runs_plans_and_matches_onnxruntime() {
 /// The largest sequence that fits a budget stops where the model stops type-checking: the wide
 /// DeBERTa adds a 256-row position table to its embeddings, so S=257 is no input it accepts, though
 /// its peak formula fits far beyond. Both the formula's answer and the optimized search stop at
-/// 256 and name the node; the search plans no value past it.
+/// 256 and name the node; the search plans no value past it, and a sweep stops there.
 #[test]
 fn the_largest_fitting_value_is_one_the_model_accepts() {
     let model = s(&wide().join("models/deberta_v2.onnx"));
@@ -480,4 +480,24 @@ fn the_largest_fitting_value_is_one_the_model_accepts() {
         .unwrap()
         .contains("257 vs 256"));
     assert_eq!(o["probes"], 1, "{o}");
+    // A sweep across the limit stops its rows there and says why; one starting past it is refused.
+    let sweep = |range: &str| -> Vec<String> {
+        [
+            "estimate", &model, "--dim", "B=1", "--sweep", range, "--json",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect()
+    };
+    let e = try_json(&sweep("S=64..1024")).unwrap();
+    let values: Vec<i64> = e["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["value"].as_i64().unwrap())
+        .collect();
+    assert_eq!(values, [64, 128, 256]);
+    assert_eq!(e["rejected_from"]["value"], 257, "{e}");
+    let err = try_json(&sweep("S=512..1024")).unwrap_err();
+    assert!(err.contains("does not type-check at B=1 S=512"), "{err}");
 }
