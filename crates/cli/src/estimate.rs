@@ -282,19 +282,18 @@ pub fn facts_at<'a>(
     let point = !declared.is_empty()
         && declared.iter().all(|d| dims.contains_key(d))
         && dims.values().all(|&v| v >= 1);
-    if !point {
-        return Ok(if memplan_ir::wants_point(facts, dims) {
-            std::borrow::Cow::Owned(memplan_ir::infer_model_at(model, dims)?)
-        } else {
-            std::borrow::Cow::Borrowed(facts)
-        });
-    }
-    let at = inferred_at(model, dims)?;
-    if memplan_ir::wants_point(facts, dims) {
-        Ok(std::borrow::Cow::Owned(at))
+    let at = if point {
+        Some(inferred_at(model, dims)?)
     } else {
-        Ok(std::borrow::Cow::Borrowed(facts))
+        None
+    };
+    if !memplan_ir::wants_point(facts, dims) {
+        return Ok(std::borrow::Cow::Borrowed(facts));
     }
+    Ok(std::borrow::Cow::Owned(match at {
+        Some(at) => at,
+        None => memplan_ir::infer_model_at(model, dims)?,
+    }))
 }
 
 /// Refuses a model with nodes that have no shape rule, naming the first; `what` is the verb

@@ -267,7 +267,17 @@ impl CostModel {
         view: bool,
         dims: &BTreeMap<String, i64>,
     ) -> f64 {
-        match Self::work(node, ins, outs, view, dims) {
+        self.work_seconds(Self::work(node, ins, outs, view, dims), ins, dims)
+    }
+
+    /// [`CostModel::node_seconds`] of a node doing `work` ([`CostModel::work`]) over inputs `ins`.
+    fn work_seconds(
+        &self,
+        work: Option<(Kind, f64)>,
+        ins: &[Option<&Fact>],
+        dims: &BTreeMap<String, i64>,
+    ) -> f64 {
+        match work {
             Some((Kind::Contraction, w)) => {
                 let packed = elements(ins, dims).map_or(0.0, |n| {
                     self.elementwise.seconds(n) - self.elementwise.seconds(w / CALIBRATION_COLUMNS)
@@ -297,9 +307,10 @@ impl CostModel {
                 let node = g.node(id);
                 let (ins, outs) = facts.node_io(node);
                 let view = assembled.contains(&id.index()) || ops::is_view(node, &ins, &outs);
+                let work = Self::work(node, &ins, &outs, view, dims);
                 NodeCost {
-                    work: Self::work(node, &ins, &outs, view, dims),
-                    seconds: self.node_seconds(node, &ins, &outs, view, dims),
+                    work,
+                    seconds: self.work_seconds(work, &ins, dims),
                 }
             })
             .collect()

@@ -297,18 +297,17 @@ pub fn offload_with(
     ))
 }
 
-/// Predicted compute seconds of each step of `plan`, by [`CostModel::node_seconds`] at the plan's
-/// dims (a control-flow node counts its own inputs and outputs, not its bodies).
+/// Predicted compute seconds of each step of `plan`, by [`CostModel::node_costs`] at the plan's
+/// dims (a control-flow node counts its own inputs and outputs, not its bodies; a concatenation
+/// is priced as its copy, whether or not the plan assembles it).
 pub fn step_seconds(graph: &Graph, facts: &Facts, plan: &Plan, model: &CostModel) -> Vec<f64> {
+    let costs = model.node_costs(graph, facts, &plan.dims, None);
     plan.schedule
         .iter()
         .map(|st| {
-            let Some(node) = graph.nodes.get(st.node as usize) else {
-                return model.view_seconds;
-            };
-            let (ins, outs) = facts.node_io(node);
-            let view = memplan_ir::ops::is_view(node, &ins, &outs);
-            model.node_seconds(node, &ins, &outs, view, &plan.dims)
+            costs
+                .get(st.node as usize)
+                .map_or(model.view_seconds, |c| c.seconds)
         })
         .collect()
 }
