@@ -16,6 +16,9 @@
 //!    enough nodes) are folded into one `Scan` each ([`crate::chunk::roll`]) and the result is
 //!    planned; it is kept when its planned peak fits the budget or is no higher than the unrolled
 //!    one's.
+//! 6. When chunking did not meet the budget, narrowing and recomputation (chosen on the graph-order
+//!    peak, before chunking) may have stood in its way: the model is fitted again without each, and
+//!    the fit that meets the budget, or else plans lower, is kept.
 //!
 //! Every bound is on work (rounds, candidates, search states), never on time: the same input gives
 //! the same plan on any machine.
@@ -150,7 +153,52 @@ pub enum FitError {
 }
 
 /// Makes `model` fit `opts.budget` at `dims` (every symbol given): see the module docs.
+///
+/// Narrowing and recomputation are chosen on the graph-order peak, before chunking. Where chunking
+/// is needed they can stand in its way (a narrowed mask is widened whole for each reader, where
+/// chunking would have made each chunk's slice of it), so when the budget is still not met the
+/// model is also fitted without each of them, and the better fit is kept ([`better`]).
 pub fn fit_budget(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    opts: &FitOptions,
+) -> Result<Fit, FitError> {
+    let mut best = fit_with(model, facts, dims, opts)?;
+    if best.fits || best.chunking.is_none() {
+        return Ok(best);
+    }
+    let mut variants = Vec::new();
+    if best.narrowing.is_some() {
+        variants.push(FitOptions {
+            narrow: None,
+            ..opts.clone()
+        });
+    }
+    if best.recompute.as_ref().is_some_and(|r| !r.steps.is_empty()) {
+        variants.push(FitOptions {
+            recompute: None,
+            ..opts.clone()
+        });
+    }
+    for v in variants {
+        let other = fit_with(model, facts, dims, &v)?;
+        if better(&other, &best) {
+            best = other;
+        }
+    }
+    Ok(best)
+}
+
+/// Whether fit `a` is better than fit `b`: it fits where `b` does not, or its planned peak is lower.
+fn better(a: &Fit, b: &Fit) -> bool {
+    (a.fits && !b.fits)
+        || (a.fits == b.fits
+            && a.outcome.report.peak_bytes_after < b.outcome.report.peak_bytes_after)
+}
+
+/// [`fit_budget`] with the levers of `opts` as given.
+fn fit_with(
     model: &Model,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,

@@ -1,5 +1,6 @@
 //! Kernels: N-D Conv (NCHW-style layout: `[N, C, D1..Dk]`) with group, pads, strides, dilations and
-//! optional bias, as im2col + GEMM per (batch, group); also the auto_pad resolution shared with pooling.
+//! optional bias, as im2col + GEMM per (batch, group), over tiles of whole output lines (the im2col
+//! buffer is one tile, [`COL_TILE_ELEMS`]); also the auto_pad resolution shared with pooling.
 //!
 //! Each output element is one GEMM dot product over `C/group * prod(kernel)` in a fixed order (see
 //! `matmul`), plus the bias added afterwards, so splitting the batch, the groups or the output channels
@@ -105,6 +106,14 @@ pub struct Window {
 pub const MAX_WINDOW: usize = 1 << 31;
 
 impl Window {
+    /// A 1x1 kernel with unit strides and no padding: the input is the GEMM's right operand as it
+    /// is, no im2col.
+    pub fn is_direct(&self) -> bool {
+        self.kernel.iter().all(|&k| k == 1)
+            && self.strides.iter().all(|&s| s == 1)
+            && self.pad_begin.iter().chain(&self.pad_end).all(|&q| q == 0)
+    }
+
     /// Builds and validates a window; empty `strides`/`pads`/`dilations` take the defaults.
     pub fn new(
         kernel: &[usize],
@@ -227,13 +236,22 @@ pub fn conv_out_shape(
     Ok(conv_geometry(x_shape, w_shape, attrs)?.2)
 }
 
-/// Fills `col` (`[cg * prod(kernel), prod(out_sp)]`) from `xg` (`[cg, in_sp..]`).
-fn im2col<T: GemmFloat>(xg: &[T], in_sp: &[usize], out_sp: &[usize], win: &Window, col: &mut [T]) {
+/// Fills `col` (`[cg * prod(kernel), lines.len() * ol]`) from `xg` (`[cg, in_sp..]`): the columns
+/// of the output `lines` (a line: the `ol` positions along the last output axis, the outer axes
+/// fixed; lines numbered in row-major order).
+fn im2col<T: GemmFloat>(
+    xg: &[T],
+    in_sp: &[usize],
+    out_sp: &[usize],
+    win: &Window,
+    lines: std::ops::Range<usize>,
+    col: &mut [T],
+) {
     let nd = in_sp.len();
-    let p: usize = out_sp.iter().product();
     let kn: usize = win.kernel.iter().product();
     let plane: usize = in_sp.iter().product();
     let ol = out_sp[nd - 1];
+    let p = lines.len() * ol;
     if p == 0 {
         return;
     }
@@ -248,7 +266,7 @@ fn im2col<T: GemmFloat>(xg: &[T], in_sp: &[usize], out_sp: &[usize], win: &Windo
         let xp = &xg[c * plane..(c + 1) * plane];
         for (op, dst) in row.chunks_exact_mut(ol).enumerate() {
             // Decode the outer output position and the input offset of the line.
-            let mut t = op;
+            let mut t = lines.start + op;
             let mut base = 0usize;
             let mut stride = in_sp[nd - 1];
             let mut valid = true;
@@ -290,18 +308,30 @@ fn im2col<T: GemmFloat>(xg: &[T], in_sp: &[usize], out_sp: &[usize], win: &Windo
     }
 }
 
-/// Elements of the im2col buffer [`conv_with_col`] needs: `C/group * prod(kernel) * prod(out spatial)`,
-/// or 0 for a 1x1, stride-1, unpadded kernel (which reads X directly).
+/// Elements of one im2col tile: the columns of whole output lines, as many lines as keep the tile
+/// within this many elements (one line at least). The GEMM runs tile by tile, so the buffer stays
+/// this small whatever the image; each output element is the same dot product either way.
+pub const COL_TILE_ELEMS: usize = 1 << 20;
+
+/// Output lines per im2col tile for `kdim` rows of lines of `ol` columns: see [`COL_TILE_ELEMS`].
+/// The memory rule of `Conv` (`memplan_ir`) states the same formula.
+pub fn col_tile_lines(kdim: usize, ol: usize) -> usize {
+    (COL_TILE_ELEMS / kdim.saturating_mul(ol).max(1)).max(1)
+}
+
+/// Elements of the im2col buffer [`conv_with_col`] needs: `C/group * prod(kernel)` rows of one
+/// tile's columns, `min(prod(out spatial), lines * ol)` ([`col_tile_lines`]), or 0 for a 1x1,
+/// stride-1, unpadded kernel (which reads X directly).
 pub fn conv_col_len(x_shape: &[usize], w_shape: &[usize], attrs: &ConvAttrs) -> KResult<usize> {
     let (win, group, out_shape) = conv_geometry(x_shape, w_shape, attrs)?;
-    let direct = win.kernel.iter().all(|&k| k == 1)
-        && win.strides.iter().all(|&s| s == 1)
-        && win.pad_begin.iter().chain(&win.pad_end).all(|&q| q == 0);
-    if direct {
+    if win.is_direct() {
         return Ok(0);
     }
-    let kn: usize = win.kernel.iter().product();
-    Ok(x_shape[1] / group * kn * out_shape[2..].iter().product::<usize>())
+    let kdim = x_shape[1] / group * win.kernel.iter().product::<usize>();
+    let out_sp = &out_shape[2..];
+    let ol = out_sp[out_sp.len() - 1];
+    let p: usize = out_sp.iter().product();
+    Ok(kdim * p.min(col_tile_lines(kdim, ol) * ol))
 }
 
 /// ONNX Conv (explicit pads; see [`resolve_pads`] for auto_pad). `out` holds `conv_out_shape` elements.
@@ -320,7 +350,8 @@ pub fn conv<T: GemmFloat>(
 }
 
 /// [`conv`] with a caller-provided im2col buffer of [`conv_col_len`] elements. (batch, group) pairs
-/// needing im2col run one after another through that one buffer; each pair's rows may be split.
+/// needing im2col run one after another, each tile by tile, through that one buffer; each tile's
+/// rows (output channels) may be split over the threads.
 pub fn conv_with_col<T: GemmFloat>(
     x: &[T],
     x_shape: &[usize],
@@ -352,69 +383,69 @@ pub fn conv_with_col<T: GemmFloat>(
     let p: usize = out_sp.iter().product();
     let kn: usize = win.kernel.iter().product();
     let kdim = cg * kn;
-    let direct = win.kernel.iter().all(|&k| k == 1)
-        && win.strides.iter().all(|&s| s == 1)
-        && win.pad_begin.iter().chain(&win.pad_end).all(|&q| q == 0);
+    let direct = win.is_direct();
     if out.is_empty() {
         return Ok(());
     }
-    // One (batch, group) pair: its output block is `[mg, p]`, contiguous in `out`.
-    if !direct && col_buf.len() != kdim * p {
+    let ol = out_sp[out_sp.len() - 1];
+    let tile_lines = col_tile_lines(kdim, ol);
+    let tile = p.min(tile_lines * ol);
+    if !direct && col_buf.len() != kdim * tile {
         return Err(shape_err(format!(
             "Conv im2col buffer has {} elements, needs {}",
             col_buf.len(),
-            kdim * p
+            kdim * tile
         )));
     }
+    // The columns `cols` of one (batch, group) pair's output block `yb` (`[mg, p]`, contiguous in
+    // `out`) from the GEMM of its filters with `col` (`[kdim, cols.len()]`), bias added.
+    let gemm =
+        |g: usize, col: &[T], cols: std::ops::Range<usize>, yb: &mut [T], inner_par: bool| {
+            let n = cols.len();
+            let rows = |r: std::ops::Range<usize>, yc: &mut [T]| -> KResult<()> {
+                let wr = MatRef {
+                    data: w,
+                    off: (g * mg + r.start) * kdim,
+                    rs: kdim,
+                    cs: 1,
+                };
+                let b = MatRef {
+                    data: col,
+                    off: 0,
+                    rs: n,
+                    cs: 1,
+                };
+                gemm_block(r.len(), kdim, n, wr, b, &mut yc[cols.start..], p)?;
+                if let Some(b) = bias {
+                    for (i, yrow) in yc.chunks_exact_mut(p).enumerate() {
+                        let bv = b[g * mg + r.start + i];
+                        for v in yrow[cols.clone()].iter_mut() {
+                            *v = *v + bv;
+                        }
+                    }
+                }
+                Ok(())
+            };
+            if inner_par {
+                par_rows(mg, p, kdim * n / p.max(1), yb, rows)
+            } else {
+                rows(0..mg, yb)
+            }
+        };
     let run_pair = |ng: usize, yb: &mut [T], inner_par: bool, col_buf: &mut [T]| -> KResult<()> {
         let (bi, g) = (ng / group, ng % group);
         let xg = &x[(bi * c + g * cg) * plane..(bi * c + (g + 1) * cg) * plane];
-        let wg = MatRef {
-            data: w,
-            off: g * mg * kdim,
-            rs: kdim,
-            cs: 1,
-        };
-        let col: &[T] = if direct {
-            xg
-        } else {
-            im2col(xg, in_sp, out_sp, &win, col_buf);
-            col_buf
-        };
-        let rows = |r: std::ops::Range<usize>, yc: &mut [T]| -> KResult<()> {
-            let wr = MatRef {
-                off: wg.off + r.start * kdim,
-                ..wg
-            };
-            gemm_block(
-                r.len(),
-                kdim,
-                p,
-                wr,
-                MatRef {
-                    data: col,
-                    off: 0,
-                    rs: p,
-                    cs: 1,
-                },
-                yc,
-                p,
-            )?;
-            if let Some(b) = bias {
-                for (i, yrow) in yc.chunks_exact_mut(p).enumerate() {
-                    let bv = b[g * mg + r.start + i];
-                    for v in yrow.iter_mut() {
-                        *v = *v + bv;
-                    }
-                }
-            }
-            Ok(())
-        };
-        if inner_par {
-            par_rows(mg, p, kdim, yb, rows)
-        } else {
-            rows(0..mg, yb)
+        if direct {
+            return gemm(g, xg, 0..p, yb, inner_par);
         }
+        let lines = p / ol.max(1);
+        for first in (0..lines).step_by(tile_lines) {
+            let last = (first + tile_lines).min(lines);
+            let col = &mut col_buf[..kdim * (last - first) * ol];
+            im2col(xg, in_sp, out_sp, &win, first..last, col);
+            gemm(g, col, first * ol..last * ol, yb, inner_par)?;
+        }
+        Ok(())
     };
     let pairs = n * group;
     let block = mg * p;
@@ -648,6 +679,59 @@ mod tests {
                      if bias { Some(&bc[..]) } else { None }, &ac, &mut yc).unwrap();
             prop_assert!(same_bits(&yc, &slice_axis(&y, &os, 1, m0, m1)));
         }
+    }
+
+    /// An im2col buffer of one tile: the GEMM runs over tiles of whole output lines, each output
+    /// element the same dot product as through the whole im2col matrix (built here by hand), bias
+    /// after; the buffer is [`conv_col_len`] elements, a tile's, not the whole matrix's.
+    #[test]
+    fn a_conv_tiled_over_output_lines_matches_the_whole_im2col_product() {
+        // kdim 72, output [130, 129] with pads 1: 1.2 Mi im2col elements, tiles of 112 lines.
+        let xs = [2, 8, 130, 129];
+        let ws = [4, 8, 3, 3];
+        let x = rand_vec(xs.iter().product(), 21);
+        let w = rand_vec(ws.iter().product(), 22);
+        let b = rand_vec(4, 23);
+        let a = ConvAttrs {
+            pads: vec![1, 1, 1, 1],
+            ..Default::default()
+        };
+        let os = conv_out_shape(&xs, &ws, &a).unwrap();
+        let (kdim, p) = (72, os[2] * os[3]);
+        let col_len = conv_col_len(&xs, &ws, &a).unwrap();
+        let lines = col_tile_lines(kdim, os[3]);
+        assert_eq!((lines, col_len), (112, kdim * 112 * os[3]));
+        assert!(col_len < kdim * p, "one tile, not the whole matrix");
+        let mut y = vec![0.0f32; os.iter().product()];
+        let mut col = vec![0.0f32; col_len];
+        conv_with_col(&x, &xs, &w, &ws, Some(&b), &a, &mut y, &mut col).unwrap();
+
+        let (win, _, _) = conv_geometry(&xs, &ws, &a).unwrap();
+        let plane = xs[2] * xs[3];
+        let mut want = vec![0.0f32; y.len()];
+        let mut whole = vec![0.0f32; kdim * p];
+        for bi in 0..xs[0] {
+            let xb = &x[bi * xs[1] * plane..(bi + 1) * xs[1] * plane];
+            im2col(xb, &xs[2..], &os[2..], &win, 0..os[2], &mut whole);
+            let yb = &mut want[bi * ws[0] * p..(bi + 1) * ws[0] * p];
+            let wm = MatRef {
+                data: &w,
+                off: 0,
+                rs: kdim,
+                cs: 1,
+            };
+            let cm = MatRef {
+                data: &whole,
+                off: 0,
+                rs: p,
+                cs: 1,
+            };
+            gemm_block(ws[0], kdim, p, wm, cm, yb, p).unwrap();
+            for (m, row) in yb.chunks_exact_mut(p).enumerate() {
+                row.iter_mut().for_each(|v| *v += b[m]);
+            }
+        }
+        assert!(same_bits(&y, &want));
     }
 
     #[test]

@@ -290,6 +290,9 @@ pub(super) fn widened_scratch(
 
 /// Conv: the im2col buffer, `e * C/group * prod(kernel) * prod(Y spatial)`, none for a 1x1 stride-1
 /// unpadded kernel; f16/bf16 add `4 * (|X| + |W| + |B| + |Y|)`.
+/// Elements of one im2col tile of `Conv` (the executor's `COL_TILE_ELEMS`).
+pub const CONV_COL_TILE_ELEMS: i64 = 1 << 20;
+
 fn conv_scratch(
     node: &Node,
     opset: i64,
@@ -324,8 +327,18 @@ fn conv_scratch(
             Some(AttrValue::Int(g)) if *g >= 1 => *g,
             _ => 1,
         };
-        let per_group = c.floor_div(&Expr::int(group));
-        Some(per_group * Expr::product(kernel.iter()) * Expr::product(y.get(2..)?.iter()) * e)
+        // `C/group * prod(kernel)` rows of one tile of whole output lines: as many lines of `ol`
+        // as keep the tile within `CONV_COL_TILE_ELEMS` elements, one at least, and no more than
+        // the output has (the executor's `conv_col_len`).
+        let kdim = c.floor_div(&Expr::int(group)) * Expr::product(kernel.iter());
+        let out_sp = y.get(2..)?;
+        let ol = out_sp.last()?;
+        let lines = Expr::max(
+            &Expr::int(CONV_COL_TILE_ELEMS).floor_div(&(&kdim * ol)),
+            &Expr::int(1),
+        );
+        let cols = Expr::min(&(lines * ol), &Expr::product(out_sp.iter()));
+        Some(kdim * cols * e)
     };
     col().unwrap_or_else(Expr::zero) + widened_scratch(node, opset, inputs, outputs)
 }

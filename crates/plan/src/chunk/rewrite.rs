@@ -78,8 +78,9 @@ pub(crate) fn shape_input(node: &Node) -> Option<usize> {
 }
 
 /// The chunk boundaries for `chunks` chunks of `extent`: equal widths rounded up, the last one
-/// shorter; a last chunk of width 1 joins the previous one (extent-1 operands can take other
-/// kernel paths, and broadcasting would read them differently).
+/// shorter; a last chunk of width 1 after wider ones joins the previous one (extent-1 operands can
+/// take other kernel paths, and broadcasting would read them differently). When every chunk has
+/// width 1 (as many chunks as the extent), the last one stays as it is, like the others.
 pub(crate) fn bounds(extent: i64, chunks: usize) -> Vec<(i64, i64)> {
     let k = (chunks as i64).clamp(1, extent.max(1));
     let step = (extent + k - 1) / k;
@@ -87,7 +88,7 @@ pub(crate) fn bounds(extent: i64, chunks: usize) -> Vec<(i64, i64)> {
         .map(|c| (c * step, ((c + 1) * step).min(extent)))
         .filter(|(a, b)| a < b)
         .collect();
-    if b.len() > 1 && b[b.len() - 1].1 - b[b.len() - 1].0 == 1 {
+    if step > 1 && b.len() > 1 && b[b.len() - 1].1 - b[b.len() - 1].0 == 1 {
         let last = b.pop().unwrap_or_default();
         if let Some(prev) = b.last_mut() {
             prev.1 = last.1;
@@ -485,5 +486,26 @@ pub(crate) fn retain_values(g: Graph, keep: &[bool]) -> Graph {
         initializers: list(g.initializers),
         sparse_initializers: list(g.sparse_initializers),
         ..g
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounds;
+
+    #[test]
+    fn chunk_bounds_cover_the_extent_and_keep_a_lone_width_one_chunk_out() {
+        assert_eq!(bounds(10, 3), vec![(0, 4), (4, 8), (8, 10)]);
+        // 7 = 3 + 3 + 1: the last row joins the chunk before.
+        assert_eq!(bounds(7, 3), vec![(0, 3), (3, 7)]);
+        // As many chunks as rows: every chunk one row wide, the last too.
+        let rows = bounds(256, 256);
+        assert_eq!(rows.len(), 256);
+        assert!(rows
+            .iter()
+            .enumerate()
+            .all(|(i, &(a, b))| (a, b) == (i as i64, i as i64 + 1)));
+        assert_eq!(bounds(256, 512).len(), 256);
+        assert_eq!(bounds(5, 1), vec![(0, 5)]);
     }
 }
