@@ -319,6 +319,14 @@ pub fn col_tile_lines(kdim: usize, ol: usize) -> usize {
     (COL_TILE_ELEMS / kdim.saturating_mul(ol).max(1)).max(1)
 }
 
+/// `(lines, columns)` of one im2col tile for `kdim` rows over the output spatial extents `out_sp`:
+/// [`col_tile_lines`] lines of its last extent, no more columns than the output has.
+fn col_tile(kdim: usize, out_sp: &[usize]) -> (usize, usize) {
+    let ol = out_sp.last().copied().unwrap_or(1);
+    let lines = col_tile_lines(kdim, ol);
+    (lines, out_sp.iter().product::<usize>().min(lines * ol))
+}
+
 /// Elements of the im2col buffer [`conv_with_col`] needs: `C/group * prod(kernel)` rows of one
 /// tile's columns, `min(prod(out spatial), lines * ol)` ([`col_tile_lines`]), or 0 for a 1x1,
 /// stride-1, unpadded kernel (which reads X directly).
@@ -328,10 +336,7 @@ pub fn conv_col_len(x_shape: &[usize], w_shape: &[usize], attrs: &ConvAttrs) -> 
         return Ok(0);
     }
     let kdim = x_shape[1] / group * win.kernel.iter().product::<usize>();
-    let out_sp = &out_shape[2..];
-    let ol = out_sp[out_sp.len() - 1];
-    let p: usize = out_sp.iter().product();
-    Ok(kdim * p.min(col_tile_lines(kdim, ol) * ol))
+    Ok(kdim * col_tile(kdim, &out_shape[2..]).1)
 }
 
 /// ONNX Conv (explicit pads; see [`resolve_pads`] for auto_pad). `out` holds `conv_out_shape` elements.
@@ -388,8 +393,7 @@ pub fn conv_with_col<T: GemmFloat>(
         return Ok(());
     }
     let ol = out_sp[out_sp.len() - 1];
-    let tile_lines = col_tile_lines(kdim, ol);
-    let tile = p.min(tile_lines * ol);
+    let (tile_lines, tile) = col_tile(kdim, out_sp);
     if !direct && col_buf.len() != kdim * tile {
         return Err(shape_err(format!(
             "Conv im2col buffer has {} elements, needs {}",

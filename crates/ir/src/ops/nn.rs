@@ -288,11 +288,12 @@ pub(super) fn widened_scratch(
         .unwrap_or_else(Expr::zero)
 }
 
-/// Conv: the im2col buffer, `e * C/group * prod(kernel) * prod(Y spatial)`, none for a 1x1 stride-1
-/// unpadded kernel; f16/bf16 add `4 * (|X| + |W| + |B| + |Y|)`.
 /// Elements of one im2col tile of `Conv` (the executor's `COL_TILE_ELEMS`).
 pub const CONV_COL_TILE_ELEMS: i64 = 1 << 20;
 
+/// Conv: one tile of the im2col buffer, `e * C/group * prod(kernel)` rows of whole lines of Y's last
+/// spatial axis (as many as keep it within [`CONV_COL_TILE_ELEMS`], one at least, all of Y's at
+/// most), none for a 1x1 stride-1 unpadded kernel; f16/bf16 add `4 * (|X| + |W| + |B| + |Y|)`.
 fn conv_scratch(
     node: &Node,
     opset: i64,
