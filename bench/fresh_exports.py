@@ -169,7 +169,31 @@ def clip():
             {"pixel_values": {0: Dim("B", min=1, max=64)}})
 
 
-MODELS = dict(wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
+class Encoded(nn.Module):
+    """An encoder's `last_hidden_state` for `input_ids`."""
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids).last_hidden_state
+
+
+def deberta():
+    """DeBERTa-v2 with relative attention (c2p and p2c), 32 position buckets, at most 64 relative
+    positions: the relative positions are read along the query axis by one term and, transposed,
+    along the key axis by the other (BENCHMARKS "DeBERTa's relative positions as trees")."""
+    from transformers import DebertaV2Config, DebertaV2Model
+    cfg = DebertaV2Config(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                          intermediate_size=256, max_position_embeddings=4096, relative_attention=True,
+                          position_buckets=32, max_relative_positions=64, pos_att_type=["c2p", "p2c"])
+    m = DebertaV2Model(cfg).eval()
+    ids = torch.randint(0, 1000, (1, 64))
+    return (Encoded(m), (ids,), ["input_ids"], ["last_hidden_state"], {"input_ids": {1: "S"}},
+            {"input_ids": {1: Dim("S", min=2, max=4096)}})
+
+
+MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
               fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip)
 
 if __name__ == "__main__":

@@ -452,8 +452,10 @@ fn a_position_bias_every_layer_reads_is_recomputed_per_chunk() {
 /// key axis and one along the query axis (then transposed). Slices along the gather axis are the
 /// indices' slices over the data read whole, so a region runs along the query axis through both
 /// gathers: at the lowest plan a region is chunked along the sequence, the planned peak is at most
-/// 0.4x the unoptimized one (the TorchScript export stopped at 0.54x when only the heads split),
-/// measured = planned, outputs bit-identical.
+/// 0.35x the unoptimized one (the TorchScript export stopped at 0.54x when only the heads split,
+/// and both exports at 0.36-0.38x before the relative positions were made into one tree per
+/// reader, [`Copies::Trees`](memplan_plan::remat::Copies)), measured = planned, outputs
+/// bit-identical.
 #[test]
 fn relative_position_gathers_chunk_along_the_query_axis() {
     let tmp = std::env::temp_dir().join(format!("memplan-chunk-deberta-{}", std::process::id()));
@@ -468,7 +470,7 @@ fn relative_position_gathers_chunk_along_the_query_axis() {
         );
         let planned = c.run_exact(&dims);
         assert!(
-            planned * 10 <= c.peak * 4,
+            planned * 100 <= c.peak * 35,
             "deberta_v2{variant}: planned {planned} of {}",
             c.peak
         );

@@ -109,6 +109,9 @@ pub struct ChunkOptions {
     /// Count a `Concat` along a leading axis as assembled in place (what planned runs do).
     pub assemble: bool,
     pub cost: CostModel,
+    /// How shared light values are made again per reader before chunking (see
+    /// [`Copies`](crate::remat::Copies)).
+    pub copies: crate::remat::Copies,
 }
 
 impl Default for ChunkOptions {
@@ -120,6 +123,7 @@ impl Default for ChunkOptions {
             max_steps: 16,
             assemble: true,
             cost: CostModel::default(),
+            copies: crate::remat::Copies::Heavy,
         }
     }
 }
@@ -466,7 +470,8 @@ pub fn chunk_to_budget(
     if let Some(budget) = opts.budget {
         let peak = Base::new(&cur.graph, &facts, dims, opts.assemble)?.peak;
         if peak > budget {
-            if let Some((m, r)) = crate::remat::recompute_per_reader(&cur, &facts, dims, peak / 64)
+            if let Some((m, r)) =
+                crate::remat::recompute_per_reader(&cur, &facts, dims, peak / 64, opts.copies)
             {
                 facts = infer_model_for(&m, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
                 cur = m;

@@ -30,7 +30,7 @@ use memplan_ir::infer::Facts;
 
 use crate::chunk::{chunk_to_budget, ChunkError, ChunkOptions, ChunkStep};
 use crate::narrow::{self, NarrowError};
-use crate::remat::{self, RematError};
+use crate::remat::{self, Copies, RematError};
 use crate::{optimize, OptimizeError, Options, Outcome, Pass};
 
 /// Knobs of [`fit_budget`].
@@ -157,7 +157,10 @@ pub enum FitError {
 /// Narrowing and recomputation are chosen on the graph-order peak, before chunking. Where chunking
 /// is needed they can stand in its way (a narrowed mask is widened whole for each reader, where
 /// chunking would have made each chunk's slice of it), so when the budget is still not met the
-/// model is also fitted without each of them, and the better fit is kept ([`better`]).
+/// model is also fitted without each of them, and the better fit is kept ([`better`]). When the
+/// better one still misses the budget, it is fitted once more with the shared light computations
+/// made into trees ([`Copies::Trees`]: more copies, paid per chunk, which let one region split
+/// each reader's copy along its own axis), and the better fit is kept.
 pub fn fit_budget(
     model: &Model,
     facts: &Facts,
@@ -181,8 +184,22 @@ pub fn fit_budget(
             ..opts.clone()
         });
     }
+    let mut levers = opts.clone();
     for v in variants {
         let other = fit_with(model, facts, dims, &v)?;
+        if better(&other, &best) {
+            (best, levers) = (other, v);
+        }
+    }
+    if !best.fits && levers.chunk.copies != Copies::Trees {
+        let trees = FitOptions {
+            chunk: ChunkOptions {
+                copies: Copies::Trees,
+                ..levers.chunk.clone()
+            },
+            ..levers
+        };
+        let other = fit_with(model, facts, dims, &trees)?;
         if better(&other, &best) {
             best = other;
         }

@@ -372,6 +372,13 @@ struct Cloner<'a> {
     new_nodes: Vec<NodeId>,
     work: u64,
     names: BTreeSet<String>,
+    /// The value of the input graph each clone copies (clones of clones included).
+    origin: BTreeMap<ValueId, ValueId>,
+    /// The node of the input graph each cloned node copies.
+    node_origin: BTreeMap<NodeId, NodeId>,
+    /// Whether a value read on two paths of one clone is cloned once (a copy of the computation as
+    /// it is) or once per path (a tree).
+    share: bool,
 }
 
 impl<'a> Cloner<'a> {
@@ -385,6 +392,9 @@ impl<'a> Cloner<'a> {
             new_nodes: Vec::new(),
             work: 0,
             names: g.values.iter().map(|x| x.name.clone()).collect(),
+            origin: BTreeMap::new(),
+            node_origin: BTreeMap::new(),
+            share: true,
         }
     }
 
@@ -403,9 +413,14 @@ impl<'a> Cloner<'a> {
         }
     }
 
+    /// The value of the input graph that `v` is (or copies).
+    fn original(&self, v: ValueId) -> ValueId {
+        self.origin.get(&v).copied().unwrap_or(v)
+    }
+
     fn bytes_of(&self, v: ValueId) -> u64 {
         self.facts
-            .get(v)
+            .get(self.original(v))
             .bytes()
             .and_then(|e| e.eval_map(self.dims).ok())
             .map_or(0, |b| b.max(0) as u64)
@@ -420,10 +435,10 @@ impl<'a> Cloner<'a> {
         keep: &dyn Fn(ValueId) -> bool,
         force: bool,
     ) -> Option<ValueId> {
-        if let Some(&m) = self.memo.get(&u) {
+        if let Some(&m) = self.memo.get(&u).filter(|_| self.share) {
             return Some(m);
         }
-        let ValueKind::Node { node, slot } = self.g.value(u).kind.clone() else {
+        let ValueKind::Node { node, .. } = self.g.value(u).kind.clone() else {
             return if force { None } else { Some(u) };
         };
         if !force && (depth == 0 || keep(u)) {
@@ -449,7 +464,7 @@ impl<'a> Cloner<'a> {
         for (k, o) in orig.outputs.iter().enumerate() {
             match o {
                 Some(o) => {
-                    let base = self.g.value(*o).name.clone();
+                    let base = self.g.value(self.original(*o)).name.clone();
                     let name = self.fresh_name(&base);
                     let nv = self.g.add_value(
                         name,
@@ -460,11 +475,15 @@ impl<'a> Cloner<'a> {
                     );
                     outputs.push(Some(nv));
                     made.push((*o, nv));
+                    let from = self.original(*o);
+                    self.origin.insert(nv, from);
                 }
                 None => outputs.push(None),
             }
         }
-        let name = self.fresh_name(&orig.name);
+        let from = self.node_origin.get(&node).copied().unwrap_or(node);
+        self.node_origin.insert(nid, from);
+        let name = self.fresh_name(&self.g.nodes[from.index()].name.clone());
         self.g.nodes.push(memplan_ir::graph::Node {
             name,
             inputs,
@@ -472,20 +491,21 @@ impl<'a> Cloner<'a> {
             ..orig.clone()
         });
         self.new_nodes.push(nid);
+        let copy = made.iter().find(|(o, _)| *o == u).map(|(_, nv)| *nv);
         for (o, nv) in made {
             self.memo.insert(o, nv);
             self.work += self.bytes_of(o);
         }
-        let _ = slot;
-        self.memo.get(&u).copied()
+        copy
     }
 }
 
 /// Values cheap to make again from small tensors, at a cost of the order of their own size: made
 /// by a node that copies or maps its inputs elementwise (its [`Values`](memplan_ir::ops::Values)
 /// rule is pointwise or selects) from inputs that are each small (at most 1/16 of the value's bytes at
-/// `dims`) or light themselves, or by one that makes its output from its shape
-/// ([`shape_input`](memplan_ir::ops::OpDef::shape_input)) and small inputs: a position bias built
+/// `dims`) or light themselves, by one that makes its output from its shape
+/// ([`shape_input`](memplan_ir::ops::OpDef::shape_input)) and small inputs, or by a function of
+/// scalars (`Range`: a bounded amount of work per output element): a position bias built
 /// by index arithmetic, a mask expanded from a [B, S] input. A product of two small tensors is not
 /// light: it costs more than its size. Indexed by value; the node list must be in topological
 /// order.
@@ -493,6 +513,13 @@ pub(crate) fn light_values(g: &Graph, facts: &Facts, dims: &BTreeMap<String, i64
     let bytes = |v: ValueId| -> Option<u64> {
         let e = facts.get(v).bytes()?.eval_map(dims).ok()?;
         u64::try_from(e).ok()
+    };
+    let scalar = |v: ValueId| {
+        facts
+            .get(v)
+            .shape
+            .as_ref()
+            .is_some_and(|s| s.iter().all(|d| d.eval_map(dims).is_ok_and(|e| e == 1)))
     };
     let mut light = vec![false; g.values.len()];
     for n in &g.nodes {
@@ -504,7 +531,9 @@ pub(crate) fn light_values(g: &Graph, facts: &Facts, dims: &BTreeMap<String, i64
             def.values,
             Values::Pointwise | Values::Selects(_) | Values::SelectsAny
         );
-        if n.subgraphs().next().is_some() || !(copies || def.shape_input.is_some()) {
+        // A function of scalars (`Range`) does a bounded amount of work per output element.
+        let of_scalars = n.input_ids().all(&scalar);
+        if n.subgraphs().next().is_some() || !(copies || of_scalars || def.shape_input.is_some()) {
             continue;
         }
         for y in n.output_ids() {
@@ -533,51 +562,91 @@ pub struct PerReader {
     pub nodes: usize,
 }
 
-/// The model with every [`light_values`] value of at least `min_bytes` that several nodes read
-/// (nodes outside its own light computation) made again right before each reader after the first,
-/// from its small inputs: the value is then never held whole from one reader to the next (a
-/// relative position bias every layer of a T5 encoder reads), and a region chunked at each reader
-/// computes its slices of it from those inputs. Same kernels on the same inputs: bit-identical.
-/// `None` when there is no such value. The node list must be in topological order; it stays so.
+/// How [`recompute_per_reader`] makes shared light values again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Copies {
+    /// Every large light value (at least `min_bytes`) that several heavy nodes (nodes with an
+    /// output that is not light) read is made again before each of them after the first, as a
+    /// copy of its light computation (a relative position bias every layer of a T5 encoder reads).
+    #[default]
+    Heavy,
+    /// The light computations of large light values made into trees: every such value, and every
+    /// light value it is computed from, that several nodes read is made again before each reader
+    /// after the first, each copy itself a tree (a value read on two of its paths made once per
+    /// path). No light value is then read twice, so each reader's copy may be split along its own
+    /// axis: DeBERTa's relative positions `q - k` are read by the content-to-position term along
+    /// the query axis and, negated, by the transposed position-to-content term along the key axis,
+    /// in one region. More copies than [`Copies::Heavy`], each paid per chunk.
+    Trees,
+}
+
+/// The model with the shared light values of at least `min_bytes` ([`light_values`]) made again
+/// per reader as `copies` says, from their small inputs, right before each reader: the value is
+/// then never held whole from one reader to the next, and a region chunked at each reader computes
+/// its slices of it from those inputs. Same kernels on the same inputs: bit-identical. `None` when
+/// there is no such value. The copies are bounded by work (they write at most twice the bytes the
+/// model's nodes write), so the same model gives the same result anywhere. The node list must be
+/// in topological order; it stays so.
 pub(crate) fn recompute_per_reader(
     model: &Model,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
     min_bytes: u64,
+    copies: Copies,
 ) -> Option<(Model, Vec<PerReader>)> {
     let g = &model.graph;
     let light = light_values(g, facts, dims);
-    let consumers = g.consumers();
+    let heavy = |r: &NodeId| g.node(*r).output_ids().any(|y| !light[y.index()]);
+    let consumers: Vec<Vec<NodeId>> = g
+        .consumers()
+        .into_iter()
+        .map(|mut r| {
+            if copies == Copies::Heavy {
+                r.retain(heavy);
+            }
+            r.sort();
+            r.dedup();
+            r
+        })
+        .collect();
     let outputs: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
-    let heavy = |c: NodeId| g.node(c).output_ids().any(|y| !light[y.index()]);
     let mut c = Cloner::new(g, facts, dims);
+    c.share = copies == Copies::Heavy;
+    let large = |v: ValueId| c.bytes_of(v) >= min_bytes;
+    let mut shared = shared_light(g, &light, &consumers, &outputs, large, copies);
+    // Trees: readers first, so that the originals a copy was made from, copied later for their
+    // other readers, are read by one node each in the end.
+    if copies == Copies::Trees {
+        shared.reverse();
+    }
+    // The copies write at most twice what the model's nodes write.
+    let max_work: u64 = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.output_ids())
+        .map(|v| c.bytes_of(v))
+        .sum::<u64>()
+        .saturating_mul(2);
     // Clones to run right before each reader, in creation (topological) order.
     let mut before: BTreeMap<NodeId, Vec<NodeId>> = BTreeMap::new();
     let mut report = Vec::new();
-    for v in g.value_ids() {
-        let bytes = c.bytes_of(v);
-        if !light[v.index()] || bytes < min_bytes || outputs.contains(&v) {
-            continue;
-        }
-        let mut readers: Vec<NodeId> = consumers[v.index()]
-            .iter()
-            .copied()
-            .filter(|&r| heavy(r))
-            .collect();
-        readers.sort();
-        readers.dedup();
-        if readers.len() < 2 {
-            continue;
-        }
+    for v in shared {
+        let readers = &consumers[v.index()];
         let mut nodes = 0;
+        let mut copies = 0;
         for &r in &readers[1..] {
             c.memo.clear();
-            let start = c.new_nodes.len();
-            let Some(copy) = c.clone_value(v, usize::MAX, &|w| !light[w.index()], true) else {
+            let (start, work) = (c.new_nodes.len(), c.work);
+            // Values a copy made are light too.
+            let keep = |w: ValueId| !light.get(w.index()).copied().unwrap_or(true);
+            let copy = c.clone_value(v, usize::MAX, &keep, true);
+            let Some(copy) = copy.filter(|_| c.work <= max_work) else {
                 c.new_nodes.truncate(start);
-                continue;
+                c.work = work;
+                break;
             };
             nodes = c.new_nodes.len() - start;
+            copies += 1;
             before
                 .entry(r)
                 .or_default()
@@ -588,14 +657,17 @@ pub(crate) fn recompute_per_reader(
                 }
             }
         }
-        report.push(PerReader {
-            value: g.value(v).name.clone(),
-            bytes,
-            copies: readers.len() - 1,
-            nodes,
-        });
+        let bytes = c.bytes_of(v);
+        if copies > 0 && bytes >= min_bytes {
+            report.push(PerReader {
+                value: g.value(v).name.clone(),
+                bytes,
+                copies,
+                nodes,
+            });
+        }
     }
-    if report.is_empty() {
+    if c.new_nodes.is_empty() {
         return None;
     }
     let mut schedule: Vec<NodeId> = Vec::with_capacity(c.g.nodes.len());
@@ -608,6 +680,34 @@ pub(crate) fn recompute_per_reader(
     let mut out = model.clone();
     out.graph = crate::reorder(&c.g, &schedule);
     Some((out, report))
+}
+
+/// The light values, not graph outputs, that several of `consumers` (deduplicated) read and that
+/// are `large` or, for [`Copies::Trees`], that a large light value is computed from through light
+/// values only; in topological order.
+fn shared_light(
+    g: &Graph,
+    light: &[bool],
+    consumers: &[Vec<NodeId>],
+    outputs: &BTreeSet<ValueId>,
+    large: impl Fn(ValueId) -> bool,
+    copies: Copies,
+) -> Vec<ValueId> {
+    let mut cone = vec![false; g.values.len()];
+    for node in g.nodes.iter().rev() {
+        for y in node.output_ids() {
+            cone[y.index()] |= light[y.index()] && large(y);
+        }
+        if copies == Copies::Trees && node.output_ids().any(|y| cone[y.index()]) {
+            for u in node.input_ids().filter(|u| light[u.index()]) {
+                cone[u.index()] = true;
+            }
+        }
+    }
+    g.node_ids()
+        .flat_map(|n| g.node(n).output_ids())
+        .filter(|&v| cone[v.index()] && !outputs.contains(&v) && consumers[v.index()].len() > 1)
+        .collect()
 }
 
 #[cfg(test)]
@@ -688,5 +788,99 @@ mod tests {
         // A product (a contraction: it costs more than its size) is not made again.
         let model = gate_graph("MatMul", &[64, 64]);
         assert!(remakes_of_v(&model, &dims).0.is_empty());
+    }
+
+    /// DeBERTa's relative positions in miniature: `p = Cast(Unsqueeze(i, 1) - Unsqueeze(i, 0))`
+    /// with `i = Range(0, N, 1)` (`[N, N]` from scalars), read by a query-axis term `s + p` and,
+    /// negated and transposed, by a key-axis term, in each of two layers. Every light value of
+    /// that computation that several nodes read is made again for each reader after the first,
+    /// right before it, down to the scalars: no light value is read twice, so each term's region
+    /// can split its own copy along its own axis.
+    #[test]
+    fn shared_light_computations_become_one_tree_per_reader() {
+        use memplan_ir::graph::{AttrValue, Attribute};
+        use memplan_ir::tensor::TensorData;
+        let mut g = Graph::default();
+        let n = || DeclDim::Param("N".into());
+        let f32t = |d: Vec<DeclDim>| DeclType::tensor(DataType::F32, d);
+        let s = g.add_input("s", f32t(vec![n(), n()]));
+        let s2 = g.add_input("s2", f32t(vec![n(), n()]));
+        let int = |g: &mut Graph, name: &str, dims: Vec<u64>, v: i64| {
+            g.add_initializer(TensorData::from_i64(name, dims, &[v]))
+        };
+        let zero = int(&mut g, "zero", vec![], 0);
+        let one = int(&mut g, "one", vec![], 1);
+        let (a0, a1) = (int(&mut g, "a0", vec![1], 0), int(&mut g, "a1", vec![1], 1));
+        let mut op = |op: &str, ins: &[ValueId], out: &str, attrs: Vec<Attribute>| -> ValueId {
+            let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
+            g.add_node(format!("{out}_node"), op, &ins, &[out], attrs).1[0]
+        };
+        let sh = op("Shape", &[s], "sh", vec![]);
+        let len = op("Gather", &[sh, zero], "len", vec![]);
+        let i = op("Range", &[zero, len, one], "i", vec![]);
+        let q = op("Unsqueeze", &[i, a1], "q", vec![]);
+        let k = op("Unsqueeze", &[i, a0], "k", vec![]);
+        let d = op("Sub", &[q, k], "d", vec![]);
+        let to = Attribute {
+            name: "to".into(),
+            value: AttrValue::Int(1),
+            doc: String::new(),
+        };
+        let p = op("Cast", &[d], "p", vec![to]);
+        let np = op("Neg", &[p], "np", vec![]);
+        let t = op("Transpose", &[np], "t", vec![]);
+        let y1 = op("Add", &[s, p], "y1", vec![]);
+        let z1 = op("Add", &[y1, t], "z1", vec![]);
+        let y2 = op("Add", &[s2, p], "y2", vec![]);
+        let z2 = op("Add", &[y2, t], "z2", vec![]);
+        g.outputs = vec![z1, z2];
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let dims = BTreeMap::from([("N".to_string(), 256i64)]);
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        let light = light_values(&model.graph, &facts, &dims);
+        let name = |v: ValueId| model.graph.value(v).name.clone();
+        let lit: Vec<String> = model
+            .graph
+            .value_ids()
+            .filter(|v| light[v.index()])
+            .map(name)
+            .collect();
+        // Range of scalars is light; so is everything made from it by copies and maps.
+        assert_eq!(lit, ["i", "q", "k", "d", "p", "np", "t"]);
+
+        let (m2, report) =
+            recompute_per_reader(&model, &facts, &dims, 64 * 1024, Copies::Trees).unwrap();
+        let g2 = &m2.graph;
+        let f2 = memplan_ir::infer_model_for(&m2, &dims).unwrap();
+        let light2 = light_values(g2, &f2, &dims);
+        let consumers = g2.consumers();
+        for v in g2.value_ids().filter(|v| light2[v.index()]) {
+            let mut r = consumers[v.index()].clone();
+            r.dedup();
+            assert_eq!(r.len(), 1, "'{}' is read by {r:?}", g2.value(v).name);
+        }
+        // The [N, N] values copied, for the readers after the first: p for the second layer's
+        // query term and for Neg, t for the second layer's key term.
+        let copied: Vec<(&str, usize)> = report
+            .iter()
+            .map(|r| (r.value.as_str(), r.copies))
+            .collect();
+        assert_eq!(copied, [("t", 1), ("p", 2)]);
+        // One Range per path from the scalars to a reader: y1 (through p), y2, and z1 and z2
+        // through t; q and k each read their own.
+        let ranges = g2.nodes.iter().filter(|n| n.op == "Range").count();
+        assert_eq!(ranges, 8);
+        // Still in topological order, and every copy made before its reader.
+        let pos: BTreeMap<NodeId, usize> = g2.node_ids().enumerate().map(|(i, n)| (n, i)).collect();
+        for n in g2.node_ids() {
+            for v in g2.node(n).input_ids() {
+                if let Some(p) = g2.producer(v) {
+                    assert!(pos[&p] < pos[&n]);
+                }
+            }
+        }
     }
 }
