@@ -19,10 +19,14 @@ pub mod units;
 /// An error as the one line the CLI prints after `error: `: the chain of contexts, outermost first,
 /// joined by `: `, with control characters (a newline inside a name from a malformed model) escaped.
 pub fn one_line(e: &anyhow::Error) -> String {
-    let msg: Vec<String> = e
-        .chain()
-        .map(|c| memplan_ir::graph::printable(&c.to_string()).into_owned())
-        .collect();
+    let mut msg: Vec<String> = Vec::new();
+    for c in e.chain() {
+        let m = memplan_ir::graph::printable(&c.to_string()).into_owned();
+        // An error whose message already ends with its source's (an I/O error's) says it once.
+        if !msg.last().is_some_and(|p| p.ends_with(&m)) {
+            msg.push(m);
+        }
+    }
     msg.join(": ")
 }
 

@@ -509,6 +509,12 @@ pub fn optimize_model(
 }
 
 pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
+    // Refused before planning, which may take minutes.
+    for (flag, p) in [("--output", &a.output), ("--plan-out", &a.plan_out)] {
+        if let Some(p) = p {
+            check_out_dir(flag, p)?;
+        }
+    }
     let (model, facts) = load(&a.model)?;
     let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
     let facts = crate::estimate::facts_at(&model, &facts, &dims)?;
@@ -779,6 +785,22 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     }
     print!("{s}");
     Ok(exit_status(fits))
+}
+
+/// An error naming `flag` when the directory `path` would be written into is not one.
+fn check_out_dir(flag: &str, path: &std::path::Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "{flag} {}: the directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 fn exit_status(fits: Option<bool>) -> ExitCode {

@@ -311,6 +311,39 @@ fn convert_leaves_no_partial_file() {
     assert_eq!(left.len(), 2, "temporary files left: {left:?}");
 }
 
+/// `optimize` into a directory that does not exist is refused before planning, naming the flag;
+/// an I/O error's cause is said once on the line.
+#[test]
+fn outputs_into_a_missing_directory_are_refused_before_planning() {
+    let d = Tmp::new("outdir");
+    let m = model(
+        vec![node("r", "Relu", &["x"], &["y"])],
+        vec![vi("x", &["N"])],
+        vec![vi("y", &["N"])],
+    );
+    let src = write(&d, "m.onnx", &m);
+    let missing = d.path("no/such/dir");
+    for flag in ["-o", "--plan-out"] {
+        let out = missing.join("out");
+        fails_with(
+            &[
+                "optimize",
+                src.to_str().unwrap(),
+                "--dim",
+                "N=8",
+                flag,
+                out.to_str().unwrap(),
+            ],
+            &["does not exist", missing.to_str().unwrap()],
+        );
+    }
+    assert!(!missing.exists());
+    let out = memplan(&["inspect", "/nonexistent/m.onnx"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let cause = "No such file or directory";
+    assert_eq!(err.matches(cause).count(), 1, "{err}");
+}
+
 #[test]
 fn bad_cost_models_are_refused_before_anything_is_written() {
     let d = Tmp::new("cost");
