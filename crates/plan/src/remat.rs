@@ -374,8 +374,6 @@ struct Cloner<'a> {
     names: BTreeSet<String>,
     /// The value of the input graph each clone copies (clones of clones included).
     origin: BTreeMap<ValueId, ValueId>,
-    /// The node of the input graph each cloned node copies.
-    node_origin: BTreeMap<NodeId, NodeId>,
     /// Whether a value read on two paths of one clone is cloned once (a copy of the computation as
     /// it is) or once per path (a tree).
     share: bool,
@@ -393,7 +391,6 @@ impl<'a> Cloner<'a> {
             work: 0,
             names: g.values.iter().map(|x| x.name.clone()).collect(),
             origin: BTreeMap::new(),
-            node_origin: BTreeMap::new(),
             share: true,
         }
     }
@@ -481,8 +478,11 @@ impl<'a> Cloner<'a> {
                 None => outputs.push(None),
             }
         }
-        let from = self.node_origin.get(&node).copied().unwrap_or(node);
-        self.node_origin.insert(nid, from);
+        // Named after the node of the input graph it copies: the maker of the value `u` copies.
+        let from = match self.g.value(self.original(u)).kind {
+            ValueKind::Node { node: from, .. } => from,
+            _ => node,
+        };
         let name = self.fresh_name(&self.g.nodes[from.index()].name.clone());
         self.g.nodes.push(memplan_ir::graph::Node {
             name,
@@ -517,9 +517,8 @@ pub(crate) fn light_values(g: &Graph, facts: &Facts, dims: &BTreeMap<String, i64
     let scalar = |v: ValueId| {
         facts
             .get(v)
-            .shape
-            .as_ref()
-            .is_some_and(|s| s.iter().all(|d| d.eval_map(dims).is_ok_and(|e| e == 1)))
+            .numel()
+            .is_some_and(|e| e.eval_map(dims).is_ok_and(|n| n == 1))
     };
     let mut light = vec![false; g.values.len()];
     for n in &g.nodes {
