@@ -455,7 +455,10 @@ fn a_position_bias_every_layer_reads_is_recomputed_per_chunk() {
 /// 0.35x the unoptimized one (the TorchScript export stopped at 0.54x when only the heads split,
 /// and both exports at 0.36-0.38x before the relative positions were made into one tree per
 /// reader, [`Copies::Trees`](memplan_plan::remat::Copies)), measured = planned, outputs
-/// bit-identical.
+/// bit-identical. The dynamo export reaches 0.2x: its first layer's region, grown on into the
+/// second layer (whose keys and values are made outside it), is not convex, and only a prefix of
+/// its growth in topological order is that layer whole (it stopped at 0.32x before regions were
+/// also cut at topological prefixes, [`ChunkOptions::topological`](memplan_plan::chunk::ChunkOptions)).
 #[test]
 fn relative_position_gathers_chunk_along_the_query_axis() {
     let tmp = std::env::temp_dir().join(format!("memplan-chunk-deberta-{}", std::process::id()));
@@ -469,9 +472,10 @@ fn relative_position_gathers_chunk_along_the_query_axis() {
             "deberta_v2{variant}: no region chunked along the sequence: {steps:?}"
         );
         let planned = c.run_exact(&dims);
+        let most = if variant.is_empty() { 20 } else { 35 };
         assert!(
-            planned * 100 <= c.peak * 35,
-            "deberta_v2{variant}: planned {planned} of {}",
+            planned * 100 <= c.peak * most,
+            "deberta_v2{variant}: planned {planned} of {} (at most 0.{most}x)",
             c.peak
         );
     }

@@ -112,6 +112,9 @@ pub struct ChunkOptions {
     /// How shared light values are made again per reader before chunking (see
     /// [`Copies`](crate::remat::Copies)).
     pub copies: crate::remat::Copies,
+    /// Also try each growth's prefixes in topological order, besides those in the order its nodes
+    /// joined (see `prefix_shapes`): more candidates, and a different greedy path, so a fallback.
+    pub topological: bool,
 }
 
 impl Default for ChunkOptions {
@@ -124,6 +127,7 @@ impl Default for ChunkOptions {
             assemble: true,
             cost: CostModel::default(),
             copies: crate::remat::Copies::Heavy,
+            topological: false,
         }
     }
 }
@@ -217,6 +221,13 @@ type Shape = (
     BTreeSet<NodeId>,
 );
 
+/// A region's shape as a set key (its axes as a list).
+type ShapeKey = (
+    BTreeSet<NodeId>,
+    Vec<(ValueId, Option<usize>)>,
+    BTreeSet<NodeId>,
+);
+
 /// Predicts chunking `nodes` into `chunks` chunks.
 fn evaluate(
     base: &Base,
@@ -268,11 +279,7 @@ fn candidates(
     let g = base.g;
     let light = crate::remat::light_values(g, base.facts, base.dims);
     let mut cands: Vec<Candidate> = Vec::new();
-    let mut tried: BTreeSet<(
-        BTreeSet<NodeId>,
-        Vec<(ValueId, Option<usize>)>,
-        BTreeSet<NodeId>,
-    )> = BTreeSet::new();
+    let mut tried: BTreeSet<ShapeKey> = BTreeSet::new();
     for seed in seeds(base) {
         let Some(out0) = g.node(seed).outputs.first().copied().flatten() else {
             continue;
@@ -304,71 +311,109 @@ fn candidates(
                 opts.max_region,
                 frozen,
             );
-            let mut prefixes: Vec<Shape> = Vec::new();
-            for len in prefix_lengths(growth.len()) {
-                let all: BTreeSet<NodeId> = growth[..len].iter().map(|(n, _)| *n).collect();
-                // The largest convex part, and the whole prefix with the nodes that make it
-                // non-convex kept whole and recomputed per chunk.
-                let mut shapes = vec![(
-                    region::convex_part(g, &base.consumers, &all),
-                    BTreeSet::new(),
-                )];
-                let max_keep = (all.len() / 4).max(2);
-                if let Some(r) = region::recompute_part(g, &base.consumers, &all, max_keep) {
-                    shapes.push(r);
-                }
-                for (nodes, keep) in shapes {
-                    if nodes.is_empty() {
-                        continue;
-                    }
-                    let axes: BTreeMap<ValueId, Option<usize>> = growth[..len]
-                        .iter()
-                        .filter(|(n, _)| nodes.contains(n))
-                        .flat_map(|(_, a)| a.iter().copied())
-                        .collect();
-                    let key = (
-                        nodes.clone(),
-                        axes.iter().map(|(v, a)| (*v, *a)).collect(),
-                        keep.clone(),
-                    );
-                    if tried.insert(key) {
-                        prefixes.push((nodes, axes, keep));
-                    }
-                }
-            }
-            // Phase one: every prefix at a middle chunk count; phase two: every count for the
-            // two best prefixes.
-            let Some(&mid) = opts.chunk_counts.get(opts.chunk_counts.len() / 2) else {
+            let prefixes = prefix_shapes(base, &growth, opts.topological, &mut tried);
+            if !score_prefixes(base, opts, &prefixes, extent, evaluated, &mut cands) {
                 return cands;
-            };
-            let mut scored: Vec<(u64, usize)> = Vec::new();
-            for (i, shape) in prefixes.iter().enumerate() {
-                if let Some(c) = evaluate(base, opts, shape, extent, mid, evaluated) {
-                    scored.push((c.pred.local, i));
-                    cands.push(c);
-                }
-            }
-            scored.sort();
-            for &(_, i) in scored.iter().take(2) {
-                let shape = &prefixes[i];
-                let mut seen_bounds = BTreeSet::from([rewrite::bounds(extent, mid)]);
-                for &chunks in &opts.chunk_counts {
-                    if !seen_bounds.insert(rewrite::bounds(extent, chunks)) {
-                        continue;
-                    }
-                    if let Some(c) = evaluate(base, opts, shape, extent, chunks, evaluated) {
-                        // More chunks only cost more once the region fits.
-                        let fits = opts.budget.is_some_and(|b| c.pred.local <= b);
-                        cands.push(c);
-                        if fits {
-                            break;
-                        }
-                    }
-                }
             }
         }
     }
     cands
+}
+
+/// The regions a growth offers, new to `tried`: its prefixes in the order the nodes joined, and
+/// with `topological`, in topological order too (a region grown through one layer's attention and
+/// on into the next layer's is not convex, since the next layer's keys and values are made outside
+/// it from the first layer's output, and the first layer alone is a topological prefix, not a
+/// joining one); per prefix, its largest convex part, and the whole prefix with the nodes that
+/// make it non-convex kept whole and recomputed per chunk.
+fn prefix_shapes(
+    base: &Base,
+    growth: &[region::Joined],
+    topological: bool,
+    tried: &mut BTreeSet<ShapeKey>,
+) -> Vec<Shape> {
+    let g = base.g;
+    let joined: Vec<NodeId> = growth.iter().map(|(n, _)| *n).collect();
+    let mut orders = vec![joined.clone()];
+    if topological {
+        let mut sorted = joined;
+        sorted.sort();
+        orders.push(sorted);
+    }
+    let mut prefixes: Vec<Shape> = Vec::new();
+    for order in &orders {
+        for len in prefix_lengths(order.len()) {
+            let all: BTreeSet<NodeId> = order[..len].iter().copied().collect();
+            let mut shapes = vec![(
+                region::convex_part(g, &base.consumers, &all),
+                BTreeSet::new(),
+            )];
+            let max_keep = (all.len() / 4).max(2);
+            if let Some(r) = region::recompute_part(g, &base.consumers, &all, max_keep) {
+                shapes.push(r);
+            }
+            for (nodes, keep) in shapes {
+                if nodes.is_empty() {
+                    continue;
+                }
+                let axes: BTreeMap<ValueId, Option<usize>> = growth
+                    .iter()
+                    .filter(|(n, _)| nodes.contains(n))
+                    .flat_map(|(_, a)| a.iter().copied())
+                    .collect();
+                let key = (
+                    nodes.clone(),
+                    axes.iter().map(|(v, a)| (*v, *a)).collect(),
+                    keep.clone(),
+                );
+                if tried.insert(key) {
+                    prefixes.push((nodes, axes, keep));
+                }
+            }
+        }
+    }
+    prefixes
+}
+
+/// Phase one: every prefix at a middle chunk count; phase two: every count for the two best
+/// prefixes. Adds the predictions to `cands`; false when there are no chunk counts to try.
+fn score_prefixes(
+    base: &Base,
+    opts: &ChunkOptions,
+    prefixes: &[Shape],
+    extent: i64,
+    evaluated: &mut usize,
+    cands: &mut Vec<Candidate>,
+) -> bool {
+    let Some(&mid) = opts.chunk_counts.get(opts.chunk_counts.len() / 2) else {
+        return false;
+    };
+    let mut scored: Vec<(u64, usize)> = Vec::new();
+    for (i, shape) in prefixes.iter().enumerate() {
+        if let Some(c) = evaluate(base, opts, shape, extent, mid, evaluated) {
+            scored.push((c.pred.local, i));
+            cands.push(c);
+        }
+    }
+    scored.sort();
+    for &(_, i) in scored.iter().take(2) {
+        let shape = &prefixes[i];
+        let mut seen_bounds = BTreeSet::from([rewrite::bounds(extent, mid)]);
+        for &chunks in &opts.chunk_counts {
+            if !seen_bounds.insert(rewrite::bounds(extent, chunks)) {
+                continue;
+            }
+            if let Some(c) = evaluate(base, opts, shape, extent, chunks, evaluated) {
+                // More chunks only cost more once the region fits.
+                let fits = opts.budget.is_some_and(|b| c.pred.local <= b);
+                cands.push(c);
+                if fits {
+                    break;
+                }
+            }
+        }
+    }
+    true
 }
 
 /// The candidate to apply (see the module docs), if any makes progress: the global peak does not

@@ -160,7 +160,9 @@ pub enum FitError {
 /// model is also fitted without each of them, and the better fit is kept ([`better`]). When the
 /// better one still misses the budget, it is fitted once more with the shared light computations
 /// made into trees ([`Copies::Trees`]: more copies, paid per chunk, which let one region split
-/// each reader's copy along its own axis), and the better fit is kept.
+/// each reader's copy along its own axis), and the better fit is kept. When that still misses, it is
+/// fitted once more with regions also cut at topological prefixes of their growth
+/// ([`ChunkOptions::topological`]), and the better fit is kept.
 pub fn fit_budget(
     model: &Model,
     facts: &Facts,
@@ -197,9 +199,22 @@ pub fn fit_budget(
                 copies: Copies::Trees,
                 ..levers.chunk.clone()
             },
-            ..levers
+            ..levers.clone()
         };
         let other = fit_with(model, facts, dims, &trees)?;
+        if better(&other, &best) {
+            (best, levers) = (other, trees);
+        }
+    }
+    if !best.fits && !levers.chunk.topological {
+        let topological = FitOptions {
+            chunk: ChunkOptions {
+                topological: true,
+                ..levers.chunk.clone()
+            },
+            ..levers
+        };
+        let other = fit_with(model, facts, dims, &topological)?;
         if better(&other, &best) {
             best = other;
         }
