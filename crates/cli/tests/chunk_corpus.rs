@@ -452,13 +452,16 @@ fn a_position_bias_every_layer_reads_is_recomputed_per_chunk() {
 /// key axis and one along the query axis (then transposed). Slices along the gather axis are the
 /// indices' slices over the data read whole, so a region runs along the query axis through both
 /// gathers: at the lowest plan a region is chunked along the sequence, the planned peak is at most
-/// 0.35x the unoptimized one (the TorchScript export stopped at 0.54x when only the heads split,
+/// 0.2x the unoptimized one (the TorchScript export stopped at 0.54x when only the heads split,
 /// and both exports at 0.36-0.38x before the relative positions were made into one tree per
 /// reader, [`Copies::Trees`](memplan_plan::remat::Copies)), measured = planned, outputs
-/// bit-identical. The dynamo export reaches 0.2x: its first layer's region, grown on into the
+/// bit-identical. The dynamo export's first-layer region, grown on into the
 /// second layer (whose keys and values are made outside it), is not convex, and only a prefix of
 /// its growth in topological order is that layer whole (it stopped at 0.32x before regions were
 /// also cut at topological prefixes, [`ChunkOptions::topological`](memplan_plan::chunk::ChunkOptions)).
+/// The TorchScript export slices its relative positions `rel_pos[:S]` of an `[S, S]` tensor, which
+/// cut the region off from the bucket arithmetic before it until a slice that keeps an axis whole
+/// passed that axis (it stopped at 0.33x).
 #[test]
 fn relative_position_gathers_chunk_along_the_query_axis() {
     let tmp = std::env::temp_dir().join(format!("memplan-chunk-deberta-{}", std::process::id()));
@@ -472,10 +475,9 @@ fn relative_position_gathers_chunk_along_the_query_axis() {
             "deberta_v2{variant}: no region chunked along the sequence: {steps:?}"
         );
         let planned = c.run_exact(&dims);
-        let most = if variant.is_empty() { 20 } else { 35 };
         assert!(
-            planned * 100 <= c.peak * most,
-            "deberta_v2{variant}: planned {planned} of {} (at most 0.{most}x)",
+            planned * 100 <= c.peak * 20,
+            "deberta_v2{variant}: planned {planned} of {}",
             c.peak
         );
     }

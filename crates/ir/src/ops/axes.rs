@@ -406,4 +406,40 @@ mod tests {
             ]
         );
     }
+
+    /// A slice passes the axes it does not cut and an axis it keeps whole (step 1, output as long
+    /// as the input: `x[:8]` of an `[8, 8]` tensor, with or without steps); an axis it shortens
+    /// or reverses (step -1 over the whole axis) is mixed.
+    #[test]
+    fn slices_pass_an_axis_they_keep_whole() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", DataType::F32, "8, 8");
+        let z = t.ints("z", &[1], &[0]);
+        let e8 = t.ints("e8", &[1], &[8]);
+        let e4 = t.ints("e4", &[1], &[4]);
+        let big = t.ints("big", &[1], &[i64::MAX]);
+        let one = t.ints("one", &[1], &[1]);
+        let m1 = t.ints("m1", &[1], &[-1]);
+        let m9 = t.ints("m9", &[1], &[-9]);
+        t.op("Slice", &[x, z, e8, z, one], &["whole"], vec![]);
+        t.op("Slice", &[x, z, big, z], &["whole_no_steps"], vec![]);
+        t.op("Slice", &[x, z, e4, z, one], &["half"], vec![]);
+        t.op("Slice", &[x, m1, m9, z, m1], &["reversed"], vec![]);
+        let f = t.run(18).unwrap();
+        let pass = vec![
+            s(&[Some(0), None, None, None, None]),
+            s(&[Some(1), None, None, None, None]),
+        ];
+        assert_eq!(flow_of(&t, &f, 0)[0], pass);
+        assert_eq!(
+            flow_of(&t, &f, 1)[0],
+            vec![
+                s(&[Some(0), None, None, None]),
+                s(&[Some(1), None, None, None])
+            ]
+        );
+        let cut = vec![AxisFlow::Mixed, s(&[Some(1), None, None, None, None])];
+        assert_eq!(flow_of(&t, &f, 2)[0], cut);
+        assert_eq!(flow_of(&t, &f, 3)[0], cut);
+    }
 }

@@ -5,7 +5,9 @@ use crate::dim::Expr;
 use crate::graph::Node;
 use crate::infer::{broadcast, invalid, normalize_axis, Fact, InferCtx, Known, OpError};
 
-use super::axes::{self, attr_int, attr_ints, in_shape, norm, out_rank, pass_through, AxisFlow};
+use super::axes::{
+    self, attr_int, attr_ints, in_shape, norm, out_rank, out_shape, pass_through, AxisFlow,
+};
 use super::basic::{known_fact, shape_operand};
 use super::elementwise::broadcast_index;
 use super::{Mem, OpDef, View, ONE, THREE, TWO, VARIADIC};
@@ -119,7 +121,10 @@ fn concat_flow(
         .collect()])
 }
 
-/// Axes it cuts are mixed; the others pass through. Needs known `axes` (or none).
+/// Axes it cuts are mixed; the others pass through, and so does an axis it keeps whole (step 1,
+/// the output as long as the input there: `x[:S]` of an `[S, S]` tensor, as TorchScript exports
+/// write `rel_pos[:q_len]`), whose slice of any chunk is the chunk. Needs known `axes` (or none)
+/// and, for a kept axis, known `steps` (or none).
 fn slice_flow(
     node: &Node,
     inputs: &[Option<&Fact>],
@@ -146,7 +151,22 @@ fn slice_flow(
     if a.len() != r0 {
         return None;
     }
-    Some(vec![pass_through(inputs.len(), r0, &cut)])
+    let steps = match node.inputs.get(4).copied().flatten() {
+        None => Some(vec![1; cut.len()]),
+        Some(_) => known(4),
+    };
+    let out = out_shape(outputs, 0);
+    let kept = |i: usize, ax: usize| {
+        let step = steps.as_ref().and_then(|s| s.get(i).copied());
+        step == Some(1) && out.and_then(|o| o.get(ax)).is_some_and(|d| *d == a[ax])
+    };
+    let mixed: Vec<usize> = cut
+        .iter()
+        .enumerate()
+        .filter(|&(i, &ax)| !kept(i, ax))
+        .map(|(_, &ax)| ax)
+        .collect();
+    Some(vec![pass_through(inputs.len(), r0, &mixed)])
 }
 
 /// Axes padded (or cropped) by a known non-zero amount are mixed; an axis whose two amounts are
