@@ -455,10 +455,10 @@ fn a_position_bias_every_layer_reads_is_recomputed_per_chunk() {
 /// 0.2x the unoptimized one (the TorchScript export stopped at 0.54x when only the heads split,
 /// and both exports at 0.36-0.38x before the relative positions were made into one tree per
 /// reader, [`Copies::Trees`](memplan_plan::remat::Copies)), measured = planned, outputs
-/// bit-identical. The dynamo export's first-layer region, grown on into the
-/// second layer (whose keys and values are made outside it), is not convex, and only a prefix of
-/// its growth in topological order is that layer whole (it stopped at 0.32x before regions were
-/// also cut at topological prefixes, [`ChunkOptions::topological`](memplan_plan::chunk::ChunkOptions)).
+/// bit-identical. The dynamo export's first-layer region, grown on into the second layer (whose
+/// keys and values are made outside it), is not convex, and only a prefix of its growth in
+/// topological order is that layer whole (it stopped at 0.32x before regions were also cut at
+/// topological prefixes, [`ChunkOptions::topological`](memplan_plan::chunk::ChunkOptions)).
 /// The TorchScript export slices its relative positions `rel_pos[:S]` of an `[S, S]` tensor, which
 /// cut the region off from the bucket arithmetic before it until a slice that keeps an axis whole
 /// passed that axis (it stopped at 0.33x).

@@ -193,30 +193,20 @@ pub fn fit_budget(
             (best, levers) = (other, v);
         }
     }
-    if !best.fits && levers.chunk.copies != Copies::Trees {
-        let trees = FitOptions {
-            chunk: ChunkOptions {
-                copies: Copies::Trees,
-                ..levers.chunk.clone()
-            },
-            ..levers.clone()
-        };
-        let other = fit_with(model, facts, dims, &trees)?;
-        if better(&other, &best) {
-            (best, levers) = (other, trees);
+    // The chunking fallbacks, in turn, each on the levers of the best fit so far: a chunk option
+    // set that the levers do not have yet.
+    let fallbacks: [fn(&mut ChunkOptions) -> bool; 2] = [
+        |c| std::mem::replace(&mut c.copies, Copies::Trees) != Copies::Trees,
+        |c| !std::mem::replace(&mut c.topological, true),
+    ];
+    for set in fallbacks {
+        let mut next = levers.clone();
+        if best.fits || !set(&mut next.chunk) {
+            continue;
         }
-    }
-    if !best.fits && !levers.chunk.topological {
-        let topological = FitOptions {
-            chunk: ChunkOptions {
-                topological: true,
-                ..levers.chunk.clone()
-            },
-            ..levers
-        };
-        let other = fit_with(model, facts, dims, &topological)?;
+        let other = fit_with(model, facts, dims, &next)?;
         if better(&other, &best) {
-            best = other;
+            (best, levers) = (other, next);
         }
     }
     Ok(best)
