@@ -55,11 +55,16 @@ pub struct OptimizeArgs {
     pub chunks: Vec<usize>,
     /// With --budget: a region cut into at least this many chunks of equal width is written as one
     /// `Scan` (its body one chunk) instead of unrolled, when its plan still fits (or is no higher),
-    /// so the file stays small; memplan plans and runs the Scan exactly, its body unplanned. 0:
-    /// always unroll. Default: regions of 100 chunks or more whose unrolling adds 2048 nodes or
-    /// more.
+    /// so the file stays small; memplan plans and runs the Scan exactly, its body from a plan of
+    /// its own. 0: always unroll. Default: regions of 100 chunks or more whose unrolling adds 2048
+    /// nodes or more.
     #[arg(long, value_name = "K")]
     pub scan_from: Option<usize>,
+    /// Iterations of such a `Scan` that memplan's executor runs side by side (each lane holds a
+    /// copy of the body's memory, which the plan counts whatever the thread count); one lane where
+    /// more would miss the budget that one lane meets, or plan higher.
+    #[arg(long, value_name = "L", default_value_t = memplan_plan::fit::ScanFrom::DEFAULT.lanes, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub scan_lanes: u32,
     /// With --budget or --device-budget: the cost model (chunking's predicted time; the steps' time
     /// beside which host copies run), a JSON file of per-kind curves (seconds per node against its
     /// work, at a thread count) as `bench/calibrate_cost.py` writes it for a machine (default: the
@@ -549,9 +554,16 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         host_bandwidth: a.host_bandwidth * 1e9,
         exact_work: a.exact_work,
         scan_from: match a.scan_from {
-            None => Some(memplan_plan::fit::ScanFrom::DEFAULT),
+            None => Some(memplan_plan::fit::ScanFrom {
+                lanes: a.scan_lanes,
+                ..memplan_plan::fit::ScanFrom::DEFAULT
+            }),
             Some(0) => None,
-            Some(chunks) => Some(memplan_plan::fit::ScanFrom { chunks, nodes: 0 }),
+            Some(chunks) => Some(memplan_plan::fit::ScanFrom {
+                chunks,
+                nodes: 0,
+                lanes: a.scan_lanes,
+            }),
         },
         ..OptimizeRequest::new(dims.clone())
     };

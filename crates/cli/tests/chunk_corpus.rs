@@ -611,12 +611,13 @@ fn a_layer_norm_read_across_the_peak_is_made_again_for_the_gate() {
 /// `--scan-from K` folds a region of K or more equal chunks into one `Scan` (its body one chunk):
 /// on the corpus at half the unoptimized peak in 8 chunks, the folded file holds a `Scan` where
 /// the report says so, fewer nodes than the unrolled one, and runs bit-identical to the original
-/// from its plan (measured peak = planned) and without one.
+/// from its plan (measured peak = planned, the bodies in the lanes the plan and the report give)
+/// and without one.
 #[test]
 fn regions_folded_into_a_scan_run_bit_identical() {
     let tmp = std::env::temp_dir().join(format!("memplan-scan-corpus-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    let mut folded = 0;
+    let (mut folded, mut laned) = (0, 0);
     for base in ["of3_pair_transition", "of3_tri_att_start", "bert_encoder"] {
         for variant in ["", ".legacy"] {
             let model = repo().join(format!("tests/corpus/models/{base}{variant}.onnx"));
@@ -682,9 +683,23 @@ fn regions_folded_into_a_scan_run_bit_identical() {
                 // Each folded Scan carries no state: the plan runs its body from a plan of its own.
                 let plan_json: serde_json::Value =
                     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-                let bodies = plan_json["bodies"].as_array().map_or(0, Vec::len);
-                assert_eq!(bodies, scans, "{stem}: body plans for {scans} Scans");
+                let bodies = plan_json["bodies"].as_array().cloned().unwrap_or_default();
+                assert_eq!(bodies.len(), scans, "{stem}: body plans for {scans} Scans");
                 folded += scans;
+                // The lanes each body runs in, as the plan says and as the report says.
+                let mut in_plan: Vec<u64> = bodies
+                    .iter()
+                    .map(|b| b["lanes"].as_u64().unwrap_or(1))
+                    .collect();
+                let mut reported: Vec<u64> = steps
+                    .iter()
+                    .filter(|s| s["scan"] == true)
+                    .map(|s| s["lanes"].as_u64().unwrap_or(0))
+                    .collect();
+                in_plan.sort_unstable();
+                reported.sort_unstable();
+                assert_eq!(in_plan, reported, "{stem}: lanes");
+                laned += in_plan.iter().filter(|&&l| l > 1).count();
                 sizes.push((text.len(), scans));
                 runs_bit_identical(o, p, i, r, &rep, &format!("{stem} --scan-from {scan_from}"));
             }
@@ -694,6 +709,8 @@ fn regions_folded_into_a_scan_run_bit_identical() {
         }
     }
     let _ = std::fs::remove_dir_all(&tmp);
-    eprintln!("{folded} regions folded into a Scan over the models");
+    eprintln!("{folded} regions folded into a Scan over the models, {laned} run in lanes");
     assert!(folded >= 2, "only {folded} regions folded over the models");
+    // Half the peak leaves room for a second copy of a chunk's body: the default two lanes.
+    assert!(laned >= 2, "only {laned} folded regions run in lanes");
 }

@@ -24,6 +24,9 @@ pub struct MemStats {
     scratch_high: AtomicU64,
     /// In a planned run, the arena ranges the current node's op may take (see [`crate::arena`]).
     pub(crate) cursor: Mutex<Cursor>,
+    /// The run's stats, which every charge and credit also goes to: a lane of a body run side by
+    /// side with others has a cursor of its own but counts toward the run's peak.
+    parent: Option<Arc<MemStats>>,
 }
 
 impl MemStats {
@@ -31,15 +34,29 @@ impl MemStats {
         Arc::new(MemStats::default())
     }
 
+    /// Stats with a cursor of their own whose charges and credits also go to `parent`.
+    pub(crate) fn child(parent: &Arc<MemStats>) -> Arc<MemStats> {
+        Arc::new(MemStats {
+            parent: Some(parent.clone()),
+            ..MemStats::default()
+        })
+    }
+
     /// Charges `n` bytes.
     pub fn add(&self, n: u64) {
         let now = self.current.fetch_add(n, Ordering::Relaxed) + n;
         self.peak.fetch_max(now, Ordering::Relaxed);
+        if let Some(p) = &self.parent {
+            p.add(n);
+        }
     }
 
     /// Credits `n` bytes back.
     pub fn sub(&self, n: u64) {
         self.current.fetch_sub(n, Ordering::Relaxed);
+        if let Some(p) = &self.parent {
+            p.sub(n);
+        }
     }
 
     pub fn current(&self) -> u64 {

@@ -484,10 +484,18 @@ fn if_with_a_known_condition_ignores_an_invalid_untaken_branch() {
 /// measured peak equal to the planned one (arena, resident and the bodies' heap), no misses.
 /// Returns the plan's heap bytes.
 fn check_planned(g: &Graph, inputs: impl Fn() -> BTreeMap<String, Tensor>) -> u64 {
+    check_planned_with(g, inputs, &memplan_plan::Options::default())
+}
+
+/// [`check_planned`] with the planner's options `opts`.
+fn check_planned_with(
+    g: &Graph,
+    inputs: impl Fn() -> BTreeMap<String, Tensor>,
+    opts: &memplan_plan::Options,
+) -> u64 {
     let facts = memplan_ir::infer_graph(g, 18).unwrap();
     let plain = memplan_exec::run(g, &facts, inputs(), &RunOptions::default()).unwrap();
-    let out =
-        memplan_plan::optimize(g, &facts, &plain.dims, &memplan_plan::Options::default()).unwrap();
+    let out = memplan_plan::optimize(g, &facts, &plain.dims, opts).unwrap();
     let p = out.plan;
     let planned = memplan_exec::run_planned(g, &facts, inputs(), &p, 18).unwrap();
     for ((name, a), (_, b)) in plain.outputs.iter().zip(&planned.outputs) {
@@ -604,7 +612,10 @@ fn a_scan_without_state_runs_its_body_from_one_planned_arena() {
             let plan = memplan_plan::optimize(&g, &facts, &dims, &Default::default())
                 .unwrap()
                 .plan;
-            let body = plan.body(0).expect("the Scan runs its body from a plan");
+            let body = &plan
+                .body(0)
+                .expect("the Scan runs its body from a plan")
+                .plan;
             // The body plan's arena holds e, then n, y and z over it in place: 256 B; its
             // resident bytes are the one slice it scans.
             assert_eq!(body.inplace.len(), 3, "{}", body.render());
@@ -638,6 +649,50 @@ fn a_scan_without_state_runs_its_body_from_one_planned_arena() {
         .collect();
     // One arena, one slice buffer: the same heap whatever the trip count.
     assert!(heaps.iter().all(|&h| h == heaps[0]), "{heaps:?}");
+}
+
+#[test]
+fn a_planned_scan_body_runs_in_lanes_that_hold_their_own_memory() {
+    let g = stateless_scan_graph();
+    let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+    for t in [1usize, 3, 8] {
+        let inputs = || {
+            BTreeMap::from([
+                (
+                    "xs".to_string(),
+                    f32s(&[t, 64], |i| (i as f32 * 0.37).sin()),
+                ),
+                ("w".to_string(), f32s(&[64], |i| i as f32 * 0.5)),
+            ])
+        };
+        let dims = BTreeMap::from([("T".to_string(), t as i64)]);
+        let one = memplan_plan::optimize(&g, &facts, &dims, &Default::default())
+            .unwrap()
+            .plan;
+        let body = memplan_plan::body::heap_of(&one.body(0).unwrap().plan);
+        for lanes in [2u32, 3] {
+            let opts = memplan_plan::Options {
+                lanes,
+                ..Default::default()
+            };
+            // On one thread and on three: the same outputs as the unplanned run, and the measured
+            // peak is the planned one, which holds one body per lane (no more lanes than
+            // iterations).
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let heap = pool.install(|| check_planned_with(&g, inputs, &opts));
+                let held = lanes.min(t as u32);
+                assert_eq!(heap, one.heap_bytes + u64::from(held - 1) * body, "T={t}");
+            }
+            let plan = memplan_plan::optimize(&g, &facts, &dims, &opts)
+                .unwrap()
+                .plan;
+            assert_eq!(plan.body(0).unwrap().lanes, lanes.min(t as u32));
+        }
+    }
 }
 
 #[test]
@@ -676,4 +731,11 @@ fn the_checker_refuses_a_body_plan_that_does_not_hold() {
         refused(&p),
         PlanError::Body { .. } | PlanError::Heap { .. }
     ));
+    // No lane, or lanes the heap does not count.
+    let mut p = plan.clone();
+    p.bodies[0].lanes = 0;
+    assert!(matches!(refused(&p), PlanError::Body { why, .. } if why.contains("no lane")));
+    let mut p = plan.clone();
+    p.bodies[0].lanes = 2;
+    assert!(matches!(refused(&p), PlanError::Heap { .. }));
 }

@@ -35,7 +35,7 @@ fn main() {
         let facts = infer_graph(&g, 18).expect("synthetic graph infers");
         let opts = Options::default();
         let (t_build, p) = time(runs, || {
-            Problem::build(&g, &facts, &facts.order, &dims).expect("problem builds")
+            Problem::build(&g, &facts, &facts.order, &dims, 1).expect("problem builds")
         });
         let (t_list, _) = time(runs, || sched::list(&p, sched::ListKey::NetGrowth));
         let (t_dfs, _) = time(runs, || sched::dfs(&p, &[], false));

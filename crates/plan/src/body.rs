@@ -9,6 +9,12 @@
 //! weights are loaded once. So beside the outer arena the node holds exactly [`heap_of`] its body
 //! plan for the whole run, whatever its trip count.
 //!
+//! Such a body may also run in lanes ([`crate::plan::BodyPlan::lanes`], [`crate::Options::lanes`]):
+//! each lane holds its own copy of what the body's plan holds and runs the next iteration not yet
+//! taken, so iterations of a body too small to keep the threads busy (a region chunked hundreds of
+//! times, folded into a `Scan`) run side by side. The node then holds `lanes` times [`heap_of`]
+//! the body plan, whatever the thread count.
+//!
 //! Other control-flow nodes (and a body whose sizes are not known at the plan's dims) run their
 //! bodies unplanned on the heap, as `memplan_sim::control` predicts.
 
@@ -46,6 +52,18 @@ pub fn plan_body(
 ) -> Option<Plan> {
     let (body, bf) = planned_body(graph, facts, nid)?;
     crate::plan_for_schedule(body, bf, dims, &bf.order).ok()
+}
+
+/// The lanes node `nid` runs its planned body in: `lanes`, but no more than its iterations at `dims`
+/// (at least one).
+pub fn lanes_for(facts: &Facts, nid: NodeId, dims: &BTreeMap<String, i64>, lanes: u32) -> u32 {
+    let trips = facts
+        .control
+        .get(&nid)
+        .and_then(|c| c.trips.as_ref())
+        .and_then(|t| t.eval_map(dims).ok())
+        .unwrap_or(1);
+    lanes.min(u32::try_from(trips).unwrap_or(u32::MAX)).max(1)
 }
 
 /// What a body run from `plan` holds beside the enclosing arena for its node's whole run: its

@@ -39,7 +39,7 @@ use memplan_ir::graph::{Graph, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_ir::{ops, ValueId};
 
-use crate::plan::{BufferKind, Plan};
+use crate::plan::{BodyPlan, BufferKind, Plan};
 
 /// Why a plan is invalid: the rule broken and the node or value it is broken at.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -1064,13 +1064,14 @@ fn body_scratch_bytes(
     }
 }
 
-/// What node `nd` holds on the heap while it runs its body from the plan `bp`
-/// ([`crate::body::heap_of`]), once `bp` is shown to be a valid plan of that body at `dims`.
+/// What node `nd` holds on the heap while it runs its body from `bp` ([`BodyPlan::heap`]: each
+/// of its lanes holds what the body's plan does), once `bp.plan` is shown to be a valid plan of
+/// that body at `dims` and `bp` to run at least one lane.
 fn body_plan(
     graph: &Graph,
     facts: &Facts,
     nd: usize,
-    bp: &Plan,
+    bp: &BodyPlan,
     dims: &BTreeMap<String, i64>,
 ) -> Result<u64, String> {
     let node = &graph.nodes[nd];
@@ -1082,11 +1083,14 @@ fn body_plan(
     else {
         return Err("only a Scan that carries no state runs its body from a plan".into());
     };
-    if &bp.dims != dims {
+    if &bp.plan.dims != dims {
         return Err("its body plan was made for other dims".into());
     }
-    check(body, bf, bp).map_err(|e| format!("body plan: {e}"))?;
-    Ok(bp.arena_bytes + bp.resident_bytes + bp.heap_bytes)
+    if bp.lanes == 0 {
+        return Err("its body plan runs no lane".into());
+    }
+    check(body, bf, &bp.plan).map_err(|e| format!("body plan: {e}"))?;
+    Ok(bp.heap())
 }
 
 /// Arena scratch bytes node `nd` needs at `dims`, from the op table (a control-flow node's bodies

@@ -90,9 +90,16 @@ pub struct ChunkStep {
     pub recomputed_nodes: usize,
     /// Folded into one `Scan` ([`roll`]) instead of unrolled.
     pub scan: bool,
+    /// The lanes the `Scan`'s body runs in ([`crate::plan::BodyPlan::lanes`]); 0 when unrolled.
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub lanes: u32,
     /// The nodes the step added, by name (what folding needs).
     #[serde(skip)]
     pub unrolled: Option<roll::Unrolled>,
+}
+
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
 }
 
 /// Options of [`chunk_to_budget`].
@@ -121,7 +128,7 @@ impl Default for ChunkOptions {
     fn default() -> Self {
         ChunkOptions {
             budget: None,
-            chunk_counts: vec![2, 4, 8, 16, 32, 64, 128, 256],
+            chunk_counts: vec![2, 4, 8, 16, 32, 64, 128, 256, 512],
             max_region: 400,
             max_steps: 16,
             assemble: true,
@@ -588,6 +595,7 @@ pub fn chunk_to_budget(
             predicted_seconds: best.seconds,
             recomputed_nodes: region.keep.len(),
             scan: false,
+            lanes: 0,
             unrolled: None,
         };
         drop(base);

@@ -14,8 +14,10 @@
 //!    the lowest planned peak, so a budget that cannot be met still gets the lowest plan reached.
 //! 5. With [`FitOptions::scan_from`], chunked regions of enough equal chunks (whose unrolling adds
 //!    enough nodes) are folded into one `Scan` each ([`crate::chunk::roll`]) and the result is
-//!    planned; it is kept when its planned peak fits the budget or is no higher than the unrolled
-//!    one's.
+//!    planned, the bodies in [`ScanFrom::lanes`] lanes (iterations side by side, each lane with a
+//!    copy of the body's memory); it is kept when its planned peak fits the budget or is no higher
+//!    than the unrolled one's. Where the lanes miss a budget that one lane meets, chunking runs
+//!    once more to a target lower by what the lanes add; else the bodies run in one lane.
 //! 6. When chunking did not meet the budget, narrowing and recomputation (chosen on the graph-order
 //!    peak, before chunking) may have stood in its way: the model is fitted again without each, and
 //!    the fit that meets the budget, or else plans lower, is kept.
@@ -66,21 +68,23 @@ impl FitOptions {
 }
 
 /// Which chunked regions are folded into a `Scan`: those of at least `chunks` chunks (of one width)
-/// whose unrolling adds at least `nodes` nodes.
+/// whose unrolling adds at least `nodes` nodes; their bodies run in `lanes` lanes
+/// ([`crate::plan::BodyPlan::lanes`]) where that fits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScanFrom {
     pub chunks: usize,
     pub nodes: usize,
+    pub lanes: u32,
 }
 
 impl ScanFrom {
     /// Hundreds of chunks of a region of dozens of nodes: unrolled, thousands of nodes in the file.
-    /// A folded body runs unplanned (per-iteration allocations, no in-place reuse inside it), which
-    /// costs little against a body of many nodes and much against a short elementwise one, so
-    /// smaller regions stay unrolled unless asked.
+    /// Smaller regions stay unrolled unless asked. Two lanes: a chunk that small does not keep two
+    /// threads busy on its own.
     pub const DEFAULT: ScanFrom = ScanFrom {
         chunks: 100,
         nodes: 2048,
+        lanes: 2,
     };
 
     /// Whether a step of `chunks` chunks that added `nodes` nodes is folded.
@@ -298,12 +302,8 @@ fn fit_with(
         .chunk
         .cost
         .plan_seconds(&model.graph, &facts, &out.plan);
-    let (chunked, chunked_facts, o, mut summary) =
-        chunk_and_plan(&model, dims, opts, unchunked_seconds)?;
-    let (chunked, chunked_facts, o) = match opts.scan_from {
-        Some(from) => fold_into_scans(chunked, chunked_facts, o, &mut summary, dims, opts, from)?,
-        None => (chunked, chunked_facts, o),
-    };
+    let (chunked, chunked_facts, o, summary) =
+        chunk_and_fold(&model, dims, opts, unchunked_seconds)?;
     // Passes: the original graph order (and recomputation), each chunking step, then the planner's
     // passes over the chunked graph (after its own graph order).
     let mut passes: Vec<Pass> = out
@@ -322,7 +322,11 @@ fn fit_with(
                 s.first,
                 s.last,
                 s.chunks,
-                if s.scan { ", as one Scan" } else { "" }
+                match (s.scan, s.lanes) {
+                    (false, _) => String::new(),
+                    (true, 0 | 1) => ", as one Scan".into(),
+                    (true, l) => format!(", as one Scan in {l} lanes"),
+                }
             ),
             peak_bytes: s.peak_after,
         });
@@ -359,8 +363,43 @@ fn fit_with(
     })
 }
 
-/// Folds every chunked region `from` selects into a `Scan` and plans the result;
-/// keeps it when its planned peak fits the budget or is no higher than the unrolled one's.
+/// [`chunk_and_plan`], then [`fold_into_scans`] with `opts.scan_from`. When the folded bodies' lanes
+/// missed the budget that one lane met, chunking runs once more to a target lower by what the lanes
+/// add (more, smaller chunks, whose lanes then fit), and that fit is kept when it meets the budget
+/// with its lanes.
+fn chunk_and_fold(
+    model: &Model,
+    dims: &BTreeMap<String, i64>,
+    opts: &FitOptions,
+    unchunked_seconds: f64,
+) -> Result<(Model, Facts, Outcome, ChunkSummary), FitError> {
+    let (m, f, o, mut s) = chunk_and_plan(model, dims, opts, unchunked_seconds)?;
+    let Some(from) = opts.scan_from else {
+        return Ok((m, f, o, s));
+    };
+    let (m, f, o, short) = fold_into_scans(m, f, o, &mut s, dims, opts, from)?;
+    let Some(short) = short else {
+        return Ok((m, f, o, s));
+    };
+    let lower = FitOptions {
+        budget: opts.budget.saturating_sub(short),
+        ..opts.clone()
+    };
+    let (m2, f2, o2, mut s2) = chunk_and_plan(model, dims, &lower, unchunked_seconds)?;
+    let (m2, f2, o2, _) = fold_into_scans(m2, f2, o2, &mut s2, dims, opts, from)?;
+    let laned = s2.steps.iter().any(|st| st.lanes > 1);
+    if laned && o2.report.peak_bytes_after <= opts.budget {
+        s2.candidates += s.candidates;
+        s2.rounds += s.rounds;
+        return Ok((m2, f2, o2, s2));
+    }
+    Ok((m, f, o, s))
+}
+
+/// Folds every chunked region `from` selects into a `Scan` and plans the result, the bodies in
+/// `from.lanes` lanes, or in one where that is what fits the budget or plans lower; keeps it when
+/// its planned peak fits the budget or is no higher than the unrolled one's. Also returns, when
+/// the lanes missed the budget that one lane met, the bytes they add to the peak.
 fn fold_into_scans(
     model: Model,
     facts: Facts,
@@ -369,7 +408,7 @@ fn fold_into_scans(
     dims: &BTreeMap<String, i64>,
     opts: &FitOptions,
     from: ScanFrom,
-) -> Result<(Model, Facts, Outcome), FitError> {
+) -> Result<(Model, Facts, Outcome, Option<u64>), FitError> {
     let fold: Vec<usize> = (0..summary.steps.len())
         .filter(|&i| {
             let s = &summary.steps[i];
@@ -377,7 +416,7 @@ fn fold_into_scans(
         })
         .collect();
     if fold.is_empty() {
-        return Ok((model, facts, outcome));
+        return Ok((model, facts, outcome, None));
     }
     let (mut m, mut f) = (model.clone(), facts.clone());
     let mut folded = Vec::new();
@@ -393,17 +432,33 @@ fn fold_into_scans(
         }
     }
     if folded.is_empty() {
-        return Ok((model, facts, outcome));
+        return Ok((model, facts, outcome, None));
     }
-    let o = optimize(&m.graph, &f, dims, &opts.plan)?;
+    let laned = Options {
+        lanes: from.lanes,
+        ..opts.plan.clone()
+    };
+    let mut o = optimize(&m.graph, &f, dims, &laned)?;
+    let (mut lanes, mut short) = (from.lanes, None);
+    if lanes > 1 && o.report.peak_bytes_after > opts.budget {
+        let one = optimize(&m.graph, &f, dims, &opts.plan)?;
+        let (many, single) = (o.report.peak_bytes_after, one.report.peak_bytes_after);
+        if single < many {
+            if single <= opts.budget {
+                short = Some(many - single);
+            }
+            (o, lanes) = (one, 1);
+        }
+    }
     let (was, now) = (outcome.report.peak_bytes_after, o.report.peak_bytes_after);
     if now <= opts.budget || now <= was {
         for &i in &folded {
             summary.steps[i].scan = true;
+            summary.steps[i].lanes = lanes;
         }
-        return Ok((m, f, o));
+        return Ok((m, f, o, short));
     }
-    Ok((model, facts, outcome))
+    Ok((model, facts, outcome, None))
 }
 
 /// Chunks to a target and plans, lowering the target by the planned excess while the plan does not

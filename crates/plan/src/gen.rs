@@ -390,6 +390,7 @@ pub fn check_random(e: &mut impl Entropy, max_nodes: usize) -> Result<Coverage, 
         exact_work: usize::MAX,
         exact_window: 16,
         exact_max_states: 5_000,
+        lanes: 1,
     };
     let out = crate::optimize(g, &facts, dims, &opts).map_err(|x| format!("optimize: {x}"))?;
     let r = &out.report;
@@ -398,7 +399,7 @@ pub fn check_random(e: &mut impl Entropy, max_nodes: usize) -> Result<Coverage, 
     {
         return Err(format!("inconsistent report: {r:?}"));
     }
-    let p = crate::Problem::build(g, &facts, &facts.order, dims).map_err(|x| x.to_string())?;
+    let p = crate::Problem::build(g, &facts, &facts.order, dims, 1).map_err(|x| x.to_string())?;
     let mut orders = vec![
         p.graph_order_u32(),
         sched::list(&p, sched::ListKey::NetGrowth),

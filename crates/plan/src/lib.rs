@@ -55,6 +55,10 @@ pub struct Options {
     pub exact_window: usize,
     /// Frontier states per window before the search gives up on it.
     pub exact_max_states: usize,
+    /// The most lanes a `Scan` body run from a plan of its own runs in, iterations side by side
+    /// ([`plan::BodyPlan::lanes`]; 1: one after the other). Each lane holds a copy of the body's
+    /// memory.
+    pub lanes: u32,
 }
 
 impl Default for Options {
@@ -63,6 +67,7 @@ impl Default for Options {
             exact_work: DEFAULT_EXACT_WORK,
             exact_window: 24,
             exact_max_states: 50_000,
+            lanes: 1,
         }
     }
 }
@@ -213,7 +218,7 @@ pub fn optimize(
     dims: &BTreeMap<String, i64>,
     opts: &Options,
 ) -> Result<Outcome, OptimizeError> {
-    let p = Problem::build(graph, facts, &facts.order, dims)?;
+    let p = Problem::build(graph, facts, &facts.order, dims, opts.lanes)?;
     let sim_peak = |order: &[u32]| -> Result<u64, SimError> {
         let ids: Vec<NodeId> = order.iter().map(|&v| NodeId(v)).collect();
         let t = Timeline::build(graph, facts, &ids)?;
@@ -337,7 +342,7 @@ pub fn plan_for_schedule(
     dims: &BTreeMap<String, i64>,
     schedule: &[NodeId],
 ) -> Result<Plan, OptimizeError> {
-    let p = Problem::build(graph, facts, schedule, dims)?;
+    let p = Problem::build(graph, facts, schedule, dims, 1)?;
     let order: Vec<u32> = schedule.iter().map(|n| n.0).collect();
     let ev = evaluate(graph, &p, order);
     let plan = build_plan(graph, &p, &ev, dims);

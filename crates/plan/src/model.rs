@@ -71,12 +71,15 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// Builds the problem for `graph` at `dims`; `order` is any topological order (the graph order).
+    /// Builds the problem for `graph` at `dims`; `order` is any topological order (the graph order);
+    /// `lanes`: the most lanes a body run from a plan of its own runs in
+    /// ([`crate::plan::BodyPlan::lanes`]).
     pub fn build(
         graph: &Graph,
         facts: &Facts,
         order: &[NodeId],
         dims: &BTreeMap<String, i64>,
+        lanes: u32,
     ) -> Result<Problem, SimError> {
         let concats = memplan_sim::timeline::assemblable(graph, facts);
         let t = Timeline::build_with(graph, facts, order, &concats)?;
@@ -134,7 +137,8 @@ impl Problem {
         }
         // A body runs on the heap and makes the node's outputs there too, except those the node
         // makes first and fills in place (they get their arena ranges). A body run from a plan of
-        // its own holds that plan's arena, resident bytes and heap instead of its simulated peak.
+        // its own holds, per lane, that plan's arena, resident bytes and heap instead of its
+        // simulated peak.
         let bodies: Vec<crate::plan::BodyPlan> = (0..n)
             .filter_map(|k| {
                 let node = NodeId::from_index(k);
@@ -142,11 +146,12 @@ impl Problem {
                 Some(crate::plan::BodyPlan {
                     node: k as u32,
                     plan,
+                    lanes: crate::body::lanes_for(facts, node, dims, lanes),
                 })
             })
             .collect();
         for b in &bodies {
-            body_scratch[b.node as usize] = crate::body::heap_of(&b.plan);
+            body_scratch[b.node as usize] = b.heap();
         }
         let body_heap = (0..n)
             .filter(|&k| memplan_ir::ops::control::is_control(&graph.nodes[k].op))

@@ -109,6 +109,29 @@ pub struct BodyPlan {
     /// The node, as [`Step::node`].
     pub node: u32,
     pub plan: Plan,
+    /// Iterations run side by side, each lane with its own copy of what `plan` holds (its arena,
+    /// its scanned slices, its constants) and taking the next iteration when it is done with one;
+    /// 1: one iteration after the other. Every iteration computes what it computes alone, so
+    /// outputs do not depend on the lanes, and the lanes are held whether or not there are
+    /// threads to run them, so the peak does not depend on the thread count.
+    #[serde(default = "one_lane", skip_serializing_if = "is_one_lane")]
+    pub lanes: u32,
+}
+
+impl BodyPlan {
+    /// What the node holds beside the enclosing arena while it runs: each lane's
+    /// [`heap_of`](crate::body::heap_of) its plan.
+    pub fn heap(&self) -> u64 {
+        u64::from(self.lanes.max(1)) * crate::body::heap_of(&self.plan)
+    }
+}
+
+fn one_lane() -> u32 {
+    1
+}
+
+fn is_one_lane(x: &u32) -> bool {
+    *x == 1
 }
 
 /// A memory plan at concrete dims.
@@ -205,8 +228,8 @@ impl Plan {
     }
 
     /// The plan node `node`'s body runs from, if it has one.
-    pub fn body(&self, node: u32) -> Option<&Plan> {
-        self.bodies.iter().find(|b| b.node == node).map(|b| &b.plan)
+    pub fn body(&self, node: u32) -> Option<&BodyPlan> {
+        self.bodies.iter().find(|b| b.node == node)
     }
 
     /// A text rendering for reports and snapshot tests.
@@ -289,11 +312,11 @@ impl Plan {
             }
         }
         for b in &self.bodies {
-            let _ = writeln!(
-                s,
-                "body of {} (its own arena, reused by every iteration)",
-                label(b.node)
-            );
+            let how = match b.lanes {
+                0 | 1 => "its own arena, reused by every iteration".to_string(),
+                l => format!("{l} lanes, each with its own arena, reused by its iterations"),
+            };
+            let _ = writeln!(s, "body of {} ({how})", label(b.node));
             for line in b.plan.render().lines() {
                 let _ = writeln!(s, "  {line}");
             }

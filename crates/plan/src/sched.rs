@@ -473,7 +473,7 @@ mod tests {
     fn problem(seed: u64, max_nodes: usize) -> Fixture {
         let rg = random_graph(&mut SplitMix(seed), max_nodes);
         let facts = memplan_ir::infer_graph(&rg.graph, 18).unwrap();
-        let p = Problem::build(&rg.graph, &facts, &facts.order, &rg.dims).unwrap();
+        let p = Problem::build(&rg.graph, &facts, &facts.order, &rg.dims, 1).unwrap();
         (p, rg.graph, facts, rg.dims)
     }
 

@@ -59,7 +59,7 @@ pub(crate) struct CtlCtx<'a> {
     /// `interp::bind_data_dependent`); the interpreter adds them to the run's dims.
     pub bound: &'a std::sync::Mutex<std::collections::BTreeMap<String, i64>>,
     /// The plan the node's body runs from in a planned run (see `memplan_plan::body`).
-    pub body_plan: Option<&'a memplan_plan::Plan>,
+    pub body_plan: Option<&'a memplan_plan::BodyPlan>,
 }
 
 fn body_err(g: &Graph, e: ExecError) -> OpFail {
@@ -660,59 +660,154 @@ fn run_scan(
     Ok(carried)
 }
 
-/// A `Scan` that carries no state, its body run from `bp` (see `memplan_plan::body`): the body's
-/// arena, its weights and one buffer per scanned slice are made once and reused by every
-/// iteration, whose pieces are copied into the outputs made first (`made`, each with its axis).
+/// A `Scan` that carries no state, its body run from `bp` (see `memplan_plan::body`) in
+/// `bp.lanes` lanes: each lane makes the body's arena, its weights and one buffer per scanned slice
+/// once, then runs the next iteration not yet taken until none is left, copying each iteration's
+/// pieces into the outputs made first (`made`, each with its axis). The lanes run on rayon's pool
+/// side by side, as many at once as there are threads; each holds its memory from start to end
+/// either way, so the peak is the plan's at any thread count. An iteration computes the same
+/// whichever lane runs it: the outputs do not depend on the lanes either.
 fn scan_planned(
     ctx: &CtlCtx,
     g: &Graph,
     f: &Facts,
-    bp: &memplan_plan::Plan,
+    bp: &memplan_plan::BodyPlan,
     scan_in: &[(&Tensor, usize, bool)],
-    mut made: Vec<(Tensor, usize)>,
+    made: Vec<(Tensor, usize)>,
     rev: &[bool],
 ) -> Result<Vec<Tensor>, OpFail> {
+    use rayon::prelude::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    takes(g, scan_in.len())?;
     let trips = scan_in.first().map_or(0, |(t, a, _)| t.shape[*a]);
-    let body = Body::in_order(g, f, &bp.node_order())?;
-    let placed =
-        crate::interp::Placed::new(g, bp, ctx.dims, ctx.stats).map_err(|e| body_err(g, e))?;
-    let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
-    load_outer(ctx, g, &mut values)?;
-    let weights = load_weights(g, &mut values)?;
-    ctx.stats.add(weights);
-    let run = (|| -> Result<(), OpFail> {
-        takes(g, scan_in.len())?;
-        let mut slices = Vec::with_capacity(scan_in.len());
-        for &(x, a, _) in scan_in {
-            slices.push(slice_buffer(ctx, x, a)?);
+    let body = Body::in_order(g, f, &bp.plan.node_order())?;
+    let lanes = bp.lanes.max(1) as usize;
+    // Each lane's memory, allocated before any lane runs: the node holds all of it at once.
+    let mut own = Vec::with_capacity(lanes);
+    for _ in 0..lanes {
+        own.push(Lane::new(ctx, g, &bp.plan, scan_in)?);
+    }
+    let run = ScanRun {
+        ctx,
+        body: &body,
+        scan_in,
+        trips,
+        made: std::sync::Mutex::new(made),
+        rev,
+    };
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let step = |lane: &mut Lane| -> Result<(), OpFail> {
+        loop {
+            let t = next.fetch_add(1, Ordering::Relaxed);
+            if t >= trips || failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let r = lane.iteration(&run, t);
+            if r.is_err() {
+                failed.store(true, Ordering::Relaxed);
+                return r;
+            }
         }
-        for t in 0..trips {
-            for (s, &(x, a, back)) in slices.iter_mut().zip(scan_in) {
-                slice_into(s, x, a, step_index(t, trips, back))?;
-            }
-            let mut vals = values.clone();
-            for (&v, s) in g.inputs.iter().zip(&slices) {
-                vals[v.index()] = Some(s.clone());
-            }
-            run_nodes(ctx, &body, Some(&placed), &mut vals)?;
-            for (k, (&o, (dst, a))) in g.outputs.iter().zip(made.iter_mut()).enumerate() {
-                let piece = body_output(g, &vals, o)?;
-                let at = step_index(t, trips, rev.get(k).copied().unwrap_or(false));
-                put_piece(
-                    dst,
-                    *a,
-                    at,
-                    piece,
-                    &format!("scan output {k} of iteration {t}"),
-                )?;
-            }
+    };
+    let r = if lanes == 1 {
+        step(&mut own[0])
+    } else {
+        own.par_iter_mut().map(step).collect::<Result<(), OpFail>>()
+    };
+    drop(own);
+    r?;
+    let made = run.made.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(made.into_iter().map(|(t, _)| t).collect())
+}
+
+/// What one lane of a planned `Scan` body holds for the node's whole run: the body's arena (and
+/// stats of its own, so its ops take their planned ranges through a cursor of the lane's, charged
+/// to the run), its values with the weights loaded, and a buffer per scanned slice.
+struct Lane<'p> {
+    stats: Arc<MemStats>,
+    placed: crate::interp::Placed<'p>,
+    values: Vec<Option<Tensor>>,
+    weights: u64,
+    slices: Vec<Tensor>,
+}
+
+impl<'p> Lane<'p> {
+    fn new(
+        ctx: &CtlCtx,
+        g: &Graph,
+        plan: &'p memplan_plan::Plan,
+        scan_in: &[(&Tensor, usize, bool)],
+    ) -> Result<Lane<'p>, OpFail> {
+        let stats = MemStats::child(ctx.stats);
+        let placed =
+            crate::interp::Placed::new(g, plan, ctx.dims, &stats).map_err(|e| body_err(g, e))?;
+        let mut values: Vec<Option<Tensor>> = vec![None; g.values.len()];
+        load_outer(ctx, g, &mut values)?;
+        let weights = load_weights(g, &mut values)?;
+        stats.add(weights);
+        let mut lane = Lane {
+            stats,
+            placed,
+            values,
+            weights,
+            slices: Vec::with_capacity(scan_in.len()),
+        };
+        for &(x, a, _) in scan_in {
+            let s = slice_buffer(ctx, x, a)?;
+            lane.slices.push(s);
+        }
+        Ok(lane)
+    }
+
+    /// Iteration `t` of `run`: its slices, the body, its pieces into the outputs.
+    fn iteration(&mut self, run: &ScanRun, t: usize) -> Result<(), OpFail> {
+        let (g, trips) = (run.body.g, run.trips);
+        for (s, &(x, a, back)) in self.slices.iter_mut().zip(run.scan_in) {
+            slice_into(s, x, a, step_index(t, trips, back))?;
+        }
+        let mut vals = self.values.clone();
+        for (&v, s) in g.inputs.iter().zip(&self.slices) {
+            vals[v.index()] = Some(s.clone());
+        }
+        let lctx = CtlCtx {
+            stats: &self.stats,
+            ..*run.ctx
+        };
+        run_nodes(&lctx, run.body, Some(&self.placed), &mut vals)?;
+        let mut made = run.made.lock().unwrap_or_else(|e| e.into_inner());
+        for (k, (&o, (dst, a))) in g.outputs.iter().zip(made.iter_mut()).enumerate() {
+            let piece = body_output(g, &vals, o)?;
+            let at = step_index(t, trips, run.rev.get(k).copied().unwrap_or(false));
+            put_piece(
+                dst,
+                *a,
+                at,
+                piece,
+                &format!("scan output {k} of iteration {t}"),
+            )?;
         }
         Ok(())
-    })();
-    drop(values);
-    ctx.stats.sub(weights);
-    run?;
-    Ok(made.into_iter().map(|(t, _)| t).collect())
+    }
+}
+
+/// What every lane of a planned `Scan` shares: the node's context, its body, the tensors it scans
+/// (each with its axis and direction), its trip count, the outputs made first that the pieces go
+/// into (each with its axis) and their directions.
+struct ScanRun<'r, 'c> {
+    ctx: &'r CtlCtx<'c>,
+    body: &'r Body<'r>,
+    scan_in: &'r [(&'r Tensor, usize, bool)],
+    trips: usize,
+    made: std::sync::Mutex<Vec<(Tensor, usize)>>,
+    rev: &'r [bool],
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        self.values.clear();
+        self.stats.sub(self.weights);
+    }
 }
 
 /// Whether body `g` takes `given` inputs.
