@@ -37,6 +37,13 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // A reader that closes the pipe early (`memplan estimate --json | head`) ends the process
+    // quietly, as it ends any Unix filter, instead of a panic on the next print.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of one signal, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     // Inference folds constant nodes with the executor's kernels, whatever the command.
     memplan_exec::install_const_folder();

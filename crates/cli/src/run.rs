@@ -546,8 +546,8 @@ impl Executed {
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
-    let (model, facts) = crate::commands::load(&a.model)?;
-    let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
+    // The pool first: loading folds small constant subgraphs with the executor's kernels, whose
+    // parallel loops would start rayon's default pool, after which no other can be set.
     if let Some(t) = a.threads {
         if t == 0 {
             bail!("--threads must be at least 1");
@@ -557,6 +557,8 @@ pub fn run(a: RunArgs) -> Result<()> {
             .build_global()
             .context("starting the thread pool")?;
     }
+    let (model, facts) = crate::commands::load(&a.model)?;
+    let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
     let g = &model.graph;
     let mut given: BTreeMap<String, Tensor> = BTreeMap::new();
     let is_input = |name: &str| g.inputs.iter().any(|&v| g.value(v).name == name);

@@ -652,3 +652,75 @@ fn dims_at_which_the_model_does_not_type_check_name_the_node() {
     assert!(!std::path::Path::new(out).exists(), "no file written");
     assert!(memplan(&["estimate", p, "--dim", "S=8"]).status.success());
 }
+
+/// `run --threads` on a model whose loading folds a product of two weights: the fold runs the
+/// executor's matmul, whose parallel loop would start rayon's default pool before `--threads` set
+/// its own (the run was refused: "the global thread pool has already been initialized").
+#[test]
+fn threads_are_set_before_loading_folds_a_product() {
+    let d = Tmp::new("threads-fold");
+    let mut m = model(
+        vec![
+            node("c", "MatMul", &["w1", "w2"], &["c"]),
+            node("a", "Add", &["x", "c"], &["y"]),
+        ],
+        vec![vi("x", &["2", "2"])],
+        vec![vi("y", &["2", "2"])],
+    );
+    for (name, vals) in [
+        ("w1", [1.0f32, 2.0, 3.0, 4.0]),
+        ("w2", [0.5, 0.0, 0.0, 2.0]),
+    ] {
+        m.graph.as_mut().unwrap().initializer.push(TensorProto {
+            name: Some(name.into()),
+            data_type: Some(1),
+            dims: vec![2, 2],
+            float_data: vals.to_vec(),
+            ..Default::default()
+        });
+    }
+    let p = write(&d, "fold.onnx", &m);
+    for threads in ["1", "2"] {
+        let out = memplan(&[
+            "run",
+            p.to_str().unwrap(),
+            "--random",
+            "--threads",
+            threads,
+            "--json",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "--threads {threads}: {err}");
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(j["peak_bytes"].as_u64().unwrap() > 0, "{j}");
+    }
+}
+
+/// A reader that closes the pipe before the report is written (`memplan estimate --json | head`):
+/// the process ends as a Unix filter does, on SIGPIPE, with no panic on stderr.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_the_process_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/corpus/models/of3_pair_transition.onnx"
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(["estimate", model, "--dim", "N=256", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before the model has even loaded.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        out.status
+    );
+}
