@@ -91,15 +91,11 @@ pub struct ChunkStep {
     /// Folded into one `Scan` ([`roll`]) instead of unrolled.
     pub scan: bool,
     /// The lanes the `Scan`'s body runs in ([`crate::plan::BodyPlan::lanes`]); 0 when unrolled.
-    #[serde(skip_serializing_if = "is_zero_u32")]
+    #[serde(skip_serializing_if = "crate::plan::is_zero")]
     pub lanes: u32,
     /// The nodes the step added, by name (what folding needs).
     #[serde(skip)]
     pub unrolled: Option<roll::Unrolled>,
-}
-
-fn is_zero_u32(x: &u32) -> bool {
-    *x == 0
 }
 
 /// Options of [`chunk_to_budget`].

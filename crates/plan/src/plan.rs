@@ -174,8 +174,9 @@ pub struct Plan {
     pub device_budget: Option<u64>,
 }
 
-fn is_zero(x: &u64) -> bool {
-    *x == 0
+/// Whether a count is zero (a field serialized only when set).
+pub(crate) fn is_zero<T: Default + PartialEq>(x: &T) -> bool {
+    *x == T::default()
 }
 
 impl Plan {

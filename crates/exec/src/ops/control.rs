@@ -710,11 +710,8 @@ fn scan_planned(
             }
         }
     };
-    let r = if lanes == 1 {
-        step(&mut own[0])
-    } else {
-        own.par_iter_mut().map(step).collect::<Result<(), OpFail>>()
-    };
+    // One lane is one task, run where it is (rayon does not split a single item).
+    let r = own.par_iter_mut().map(step).collect::<Result<(), OpFail>>();
     drop(own);
     r?;
     let made = run.made.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -746,6 +743,8 @@ impl<'p> Lane<'p> {
         load_outer(ctx, g, &mut values)?;
         let weights = load_weights(g, &mut values)?;
         stats.add(weights);
+        // The lane exists before its slices are made, so that a failure there still credits its
+        // weights back (its `Drop`).
         let mut lane = Lane {
             stats,
             placed,
