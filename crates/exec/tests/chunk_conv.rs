@@ -135,6 +135,19 @@ fn convs_chunk_along_the_batch_bit_identical() {
     assert!(split_at(&steps, 12), "{steps:?}");
 }
 
+/// The batch is the smallest axis of both 3x3 convolutions' outputs, below their channels, rows and
+/// columns; the rows and columns grow no region (the kernel mixes them), so the batch is still one
+/// of the axes a seed is tried on, and the whole model chunks along it.
+#[test]
+fn the_batch_is_tried_when_it_is_smaller_than_the_axes_a_conv_mixes() {
+    let steps = check(
+        &conv_model(3, 3, 64),
+        &[("B", 3), ("H", 12), ("W", 12)],
+        &[3, 4, 12, 12],
+    );
+    assert!(split_at(&steps, 3), "{steps:?}");
+}
+
 #[test]
 fn a_conv_chunks_over_its_filters_bit_identical() {
     // One image, a 3x3 kernel first: its filters (with the gate after them) can be cut, and the

@@ -18,7 +18,7 @@ pub(crate) type Joined = (NodeId, Vec<(ValueId, Option<usize>)>);
 /// The axis flow of node `n` over its facts at `dims`. A region is chunked at given dims, so its
 /// flows are decided on the shapes there: a `Reshape` whose target was frozen to a constant
 /// (`freeze`) has a concrete output and a symbolic input, equal only once the input is evaluated.
-fn flows(
+pub(crate) fn flows(
     g: &Graph,
     f: &Facts,
     dims: &BTreeMap<String, i64>,
