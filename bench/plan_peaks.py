@@ -8,7 +8,9 @@ corpus transformers (T5, Llama, BLOOM, torch's encoder, BERT; both exports) at S
 at S=256 (its position table ends there), budget 0.15x; the PairFormer block at N=512, `lowest`.
 A cell is the planned peak as a fraction of the estimated one, and optimize's wall time.
 
-Usage: .venv/bin/python bench/plan_peaks.py OLD_MEMPLAN NEW_MEMPLAN [--only SUBSTRING]
+Usage: .venv/bin/python bench/plan_peaks.py OLD_MEMPLAN NEW_MEMPLAN [--only SUBSTRING] [--skip SUBSTRING]
+(--only keeps the cases whose model path has SUBSTRING; --skip drops those whose "MODEL.onnx BUDGET"
+has it, e.g. --skip "pairformer_block.onnx lowest".)
 """
 import argparse
 import json
@@ -53,11 +55,14 @@ def main():
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--only", default=None)
+    ap.add_argument("--skip", default=None)
     a = ap.parse_args()
     print("| model | dims | budget | old: planned / estimated (optimize time) | new |")
     print("|---|---|---|---:|---:|")
     for p, d, r in cases(a.new):
         if a.only and a.only not in p:
+            continue
+        if a.skip and a.skip in f"{os.path.basename(p)} {r}":
             continue
         peak = js([a.new, "estimate", p, *d, "--json"])["peak_bytes"]
         bud = "lowest" if r == "lowest" else f"{int(peak * float(r))}B"

@@ -781,7 +781,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
             c.scheduler.clone(),
             human(c.peak_bytes),
             human(c.inplace_peak_bytes),
-            human(c.arena_bytes),
+            c.arena_bytes.map_or_else(|| "-".into(), human),
             c.placement.clone(),
         ]);
     }

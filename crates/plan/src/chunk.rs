@@ -37,6 +37,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::graph::{Model, NodeId, ValueId};
 use memplan_ir::infer::{infer_model_for, Facts};
+use memplan_ir::infer_model_at;
 
 use predict::{predict, Base, Prediction};
 pub use rewrite::apply;
@@ -177,6 +178,18 @@ fn sorted(model: &Model, dims: &BTreeMap<String, i64>) -> Result<(Model, Facts),
     };
     let facts = infer(&m)?;
     Ok((m, facts))
+}
+
+/// The facts of a model rewritten at `dims`. Its rewrites hold constants made there (chunk bounds,
+/// frozen shape values), so it holds only at that point, and its facts are inferred at it
+/// ([`infer_model_at`]), where every size is a constant: inferred symbolically, a value
+/// assembled from 512 chunks is a sum of 512 clamped widths (`max(min(N, 3) - min(N, 2), 0) +
+/// ...`), carried by every value after it and evaluated again at each step of the search.
+pub(crate) fn rewritten_facts(
+    m: &Model,
+    dims: &BTreeMap<String, i64>,
+) -> Result<Facts, ChunkError> {
+    infer_model_at(m, dims).map_err(|e| ChunkError::Infer(e.to_string()))
 }
 
 /// A candidate rewrite and what it is predicted to give.
@@ -491,7 +504,7 @@ fn remake(
     let tries = crate::remat::remake_across(cur, facts, dims, step, live, 4)
         .map_err(|e| ChunkError::Infer(e.to_string()))?;
     for (m, r) in tries {
-        let f = infer_model_for(&m, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
+        let f = rewritten_facts(&m, dims)?;
         let base = Base::new(&m.graph, &f, dims, opts.assemble)?;
         let frozen = frozen(&m, made);
         let lower = base.peak < peak
@@ -520,7 +533,7 @@ pub fn chunk_to_budget(
     let (mut cur, mut facts) = sorted(model, dims)?;
     let unfrozen = cur.clone();
     if let Some(m) = freeze::freeze_shape_values(&cur, &facts, dims) {
-        facts = infer_model_for(&m, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
+        facts = rewritten_facts(&m, dims)?;
         cur = m;
     }
     // Light values several regions read (a position bias every layer reads) are made again for
@@ -532,7 +545,7 @@ pub fn chunk_to_budget(
             if let Some((m, r)) =
                 crate::remat::recompute_per_reader(&cur, &facts, dims, peak / 64, opts.copies)
             {
-                facts = infer_model_for(&m, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
+                facts = rewritten_facts(&m, dims)?;
                 cur = m;
                 per_reader = r;
             }
@@ -617,7 +630,7 @@ pub fn chunk_to_budget(
             .map(|n| n.name.clone())
             .collect();
         made.extend(new);
-        facts = infer_model_for(&next, dims).map_err(|e| ChunkError::Infer(e.to_string()))?;
+        facts = rewritten_facts(&next, dims)?;
         cur = next;
         steps.push(step);
     }
@@ -626,6 +639,7 @@ pub fn chunk_to_budget(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memplan_ir::Expr;
     use std::path::{Path, PathBuf};
 
     fn repo() -> PathBuf {
@@ -705,6 +719,31 @@ mod tests {
             }
         }
         assert!(checked > 100, "only {checked} candidates");
+    }
+
+    /// A rewritten model's facts are inferred at its dims, where every size is a constant; inferred
+    /// symbolically, the values assembled from slices of a symbolic axis are sums of clamped
+    /// widths.
+    #[test]
+    fn a_rewritten_models_sizes_are_constants_at_its_dims() {
+        let (name, model, dims) = corpus()
+            .into_iter()
+            .find(|(n, _, _)| n == "of3_tri_att_start")
+            .unwrap();
+        let out = chunk_to_budget(&model, &dims, &ChunkOptions::default()).unwrap();
+        assert!(!out.steps.is_empty(), "{name}");
+        let sizes = |f: &Facts| -> Vec<Expr> {
+            out.model
+                .graph
+                .value_ids()
+                .filter_map(|v| f.get(v).bytes())
+                .collect()
+        };
+        let at = sizes(&rewritten_facts(&out.model, &dims).unwrap());
+        assert!(at.len() > out.model.graph.nodes.len() / 2);
+        assert!(at.iter().all(Expr::is_const), "{name}");
+        let symbolic = sizes(&memplan_ir::infer_model(&out.model).unwrap());
+        assert!(symbolic.iter().any(|e| !e.is_const()), "{name}");
     }
 
     /// The rewrite keeps names unique and leaves no value without a producer or a role.

@@ -426,8 +426,7 @@ fn fold_into_scans(
         };
         if let Some(next) = crate::chunk::roll::roll(&m, &f, dims, u)? {
             m = next;
-            f = memplan_ir::infer_model_for(&m, dims)
-                .map_err(|e| FitError::Infer(e.to_string()))?;
+            f = crate::chunk::rewritten_facts(&m, dims)?;
             folded.push(i);
         }
     }
@@ -480,8 +479,7 @@ fn chunk_and_plan(
         copts.budget = Some(target);
         let c = chunk_to_budget(model, dims, &copts)?;
         candidates += c.evaluated;
-        let facts = memplan_ir::infer_model_for(&c.model, dims)
-            .map_err(|e| FitError::Infer(e.to_string()))?;
+        let facts = crate::chunk::rewritten_facts(&c.model, dims)?;
         let out = optimize(&c.model.graph, &facts, dims, &opts.plan)?;
         let planned = out.report.peak_bytes_after;
         let summary = ChunkSummary {

@@ -87,8 +87,10 @@ pub struct Candidate {
     pub peak_bytes: u64,
     /// Live peak after in-place reuse (resident included).
     pub inplace_peak_bytes: u64,
-    /// Smallest arena over the placements.
-    pub arena_bytes: u64,
+    /// Smallest arena over the placements; `None` when the order was not placed, its live peak
+    /// after in-place reuse (a lower bound on any arena for it) being no lower than the smallest
+    /// arena of an order placed before it.
+    pub arena_bytes: Option<u64>,
     pub placement: String,
 }
 
@@ -154,7 +156,11 @@ struct Evaluated {
     inplace_peak: u64,
 }
 
-fn evaluate(graph: &Graph, p: &Problem, order: Vec<u32>) -> Evaluated {
+/// Takes `order` through in-place reuse and placement. With `placed`, the smallest arena of an
+/// order evaluated before, an order whose live peak after in-place reuse (a lower bound on any
+/// arena for it) is no lower cannot be better: it is not placed (its arena is `u64::MAX`, its
+/// placement "not placed"), which saves the placers' work on large graphs.
+fn evaluate(graph: &Graph, p: &Problem, order: Vec<u32>, placed: Option<u64>) -> Evaluated {
     let (decisions, root) = inplace::decide(graph, p, &order);
     let (first, last) = p.lifetimes(&order);
     let mut blocks: Vec<place::Block> = Vec::new();
@@ -186,6 +192,21 @@ fn evaluate(graph: &Graph, p: &Problem, order: Vec<u32>) -> Evaluated {
         }
     }
     let lower = place::lower_bound(&blocks);
+    if placed.is_some_and(|a| lower >= a) {
+        return Evaluated {
+            order,
+            decisions,
+            blocks,
+            block_of,
+            scratch_of,
+            offsets: Vec::new(),
+            placements: Vec::new(),
+            placement: "not placed",
+            arena: u64::MAX,
+            lower,
+            inplace_peak: lower,
+        };
+    }
     let best = place::best(&blocks);
     let placements = best
         .tried
@@ -262,12 +283,12 @@ pub fn optimize(
     for (i, (name, order)) in orders.into_iter().enumerate() {
         debug_assert!(p.is_topological(&order), "{name}");
         let peak = sim_peak(&order)?;
-        let ev = evaluate(graph, &p, order);
+        let ev = evaluate(graph, &p, order, best.as_ref().map(|(_, b, _)| b.arena));
         candidates.push(Candidate {
             scheduler: name,
             peak_bytes: peak,
             inplace_peak_bytes: ev.inplace_peak + p.resident + p.body_heap,
-            arena_bytes: ev.arena,
+            arena_bytes: (ev.arena != u64::MAX).then_some(ev.arena),
             placement: ev.placement.to_string(),
         });
         let better = best
@@ -344,7 +365,7 @@ pub fn plan_for_schedule(
 ) -> Result<Plan, OptimizeError> {
     let p = Problem::build(graph, facts, schedule, dims, 1)?;
     let order: Vec<u32> = schedule.iter().map(|n| n.0).collect();
-    let ev = evaluate(graph, &p, order);
+    let ev = evaluate(graph, &p, order, None);
     let plan = build_plan(graph, &p, &ev, dims);
     check::check(graph, facts, &plan)?;
     Ok(plan)

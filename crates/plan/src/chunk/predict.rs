@@ -10,6 +10,7 @@
 //! chunk's shapes. The result is the peak the simulator gives the built graph, byte for byte
 //! (tested); only building and re-inferring the graph are skipped.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::btree_map::Entry;
@@ -33,8 +34,6 @@ pub(crate) struct Base<'a> {
     pub consumers: Vec<Vec<NodeId>>,
     /// Bytes of each value (0 when it is not a tensor this graph holds).
     pub bytes: Vec<u64>,
-    /// What each node reads (inputs and the outer names its subgraphs use), deduplicated.
-    pub reads: Vec<Vec<ValueId>>,
     /// Whether each node's output 0 is a view of its input 0.
     pub view: Vec<bool>,
     pub scratch: Vec<u64>,
@@ -48,6 +47,8 @@ pub(crate) struct Base<'a> {
     pub live: Vec<(String, u64)>,
     /// Whether each node is a `Concat` assembled in place.
     pub assembled: Vec<bool>,
+    /// Each node as [`predict`] simulates it, made once for every candidate of a step.
+    nodes: Vec<ANode>,
     /// Memory rules evaluated at chunk shapes so far.
     cache: RefCell<Cache>,
 }
@@ -112,7 +113,8 @@ impl<'a> Base<'a> {
                     .map_or(0, |x| x.max(0) as u64)
             })
             .collect();
-        let reads = g
+        // What each node reads (inputs and the outer names its subgraphs use), deduplicated.
+        let reads: Vec<Vec<ValueId>> = g
             .nodes
             .iter()
             .map(|n| {
@@ -139,13 +141,34 @@ impl<'a> Base<'a> {
                 (what, e.bytes)
             })
             .collect();
+        let nodes = g
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| ANode {
+                reads: reads[i].iter().map(|v| v.index() as u32).collect(),
+                input0: node
+                    .inputs
+                    .first()
+                    .copied()
+                    .flatten()
+                    .map(|v| v.index() as u32),
+                outputs: node
+                    .outputs
+                    .iter()
+                    .map(|o| o.map(|v| v.index() as u32))
+                    .collect(),
+                view: t.node_is_view[i],
+                scratch: if assembled[i] { 0 } else { scratch[i] },
+                assembled: assembled[i],
+            })
+            .collect();
         Ok(Base {
             g,
             facts,
             dims,
             consumers: g.consumers(),
             bytes,
-            reads,
             view: t.node_is_view,
             scratch,
             peak: p.peak_bytes,
@@ -154,6 +177,7 @@ impl<'a> Base<'a> {
             per_step: p.per_step.clone(),
             live,
             assembled,
+            nodes,
             cache: RefCell::default(),
         })
     }
@@ -187,6 +211,7 @@ pub(crate) struct Prediction {
 }
 
 /// A node of the rewritten graph, for simulation.
+#[derive(Clone)]
 struct ANode {
     /// Values read (indices into the value table), deduplicated.
     reads: Vec<u32>,
@@ -514,8 +539,8 @@ pub(crate) fn predict(
         bytes, resident, ..
     } = t;
 
-    // All nodes, in the order `apply` lists them.
-    let mut list: Vec<ANode> = Vec::with_capacity(g.nodes.len() + added);
+    // All nodes, in the order `apply` lists them: the untouched ones as the base has them.
+    let mut list: Vec<Cow<ANode>> = Vec::with_capacity(g.nodes.len() + added);
     // The original position of each listed node; the new ones take the last region node's.
     let mut origin: Vec<usize> = Vec::with_capacity(g.nodes.len() + added);
     let mut new_nodes = Some(new_nodes);
@@ -524,30 +549,28 @@ pub(crate) fn predict(
         if !region.nodes.contains(&id) || region.keep.contains(&id) {
             origin.push(i);
             // A `Concat` made of a region output that is now itself assembled is not any more.
-            let assembled = base.assembled[i]
+            let unassembled = base.assembled[i]
                 && node
                     .input_ids()
-                    .all(|v| assembled_out[v.index()] != Some(true));
-            list.push(ANode {
-                reads: base.reads[i].iter().map(|v| v.index() as u32).collect(),
-                input0: node
-                    .inputs
-                    .first()
-                    .copied()
-                    .flatten()
-                    .map(|v| v.index() as u32),
-                outputs: node
-                    .outputs
-                    .iter()
-                    .map(|o| o.map(|v| v.index() as u32))
-                    .collect(),
-                view: base.view[i],
-                scratch: if assembled { 0 } else { base.scratch[i] },
-                assembled,
+                    .any(|v| assembled_out[v.index()] == Some(true));
+            list.push(if unassembled {
+                Cow::Owned(ANode {
+                    scratch: base.scratch[i],
+                    assembled: false,
+                    ..base.nodes[i].clone()
+                })
+            } else {
+                Cow::Borrowed(&base.nodes[i])
             });
         }
         if i == em.last {
-            list.extend(new_nodes.take().unwrap_or_default());
+            list.extend(
+                new_nodes
+                    .take()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(Cow::Owned),
+            );
             origin.resize(list.len(), i);
         }
     }
@@ -564,42 +587,18 @@ pub(crate) fn predict(
             producer[*o as usize] = a as u32;
         }
     }
-    let mut indeg = vec![0usize; list.len()];
-    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); list.len()];
-    for (a, n) in list.iter().enumerate() {
-        let mut deps: Vec<u32> = n
-            .reads
+    // Already in topological order where every read is made before its reader (no node of the
+    // region is kept whole for a reader before it); else sorted.
+    let listed = list.iter().enumerate().all(|(a, n)| {
+        n.reads
             .iter()
-            .map(|&r| producer[r as usize])
-            .filter(|&p| p != NONE)
-            .collect();
-        deps.sort_unstable();
-        deps.dedup();
-        indeg[a] = deps.len();
-        for p in deps {
-            succ[p as usize].push(a as u32);
-        }
-    }
-    let mut ready: BinaryHeap<Reverse<u32>> = (0..list.len() as u32)
-        .filter(|&a| indeg[a as usize] == 0)
-        .map(Reverse)
-        .collect();
-    let mut order = Vec::with_capacity(list.len());
-    while let Some(Reverse(a)) = ready.pop() {
-        order.push(a);
-        for &s in &succ[a as usize] {
-            indeg[s as usize] -= 1;
-            if indeg[s as usize] == 0 {
-                ready.push(Reverse(s));
-            }
-        }
-    }
-    if order.len() != list.len() {
-        return Err(ChunkError::Region(
-            "the region is not convex: a path leaves it and comes back".into(),
-        ));
-    }
-
+            .all(|&r| producer[r as usize] == NONE || (producer[r as usize] as usize) < a)
+    });
+    let order: Vec<u32> = if listed {
+        (0..list.len() as u32).collect()
+    } else {
+        topological(&list, &producer)?
+    };
     // The simulator's rules over that order.
     let steps = order.len();
     let mut buf = vec![NONE; nvals];
@@ -696,6 +695,47 @@ pub(crate) fn predict(
         seconds,
         per_step,
     })
+}
+
+/// The topological sort of `list` that takes the first ready node in list order (a min-heap on
+/// list position); `producer`: the list position making each value.
+fn topological(list: &[Cow<ANode>], producer: &[u32]) -> Result<Vec<u32>, ChunkError> {
+    let mut indeg = vec![0usize; list.len()];
+    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); list.len()];
+    for (a, n) in list.iter().enumerate() {
+        let mut deps: Vec<u32> = n
+            .reads
+            .iter()
+            .map(|&r| producer[r as usize])
+            .filter(|&p| p != NONE)
+            .collect();
+        deps.sort_unstable();
+        deps.dedup();
+        indeg[a] = deps.len();
+        for p in deps {
+            succ[p as usize].push(a as u32);
+        }
+    }
+    let mut ready: BinaryHeap<Reverse<u32>> = (0..list.len() as u32)
+        .filter(|&a| indeg[a as usize] == 0)
+        .map(Reverse)
+        .collect();
+    let mut order = Vec::with_capacity(list.len());
+    while let Some(Reverse(a)) = ready.pop() {
+        order.push(a);
+        for &s in &succ[a as usize] {
+            indeg[s as usize] -= 1;
+            if indeg[s as usize] == 0 {
+                ready.push(Reverse(s));
+            }
+        }
+    }
+    if order.len() != list.len() {
+        return Err(ChunkError::Region(
+            "the region is not convex: a path leaves it and comes back".into(),
+        ));
+    }
+    Ok(order)
 }
 
 fn synthetic(op: &str, inputs: usize) -> Node {

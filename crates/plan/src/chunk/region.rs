@@ -205,38 +205,41 @@ fn escapes(
     let (Some(&first), Some(&last)) = (nodes.first(), nodes.last()) else {
         return BTreeSet::new();
     };
-    // Forward from the region, over outside nodes up to its last node.
-    let mut fwd: BTreeSet<NodeId> = BTreeSet::new();
+    // Forward from the region, over outside nodes up to its last node (flags by node: a region
+    // grown over an unrolled one meets thousands of them, once per prefix tried).
+    let mut fwd = vec![false; last.index() + 1];
+    let mut reached: Vec<NodeId> = Vec::new();
     let mut stack: Vec<NodeId> = Vec::new();
     let succ = |n: NodeId| {
         g.node(n)
             .output_ids()
             .flat_map(|v| consumers[v.index()].iter().copied())
-            .collect::<Vec<_>>()
     };
     for &n in nodes.difference(keep) {
         stack.extend(succ(n));
     }
     while let Some(c) = stack.pop() {
-        if c > last || nodes.contains(&c) || !fwd.insert(c) {
+        if c > last || nodes.contains(&c) || fwd[c.index()] {
             continue;
         }
+        fwd[c.index()] = true;
+        reached.push(c);
         stack.extend(succ(c));
     }
     // Of those, the ones that reach the region, latest first so successors are decided before.
-    let mut back: BTreeSet<NodeId> = BTreeSet::new();
-    for &c in fwd.iter().rev() {
+    reached.sort_unstable();
+    let mut back = vec![false; last.index() + 1];
+    let mut out: BTreeSet<NodeId> = BTreeSet::new();
+    for &c in reached.iter().rev() {
         if c < first {
-            continue;
+            break;
         }
-        if succ(c)
-            .iter()
-            .any(|x| nodes.contains(x) || back.contains(x))
-        {
-            back.insert(c);
+        if succ(c).any(|x| nodes.contains(&x) || (x <= last && back[x.index()])) {
+            back[c.index()] = true;
+            out.insert(c);
         }
     }
-    back
+    out
 }
 
 /// The largest convex part of `nodes` found by dropping region nodes that feed a path leaving the
