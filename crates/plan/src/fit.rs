@@ -426,7 +426,8 @@ fn fold_into_scans(
         };
         if let Some(next) = crate::chunk::roll::roll(&m, &f, dims, u)? {
             m = next;
-            f = crate::chunk::rewritten_facts(&m, dims)?;
+            f = memplan_ir::infer_model_for(&m, dims)
+                .map_err(|e| FitError::Infer(e.to_string()))?;
             folded.push(i);
         }
     }
@@ -479,7 +480,10 @@ fn chunk_and_plan(
         copts.budget = Some(target);
         let c = chunk_to_budget(model, dims, &copts)?;
         candidates += c.evaluated;
-        let facts = crate::chunk::rewritten_facts(&c.model, dims)?;
+        // The plan's facts are the ones a run of the written model infers (symbolic): it is checked
+        // against them, and what they prove (a `Concat` assembled in place) is what it may use.
+        let facts = memplan_ir::infer_model_for(&c.model, dims)
+            .map_err(|e| FitError::Infer(e.to_string()))?;
         let out = optimize(&c.model.graph, &facts, dims, &opts.plan)?;
         let planned = out.report.peak_bytes_after;
         let summary = ChunkSummary {

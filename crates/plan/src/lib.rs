@@ -159,7 +159,7 @@ struct Evaluated {
 /// Takes `order` through in-place reuse and placement. With `placed`, the smallest arena of an
 /// order evaluated before, an order whose live peak after in-place reuse (a lower bound on any
 /// arena for it) is no lower cannot be better: it is not placed (its arena is `u64::MAX`, its
-/// placement "not placed"), which saves the placers' work on large graphs.
+/// placement says so), which saves the placers' work on large graphs.
 fn evaluate(graph: &Graph, p: &Problem, order: Vec<u32>, placed: Option<u64>) -> Evaluated {
     let (decisions, root) = inplace::decide(graph, p, &order);
     let (first, last) = p.lifetimes(&order);
@@ -201,7 +201,7 @@ fn evaluate(graph: &Graph, p: &Problem, order: Vec<u32>, placed: Option<u64>) ->
             scratch_of,
             offsets: Vec::new(),
             placements: Vec::new(),
-            placement: "not placed",
+            placement: "not placed: after in place >= best arena",
             arena: u64::MAX,
             lower,
             inplace_peak: lower,
