@@ -306,17 +306,17 @@ fn candidates(
         // The axes the seed passes: one it mixes (a 3x3 convolution's rows) grows no region, and
         // would take the place of one that does (its batch, smaller than its rows and channels).
         let seed_flow = region::flows(g, base.facts, base.dims, seed);
-        let passes = |i: usize| {
-            seed_flow.as_ref().is_none_or(|f| {
-                f.first()
-                    .and_then(|o| o.get(i))
-                    .is_none_or(|a| !matches!(a, memplan_ir::ops::axes::AxisFlow::Mixed))
-            })
+        let out_flow = seed_flow.as_ref().and_then(|f| f.first());
+        let mixed = |i: usize| {
+            matches!(
+                out_flow.and_then(|o| o.get(i)),
+                Some(memplan_ir::ops::axes::AxisFlow::Mixed)
+            )
         };
         let mut seed_axes: Vec<(i64, usize)> = shape
             .iter()
             .enumerate()
-            .filter(|&(i, _)| passes(i))
+            .filter(|&(i, _)| !mixed(i))
             .filter_map(|(i, d)| {
                 d.eval_map(base.dims)
                     .ok()

@@ -192,31 +192,21 @@ fn evaluate(graph: &Graph, p: &Problem, order: Vec<u32>, placed: Option<u64>) ->
         }
     }
     let lower = place::lower_bound(&blocks);
-    if placed.is_some_and(|a| lower >= a) {
-        return Evaluated {
-            order,
-            decisions,
-            blocks,
-            block_of,
-            scratch_of,
-            offsets: Vec::new(),
-            placements: Vec::new(),
-            placement: "not placed: after in place >= best arena",
-            arena: u64::MAX,
-            lower,
-            inplace_peak: lower,
-        };
-    }
-    let best = place::best(&blocks);
-    let placements = best
-        .tried
-        .iter()
-        .map(|&(name, a)| Pass {
-            name: name.to_string(),
-            peak_bytes: a,
-        })
-        .collect();
-    let (arena, offsets, placement) = (best.arena, best.offsets, best.placer);
+    let (arena, offsets, placement, placements) = if placed.is_some_and(|a| lower >= a) {
+        let not = "not placed: cannot beat the best arena";
+        (u64::MAX, Vec::new(), not, Vec::new())
+    } else {
+        let best = place::best(&blocks);
+        let placements = best
+            .tried
+            .iter()
+            .map(|&(name, a)| Pass {
+                name: name.to_string(),
+                peak_bytes: a,
+            })
+            .collect();
+        (best.arena, best.offsets, best.placer, placements)
+    };
     Evaluated {
         order,
         decisions,
