@@ -721,17 +721,23 @@ mod tests {
         assert!(checked > 100, "only {checked} candidates");
     }
 
-    /// A rewritten model's facts are inferred at its dims, where every size is a constant; inferred
-    /// symbolically, the values assembled from slices of a symbolic axis are sums of clamped
-    /// widths.
-    #[test]
-    fn a_rewritten_models_sizes_are_constants_at_its_dims() {
+    /// The corpus's tri_att_start chunked with the default options (at least one step).
+    fn chunked_tri_att_start() -> (String, Chunked, BTreeMap<String, i64>) {
         let (name, model, dims) = corpus()
             .into_iter()
             .find(|(n, _, _)| n == "of3_tri_att_start")
             .unwrap();
         let out = chunk_to_budget(&model, &dims, &ChunkOptions::default()).unwrap();
         assert!(!out.steps.is_empty(), "{name}");
+        (name, out, dims)
+    }
+
+    /// A rewritten model's facts are inferred at its dims, where every size is a constant; inferred
+    /// symbolically, the values assembled from slices of a symbolic axis are sums of clamped
+    /// widths.
+    #[test]
+    fn a_rewritten_models_sizes_are_constants_at_its_dims() {
+        let (name, out, dims) = chunked_tri_att_start();
         let sizes = |f: &Facts| -> Vec<Expr> {
             out.model
                 .graph
@@ -749,12 +755,7 @@ mod tests {
     /// The rewrite keeps names unique and leaves no value without a producer or a role.
     #[test]
     fn the_rewrite_is_a_clean_graph() {
-        let (name, model, dims) = corpus()
-            .into_iter()
-            .find(|(n, _, _)| n == "of3_tri_att_start")
-            .unwrap();
-        let out = chunk_to_budget(&model, &dims, &ChunkOptions::default()).unwrap();
-        assert!(!out.steps.is_empty(), "{name}");
+        let (_, out, dims) = chunked_tri_att_start();
         assert!(out.peak_after < out.peak_before);
         let g = &out.model.graph;
         let mut names = BTreeSet::new();
