@@ -35,6 +35,7 @@ pub struct InspectArgs {
 pub fn inspect(a: InspectArgs) -> Result<()> {
     let (model, facts) = load(&a.model)?;
     let dims = crate::units::parse_dims(&a.dims).map_err(|e| anyhow::anyhow!(e))?;
+    let dims = crate::estimate::unpinned(&model, &dims)?;
     for k in dims.keys() {
         if !facts.symbols.declared.contains(k) {
             crate::usage_bail!(
@@ -74,6 +75,17 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
             s.symbols.join(", ")
         }
     ));
+    if !s.pinned_dims.is_empty() {
+        let d: Vec<String> = s
+            .pinned_dims
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        out.push_str(&format!(
+            "pinned     {}   (optimized there: its inputs are fixed at those sizes)\n",
+            d.join(" ")
+        ));
+    }
     for (title, ports) in [("inputs", &s.inputs), ("outputs", &s.outputs)] {
         out.push_str(&format!("\n{title}\n"));
         let mut t = Table::new(&["name", "type", "shape"], &[false, false, false]);

@@ -112,6 +112,24 @@ fn model_symbols(facts: &Facts) -> Vec<String> {
 }
 
 /// Every symbol must be given (the swept one by the sweep), and every given name must be a symbol.
+/// `dims` less those the model was pinned at ([`Model::pin_dims`]: an optimized file holds
+/// constants made at its dims, and its inputs are fixed there). A pinned dim given at another
+/// value is refused, naming both.
+pub fn unpinned(model: &Model, dims: &BTreeMap<String, i64>) -> Result<BTreeMap<String, i64>> {
+    let pinned = model.pinned_dims().map_err(|e| anyhow!(e))?;
+    let mut out = dims.clone();
+    for (k, &at) in &pinned {
+        match out.remove(k) {
+            Some(v) if v != at => crate::usage_bail!(
+                "--dim {k}={v}: the model was optimized at {k}={at} and holds constants made \
+                 there (its inputs are fixed at that size); optimize the original model at {k}={v}"
+            ),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
 pub(crate) fn check_dims(
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
@@ -316,17 +334,18 @@ pub fn estimate_model(
     facts: &Facts,
     req: &EstimateRequest,
 ) -> Result<EstimateOutcome> {
-    let facts = &*facts_at(model, facts, &req.dims)?;
+    let dims = &unpinned(model, &req.dims)?;
+    let facts = &*facts_at(model, facts, dims)?;
     check_inferred(facts, "estimate")?;
     check_dims(
         facts,
-        &req.dims,
+        dims,
         req.sweep.as_ref().map(|s| s.sym.as_str()),
         req.solve.as_deref(),
     )?;
     let an = Analysis::new(&model.graph, facts, &facts.order)?;
     if let Some(sw) = &req.sweep {
-        let report = sweep(model, &an, &req.dims, req.budget, sw)?;
+        let report = sweep(model, &an, dims, req.budget, sw)?;
         return Ok(EstimateOutcome::Sweep(Box::new(report)));
     }
     let opts = EstimateOptions {
@@ -335,13 +354,13 @@ pub fn estimate_model(
         live_limit: req.top,
         no_formula: false,
     };
-    let mut e = an.at(&req.dims, &opts)?;
+    let mut e = an.at(dims, &opts)?;
     if let Some(m) = e.max_fitting.as_mut() {
-        cap_to_accepted(model, &an, &req.dims, m)?;
+        cap_to_accepted(model, &an, dims, m)?;
     }
     let optimized = match (req.optimized, req.budget, &e.max_fitting) {
         (true, Some(b), Some(m)) => {
-            let mut rest = req.dims.clone();
+            let mut rest = dims.clone();
             rest.remove(&m.symbol);
             let start = m.value.unwrap_or(1);
             Some(crate::optimize::max_fitting_optimized(
@@ -433,6 +452,7 @@ fn cap_to_accepted(
 /// The exact peak at `dims` (every symbol given), by the symbolic peak formula over the graph's
 /// own order: what `estimate` reports as `peak_bytes` at those dims.
 pub fn peak_at(model: &Model, facts: &Facts, dims: &BTreeMap<String, i64>) -> Result<u64> {
+    let dims = &unpinned(model, dims)?;
     let facts = &*facts_at(model, facts, dims)?;
     check_inferred(facts, "estimate")?;
     check_dims(facts, dims, None, None)?;

@@ -387,6 +387,7 @@ pub fn optimize_model(
     }
     let req = &OptimizeRequest {
         budget: req.budget.or(req.device_budget),
+        dims: crate::estimate::unpinned(&model, &req.dims)?,
         ..req.clone()
     };
     let facts = &*crate::estimate::facts_at(&model, facts, &req.dims)?;
@@ -522,6 +523,7 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     }
     let (model, facts) = load(&a.model)?;
     let dims = parse_dims(&a.dims).map_err(|e| anyhow!(e))?;
+    let dims = crate::estimate::unpinned(&model, &dims)?;
     let facts = crate::estimate::facts_at(&model, &facts, &dims)?;
     check_inferred(&facts, "plan")?;
     crate::estimate::check_dims(&facts, &dims, None, None)?;

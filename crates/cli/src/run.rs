@@ -429,7 +429,7 @@ pub fn run_model(
     let g = &model.graph;
     // Dims from the given inputs' shapes, then the request's, feed the random inputs' shapes.
     let mut all_dims = bound_dims(g, &given);
-    for (k, v) in &req.dims {
+    for (k, v) in &crate::estimate::unpinned(model, &req.dims)? {
         if let Some(&have) = all_dims.get(k) {
             if have != *v {
                 crate::usage_bail!(

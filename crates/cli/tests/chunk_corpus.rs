@@ -714,3 +714,58 @@ fn regions_folded_into_a_scan_run_bit_identical() {
     // Half the peak leaves room for a second copy of a chunk's body: the default two lanes.
     assert!(laned >= 2, "only {laned} folded regions run in lanes");
 }
+
+/// A chunked model holds chunk bounds made at its dims, so the written file is pinned there: its
+/// inputs declare those sizes, `inspect` says so, the same `--dim` is taken and another refused
+/// naming both, and its estimate needs no dims.
+#[test]
+fn a_chunked_file_is_pinned_at_the_dims_it_was_chunked_at() {
+    let tmp = std::env::temp_dir().join(format!("memplan-pinned-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let model = repo().join("tests/corpus/models/of3_tri_att_start.legacy.onnx");
+    let m = model.to_str().unwrap();
+    let (o, p) = (tmp.join("pinned.onnx"), tmp.join("pinned.plan.json"));
+    let (o, p) = (o.to_str().unwrap(), p.to_str().unwrap());
+    let est = json_of(&["estimate", m, "--dim", "N=48", "--json"]);
+    let budget = (est["peak_bytes"].as_u64().unwrap() / 3).to_string();
+    let args = [
+        "optimize",
+        m,
+        "--dim",
+        "N=48",
+        "--budget",
+        &budget,
+        "--exact-work",
+        "0",
+        "-o",
+        o,
+        "--plan-out",
+        p,
+        "--json",
+    ];
+    let (code, rep) = json_and_status(&args);
+    assert!(code == 0 || code == 3, "exit status {code}");
+    assert!(
+        !rep["chunking"]["steps"].as_array().unwrap().is_empty(),
+        "the budget makes it chunk"
+    );
+    let ins = json_of(&["inspect", o, "--json"]);
+    assert_eq!(ins["pinned_dims"], serde_json::json!({"N": 48}));
+    assert_eq!(ins["symbols"], serde_json::json!([]));
+    let shape = ins["inputs"][0]["shape"].as_array().unwrap();
+    assert!(shape.iter().any(|d| d == "48"), "input shape {shape:?}");
+    // No dims needed, the pinned one taken at its value: the same estimate.
+    let free = json_of(&["estimate", o, "--json"]);
+    let same = json_of(&["estimate", o, "--dim", "N=48", "--json"]);
+    assert_eq!(free["peak_bytes"], same["peak_bytes"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(["run", o, "--plan", p, "--dim", "N=64", "--random"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--dim N=64") && err.contains("optimized at N=48"),
+        "{err}"
+    );
+}

@@ -579,7 +579,72 @@ impl Model {
             .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
             .map(|o| o.version)
     }
+
+    /// Fixes the symbolic dims that `dims` names at their values, in every type the main graph
+    /// declares (inputs, outputs, `value_info`), and records them under [`PINNED_DIMS_KEY`]. A
+    /// rewrite that holds constants made at `dims` (chunk bounds, shape values frozen there)
+    /// computes the model there only: the file then says so, a runtime refuses other shapes, and
+    /// its facts are constants. Symbols the inputs do not declare are left alone.
+    pub fn pin_dims(&mut self, dims: &BTreeMap<String, i64>) {
+        let mut pinned = self.pinned_dims().unwrap_or_default();
+        for v in &mut self.graph.values {
+            let Some(DeclType {
+                ty: TypeDecl::Tensor {
+                    shape: Some(shape), ..
+                },
+                ..
+            }) = &mut v.decl
+            else {
+                continue;
+            };
+            for e in shape {
+                if let DeclDim::Param(p) = &e.dim {
+                    if let Some(&x) = dims.get(p) {
+                        pinned.insert(p.clone(), x);
+                        e.dim = DeclDim::Value(x);
+                    }
+                }
+            }
+        }
+        if pinned.is_empty() {
+            return;
+        }
+        let text = pinned
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        self.metadata.retain(|(k, _)| k != PINNED_DIMS_KEY);
+        self.metadata.push((PINNED_DIMS_KEY.to_string(), text));
+    }
+
+    /// The dims the model was pinned at ([`Model::pin_dims`]): none when it records none, or an
+    /// error naming the entry that is not `NAME=VALUE`.
+    pub fn pinned_dims(&self) -> Result<BTreeMap<String, i64>, String> {
+        let mut out = BTreeMap::new();
+        let Some((_, text)) = self.metadata.iter().find(|(k, _)| k == PINNED_DIMS_KEY) else {
+            return Ok(out);
+        };
+        for item in text.split(',').filter(|s| !s.trim().is_empty()) {
+            let parsed = item
+                .split_once('=')
+                .and_then(|(k, v)| Some((k.trim(), v.trim().parse::<i64>().ok()?)))
+                .filter(|(k, _)| !k.is_empty());
+            let Some((k, v)) = parsed else {
+                return Err(format!(
+                    "metadata '{PINNED_DIMS_KEY}': '{}' is not NAME=VALUE",
+                    printable(item)
+                ));
+            };
+            out.insert(k.to_string(), v);
+        }
+        Ok(out)
+    }
 }
+
+/// The `metadata_props` key under which a model records the dims it was pinned at
+/// ([`Model::pin_dims`]), as `NAME=VALUE` entries joined by commas.
+pub const PINNED_DIMS_KEY: &str = "memplan.pinned_dims";
 
 /// A name as messages show it: control characters (a newline in a name from a malformed model)
 /// escaped, so that every message stays one line.
@@ -653,5 +718,54 @@ mod tests {
             g.validate().unwrap_err(),
             GraphError::DuplicateName { name: "x".into() }
         );
+    }
+
+    #[test]
+    fn pinned_dims_replace_the_symbols_and_read_back() {
+        let mut g = tiny();
+        let out = g.outputs[0];
+        g.values[out.index()].decl = Some(DeclType::tensor(
+            DataType::F32,
+            vec![DeclDim::Param("N".into()), DeclDim::Param("M".into())],
+        ));
+        let mut m = Model {
+            graph: g,
+            ..Model::default()
+        };
+        assert_eq!(m.pinned_dims().unwrap(), BTreeMap::new());
+        let dims = BTreeMap::from([("N".to_string(), 7), ("K".to_string(), 3)]);
+        m.pin_dims(&dims);
+        let dims_of = |v: ValueId| -> Vec<DeclDim> {
+            let (_, d) = m.graph.value(v).decl.as_ref().unwrap().as_tensor().unwrap();
+            d.unwrap().iter().map(|e| e.dim.clone()).collect()
+        };
+        assert_eq!(dims_of(m.graph.inputs[0]), vec![DeclDim::Value(7)]);
+        // A symbol `dims` does not name stays; one the model does not have is not recorded.
+        assert_eq!(
+            dims_of(out),
+            vec![DeclDim::Value(7), DeclDim::Param("M".into())]
+        );
+        assert_eq!(
+            m.pinned_dims().unwrap(),
+            BTreeMap::from([("N".to_string(), 7)])
+        );
+        // Pinning again keeps what was pinned before and records the key once.
+        m.pin_dims(&BTreeMap::from([("M".to_string(), 2)]));
+        assert_eq!(
+            m.pinned_dims().unwrap(),
+            BTreeMap::from([("M".to_string(), 2), ("N".to_string(), 7)])
+        );
+        assert_eq!(
+            m.metadata
+                .iter()
+                .filter(|(k, _)| k == PINNED_DIMS_KEY)
+                .count(),
+            1
+        );
+        m.metadata = vec![(PINNED_DIMS_KEY.into(), "N=7,M".into())];
+        assert!(m
+            .pinned_dims()
+            .unwrap_err()
+            .contains("'M' is not NAME=VALUE"));
     }
 }

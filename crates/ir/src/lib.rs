@@ -22,7 +22,7 @@ pub use dim::Expr;
 pub use dtype::DataType;
 pub use graph::{
     AttrValue, Attribute, DeclDim, DeclDimEntry, DeclType, Graph, GraphError, Model, Node, NodeId,
-    OpsetImport, SparseTensorData, TypeDecl, Value, ValueId, ValueKind,
+    OpsetImport, SparseTensorData, TypeDecl, Value, ValueId, ValueKind, PINNED_DIMS_KEY,
 };
 pub use infer::{
     infer_graph, infer_graph_with, infer_model, infer_model_at, infer_model_for, infer_model_with,

@@ -39,6 +39,10 @@ pub struct Summary {
     pub weight_bytes: u64,
     /// Symbols named by the graph inputs.
     pub symbols: Vec<String>,
+    /// Dims the model was pinned at ([`Model::pin_dims`]): an optimized file's symbols, now
+    /// constants. Empty when it records none or the record is malformed.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pinned_dims: BTreeMap<String, i64>,
     /// Symbols inference introduced (data-dependent sizes, unnamed input dims).
     pub symbols_introduced: Vec<NewSymbol>,
     /// Output dim names of the file proved equal to expressions of the input symbols.
@@ -120,6 +124,7 @@ pub fn summarize(model: &Model, facts: &Facts) -> Summary {
         weight_count: wc,
         weight_bytes: wb,
         symbols: facts.symbols.declared.clone(),
+        pinned_dims: model.pinned_dims().unwrap_or_default(),
         symbols_introduced: facts.symbols.introduced.clone(),
         aliases: facts.aliases.clone(),
         unsupported,

@@ -139,7 +139,8 @@ impl Default for ChunkOptions {
 /// What [`chunk_to_budget`] did.
 #[derive(Clone, Debug)]
 pub struct Chunked {
-    /// The rewritten model, nodes in topological order.
+    /// The rewritten model, nodes in topological order; pinned at the dims
+    /// ([`Model::pin_dims`]) when anything was rewritten, since its constants were made there.
     pub model: Model,
     /// Light values made again for each of their readers before chunking (see
     /// [`recompute_per_reader`](crate::remat::recompute_per_reader)).
@@ -582,6 +583,10 @@ pub fn chunk_to_budget(
                 }
             }
             let changed = !steps.is_empty() || remakes > 0;
+            if changed {
+                // What it holds was made at `dims`: it is pinned there.
+                cur.pin_dims(dims);
+            }
             return Ok(Chunked {
                 // Shape values stay symbolic when nothing was chunked.
                 model: if changed { cur } else { unfrozen },
@@ -732,24 +737,39 @@ mod tests {
         (name, out, dims)
     }
 
-    /// A rewritten model's facts are inferred at its dims, where every size is a constant; inferred
-    /// symbolically, the values assembled from slices of a symbolic axis are sums of clamped
-    /// widths.
+    /// A rewritten model is pinned at its dims: it declares no symbol, records the dims, and
+    /// every size is a constant whether it is inferred at the dims or as a file is; unpinned, the
+    /// values assembled from slices of a symbolic axis are sums of clamped widths.
     #[test]
-    fn a_rewritten_models_sizes_are_constants_at_its_dims() {
+    fn a_rewritten_model_is_pinned_at_its_dims() {
         let (name, out, dims) = chunked_tri_att_start();
-        let sizes = |f: &Facts| -> Vec<Expr> {
-            out.model
-                .graph
+        let sizes = |m: &Model, f: &Facts| -> Vec<Expr> {
+            m.graph
                 .value_ids()
                 .filter_map(|v| f.get(v).bytes())
                 .collect()
         };
-        let at = sizes(&rewritten_facts(&out.model, &dims).unwrap());
+        assert_eq!(out.model.pinned_dims().unwrap(), dims, "{name}");
+        let at = sizes(&out.model, &rewritten_facts(&out.model, &dims).unwrap());
         assert!(at.len() > out.model.graph.nodes.len() / 2);
         assert!(at.iter().all(Expr::is_const), "{name}");
-        let symbolic = sizes(&memplan_ir::infer_model(&out.model).unwrap());
-        assert!(symbolic.iter().any(|e| !e.is_const()), "{name}");
+        let as_file = memplan_ir::infer_model(&out.model).unwrap();
+        assert!(as_file.symbols.declared.is_empty(), "{name}");
+        assert_eq!(sizes(&out.model, &as_file), at, "{name}");
+        // The same graph with its inputs declared as the original's.
+        let (_, original, _) = corpus().into_iter().find(|(n, _, _)| *n == name).unwrap();
+        let mut unpinned = out.model.clone();
+        for &w in &original.graph.inputs {
+            let w = original.graph.value(w);
+            if let Some(v) = unpinned.graph.values.iter_mut().find(|v| v.name == w.name) {
+                v.decl = w.decl.clone();
+            }
+        }
+        let symbolic = memplan_ir::infer_model(&unpinned).unwrap();
+        assert!(
+            sizes(&unpinned, &symbolic).iter().any(|e| !e.is_const()),
+            "{name}"
+        );
     }
 
     /// The rewrite keeps names unique and leaves no value without a producer or a role.

@@ -480,8 +480,9 @@ fn chunk_and_plan(
         copts.budget = Some(target);
         let c = chunk_to_budget(model, dims, &copts)?;
         candidates += c.evaluated;
-        // The plan's facts are the ones a run of the written model infers (symbolic): it is checked
-        // against them, and what they prove (a `Concat` assembled in place) is what it may use.
+        // The chunked model is pinned at `dims` (its declared dims are constants there), so these
+        // are the facts a run of the written file infers: every size a constant, every `Concat`
+        // the point proves assembled in place.
         let facts = memplan_ir::infer_model_for(&c.model, dims)
             .map_err(|e| FitError::Infer(e.to_string()))?;
         let out = optimize(&c.model.graph, &facts, dims, &opts.plan)?;
