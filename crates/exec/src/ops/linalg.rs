@@ -1033,5 +1033,32 @@ mod tests {
             check_chunks("Einsum", &eq, &[&x, &yt], &[Some(1), None], 2, &cuts).unwrap();
             check_chunks("Einsum", &eq, &[&x, &yt], &[Some(0), Some(0)], 0, &cuts).unwrap();
         }
+
+        /// Gemm's record splits its rows and columns, `C` sliced where it has the axis and read
+        /// whole where it broadcasts, exactly as the kernel computes the whole, transposed or not.
+        #[test]
+        fn gemm_flow_matches_its_kernel(
+            m in 1usize..20, k in 1usize..30, n in 1usize..20, ta in any::<bool>(), tb in any::<bool>(),
+            c_kind in 0usize..4, cuts in prop::collection::vec(any::<usize>(), 0..4), seed in any::<u64>(),
+        ) {
+            let a = if ta { [k, m] } else { [m, k] };
+            let b = if tb { [n, k] } else { [k, n] };
+            let a = t_f32(&a, &rand_f32(m * k, seed));
+            let b = t_f32(&b, &rand_f32(k * n, seed + 1));
+            let c_shape: &[usize] = match c_kind { 0 => &[m, n], 1 => &[n], 2 => &[m, 1], _ => &[1] };
+            let c = t_f32(c_shape, &rand_f32(c_shape.iter().product(), seed + 2));
+            let attrs = [
+                ("transA", AttrValue::Int(ta as i64)),
+                ("transB", AttrValue::Int(tb as i64)),
+                ("alpha", AttrValue::Float(0.75)),
+                ("beta", AttrValue::Float(1.5)),
+            ];
+            for out_axis in 0..2 {
+                let axes = flow_axes("Gemm", &attrs, &[&a, &b, &c], out_axis).unwrap();
+                check_chunks("Gemm", &attrs, &[&a, &b, &c], &axes, out_axis, &cuts).unwrap();
+                let two = flow_axes("Gemm", &attrs, &[&a, &b], out_axis).unwrap();
+                check_chunks("Gemm", &attrs, &[&a, &b], &two, out_axis, &cuts).unwrap();
+            }
+        }
     }
 }

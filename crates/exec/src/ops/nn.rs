@@ -1245,5 +1245,48 @@ mod tests {
             check_chunks("AveragePool", &k, &[&x], &[Some(1)], 1, &cuts).unwrap();
             check_chunks("GlobalAveragePool", &[], &[&x], &[Some(1)], 1, &cuts).unwrap();
         }
+
+        /// Each layer's record splits the axes it says (batch, channels, spatial) and no other,
+        /// and running the kernel on the slices its flow gives is exactly the slice of the whole.
+        #[test]
+        fn layer_flows_match_their_kernels(
+            n in 1usize..3, c in 2usize..5, h in 2usize..6, wd in 2usize..6,
+            cuts in prop::collection::vec(any::<usize>(), 0..3), seed in any::<u64>(),
+        ) {
+            let x = t_f32(&[n, c, h, wd], &rand_f32(n * c * h * wd, seed));
+            let per_c = |k: u64, lo: f32| {
+                let v: Vec<f32> = rand_f32(c, seed + k).iter().map(|v| v.abs() + lo).collect();
+                t_f32(&[c], &v)
+            };
+            let (scale, bias, mean, var) = (per_c(1, 0.5), per_c(2, 0.0), per_c(3, 0.0), per_c(4, 0.1));
+            let group = t_f32(&[c], &[1.0; 8][..c]);
+            let k2 = || ("kernel_shape", AttrValue::Ints(vec![2, 2]));
+            // (op, attrs, inputs, the output axes its flow splits)
+            let cases: Vec<(&str, Vec<(&str, AttrValue)>, Vec<&crate::tensor::Tensor>, Vec<usize>)> = vec![
+                ("BatchNormalization", vec![], vec![&x, &scale, &bias, &mean, &var], vec![0, 1, 2, 3]),
+                ("InstanceNormalization", vec![], vec![&x, &scale, &bias], vec![0, 1]),
+                ("GroupNormalization", vec![("num_groups", AttrValue::Int(1))], vec![&x, &group, &group], vec![0]),
+                ("MaxPool", vec![k2()], vec![&x], vec![0, 1]),
+                ("AveragePool", vec![k2(), ("ceil_mode", AttrValue::Int(1))], vec![&x], vec![0, 1]),
+                ("LpPool", vec![k2()], vec![&x], vec![0, 1]),
+                ("GlobalAveragePool", vec![], vec![&x], vec![0, 1]),
+                ("GlobalMaxPool", vec![], vec![&x], vec![0, 1]),
+                ("GlobalLpPool", vec![], vec![&x], vec![0, 1]),
+                ("LRN", vec![("size", AttrValue::Int(3))], vec![&x], vec![0, 2, 3]),
+                ("LpNormalization", vec![("axis", AttrValue::Int(1))], vec![&x], vec![0, 2, 3]),
+                ("MeanVarianceNormalization", vec![], vec![&x], vec![1]),
+                ("Swish", vec![], vec![&x], vec![0, 1, 2, 3]),
+                ("Dropout", vec![], vec![&x], vec![0, 1, 2, 3]),
+            ];
+            for (op, attrs, ins, split) in &cases {
+                for out_axis in 0..4 {
+                    let axes = flow_axes(op, attrs, ins, out_axis);
+                    prop_assert_eq!(axes.is_some(), split.contains(&out_axis), "{} axis {}", op, out_axis);
+                    if let Some(axes) = axes {
+                        check_chunks(op, attrs, ins, &axes, out_axis, &cuts).unwrap();
+                    }
+                }
+            }
+        }
     }
 }

@@ -17,7 +17,9 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("MatMul", TWO, matmul, MATMUL_MEM)
         .flow(matmul_flow)
         .contracted(matmul_k),
-    OpDef::new("Gemm", (2, 3), gemm, MATMUL_MEM).contracted(gemm_k),
+    OpDef::new("Gemm", (2, 3), gemm, MATMUL_MEM)
+        .flow(gemm_flow)
+        .contracted(gemm_k),
     OpDef::new("Einsum", (1, usize::MAX), einsum, EINSUM_MEM)
         .flow(axes::einsum)
         .contracted(einsum_k),
@@ -89,6 +91,35 @@ fn matmul_flow(
     flows.push(AxisFlow::Split(vec![Some(a.len() - 2), None]));
     flows.push(AxisFlow::Split(vec![None, Some(b.len() - 1)]));
     Some(vec![flows])
+}
+
+/// Gemm: output rows from A's rows (its columns with `transA`), output columns from B's columns
+/// (its rows with `transB`); `C` is sliced along the axis it has there and read whole where it
+/// broadcasts. (The executor's product computes each element the same way whatever rows or
+/// columns it is asked for, then `alpha * AB + beta * C` per element.)
+fn gemm_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let (a, b) = (in_shape(inputs, 0)?, in_shape(inputs, 1)?);
+    if a.len() != 2 || b.len() != 2 || out_rank(outputs, 0)? != 2 {
+        return None;
+    }
+    let trans = |name: &str| axes::attr_int(node, name, 0) != 0;
+    let c = in_shape(inputs, 2);
+    let c_axis = |o: usize| -> Option<usize> {
+        let c = c?;
+        let k = o.checked_sub(2usize.checked_sub(c.len())?)?;
+        (c[k] != Expr::one()).then_some(k)
+    };
+    let mut rows = vec![Some(usize::from(trans("transA"))), None];
+    let mut cols = vec![None, Some(usize::from(!trans("transB")))];
+    if inputs.len() > 2 {
+        rows.push(c_axis(0));
+        cols.push(c_axis(1));
+    }
+    Some(vec![vec![AxisFlow::Split(rows), AxisFlow::Split(cols)]])
 }
 
 /// A new output plus the executor's scratch (see [`matmul_scratch`], [`einsum_scratch`]).

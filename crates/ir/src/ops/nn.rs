@@ -7,6 +7,7 @@ use crate::dim::Expr;
 use crate::dtype::DataType;
 use crate::infer::{invalid, Fact, InferCtx, OpError};
 
+use super::axes::AxisFlow;
 use super::{is_half, numel, Mem, OpDef, ONE, THREE};
 use crate::graph::{AttrValue, Node};
 
@@ -16,45 +17,50 @@ pub const DEFS: &[OpDef] = &[
         (5, 5),
         batch_norm,
         with_scratch(batch_norm_scratch),
-    ),
+    )
+    .flow(batch_norm_flow),
     OpDef::new(
         "InstanceNormalization",
         THREE,
         same_as_input,
         with_scratch(widened_scratch),
-    ),
-    OpDef::new("GroupNormalization", THREE, same_as_input, Mem::NEW),
+    )
+    .flow(instance_norm_flow),
+    OpDef::new("GroupNormalization", THREE, same_as_input, Mem::NEW).flow(group_norm_flow),
     OpDef::new("Conv", (2, 3), conv, with_scratch(conv_scratch))
         .flow(conv_flow)
         .contracted(conv_k),
-    OpDef::new("MaxPool", ONE, pool, with_scratch(widened_scratch)),
-    OpDef::new("AveragePool", ONE, pool, with_scratch(widened_scratch)),
-    OpDef::new("LpPool", ONE, pool, with_scratch(widened_scratch)),
+    OpDef::new("MaxPool", ONE, pool, with_scratch(widened_scratch)).flow(pool_flow),
+    OpDef::new("AveragePool", ONE, pool, with_scratch(widened_scratch)).flow(pool_flow),
+    OpDef::new("LpPool", ONE, pool, with_scratch(widened_scratch)).flow(pool_flow),
     OpDef::new(
         "GlobalAveragePool",
         ONE,
         global_pool,
         with_scratch(widened_scratch),
-    ),
+    )
+    .flow(pool_flow),
     OpDef::new(
         "GlobalMaxPool",
         ONE,
         global_pool,
         with_scratch(widened_scratch),
-    ),
+    )
+    .flow(pool_flow),
     OpDef::new(
         "GlobalLpPool",
         ONE,
         global_pool,
         with_scratch(widened_scratch),
-    ),
+    )
+    .flow(pool_flow),
     // Inputs: data, ratio, training_mode (opset 12+).
-    OpDef::new("Dropout", (1, 3), dropout, Mem::NEW),
+    OpDef::new("Dropout", (1, 3), dropout, Mem::NEW).flow(dropout_flow),
     // Computed per element in f64 (exec `kernels::scalar_norm`): no scratch.
-    OpDef::new("LpNormalization", ONE, same_float, Mem::NEW),
-    OpDef::new("LRN", ONE, same_as_input, Mem::NEW),
-    OpDef::new("MeanVarianceNormalization", ONE, same_float, Mem::NEW),
-    OpDef::new("Swish", ONE, same_float, Mem::NEW),
+    OpDef::new("LpNormalization", ONE, same_float, Mem::NEW).flow(lp_norm_flow),
+    OpDef::new("LRN", ONE, same_as_input, Mem::NEW).flow(lrn_flow),
+    OpDef::new("MeanVarianceNormalization", ONE, same_float, Mem::NEW).flow(mvn_flow),
+    OpDef::new("Swish", ONE, same_float, Mem::NEW).flow(super::axes::first_input),
     // Gathers in f64 (exec `kernels::conv_transpose`): no scratch.
     OpDef::new("ConvTranspose", (2, 3), conv_transpose, Mem::NEW),
     OpDef::new("Col2Im", THREE, col2im, Mem::NEW),
@@ -472,6 +478,155 @@ fn conv_flow(
         }
     }));
     Some(vec![flows])
+}
+
+/// Output axis `o` of a layer over `[N, C, spatial...]`: input 0's axis `o`, and each other input
+/// `k` (a `[C]` scale, bias, mean or variance) its axis 0 when `o` is the channel axis and
+/// `per_channel` says so (read whole where its extent is 1), whole otherwise.
+fn layer_axis(inputs: &[Option<&Fact>], o: usize, per_channel: bool) -> AxisFlow {
+    let mut v = vec![None; inputs.len().max(1)];
+    v[0] = Some(o);
+    if o == 1 && per_channel {
+        for (k, slot) in v.iter_mut().enumerate().skip(1) {
+            let s = super::axes::in_shape(inputs, k);
+            *slot = s.filter(|s| s.len() == 1 && s[0] != Expr::one()).map(|_| 0);
+        }
+    }
+    AxisFlow::Split(v)
+}
+
+/// The flow of a layer over `[N, C, spatial...]` (rank 2 or more): the batch always splits, the
+/// channels where `channels` (with the per-channel inputs as `per_channel` says), the spatial axes
+/// where `spatial`; the others are mixed.
+fn layer_flow(
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+    channels: bool,
+    per_channel: bool,
+    spatial: bool,
+) -> Option<Vec<AxisFlow>> {
+    let r0 = super::axes::out_rank(outputs, 0)?;
+    if r0 < 2 || super::axes::in_shape(inputs, 0)?.len() != r0 {
+        return None;
+    }
+    Some(
+        (0..r0)
+            .map(|o| match o {
+                0 => layer_axis(inputs, 0, false),
+                1 if channels => layer_axis(inputs, 1, per_channel),
+                d if d >= 2 && spatial => layer_axis(inputs, d, false),
+                _ => AxisFlow::Mixed,
+            })
+            .collect(),
+    )
+}
+
+/// Whether the node writes an output past its first (`MaxPool`'s `Indices`, a training
+/// `BatchNormalization`'s running statistics).
+fn more_outputs(node: &Node) -> bool {
+    node.outputs.iter().skip(1).any(Option::is_some)
+}
+
+/// BatchNormalization at inference: every element is `(x - mean[c]) / sqrt(var[c] + eps) * scale[c]
+/// + bias[c]`, so every axis splits, the channels with their slices of the four `[C]` inputs. In
+/// training mode the statistics are over the batch and spatial axes: no flow.
+fn batch_norm_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let training = matches!(node.attr("training_mode"), Some(AttrValue::Int(t)) if *t != 0);
+    if training || more_outputs(node) {
+        return None;
+    }
+    Some(vec![layer_flow(inputs, outputs, true, true, true)?])
+}
+
+/// InstanceNormalization: statistics per batch entry and channel over the spatial axes.
+fn instance_norm_flow(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    Some(vec![layer_flow(inputs, outputs, true, true, false)?])
+}
+
+/// GroupNormalization: statistics per batch entry over groups of channels and the spatial axes.
+fn group_norm_flow(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    Some(vec![layer_flow(inputs, outputs, false, false, false)?])
+}
+
+/// Pools: each output channel of each batch entry pools its own input plane; a window mixes the
+/// spatial axes. A `MaxPool` that writes `Indices` (flat positions in the whole input) has no flow.
+fn pool_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    if more_outputs(node) {
+        return None;
+    }
+    Some(vec![layer_flow(inputs, outputs, true, false, false)?])
+}
+
+/// LRN: a window across the channels of one position.
+fn lrn_flow(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    Some(vec![layer_flow(inputs, outputs, false, false, true)?])
+}
+
+/// LpNormalization: the norm along `axis`.
+fn lp_norm_flow(
+    node: &Node,
+    _inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    use super::axes::{attr_int, norm, out_rank, pass_through};
+    let r0 = out_rank(outputs, 0)?;
+    let axis = norm(attr_int(node, "axis", -1), r0)?;
+    Some(vec![pass_through(1, r0, &[axis])])
+}
+
+/// MeanVarianceNormalization: statistics over `axes` (`[0, 2, 3]` by default).
+fn mvn_flow(
+    node: &Node,
+    _inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    use super::axes::{attr_ints, norm, out_rank, pass_through};
+    let r0 = out_rank(outputs, 0)?;
+    let axes = attr_ints(node, "axes").unwrap_or_else(|| vec![0, 2, 3]);
+    let mixed = axes
+        .iter()
+        .map(|&a| norm(a, r0))
+        .collect::<Option<Vec<usize>>>()?;
+    Some(vec![pass_through(1, r0, &mixed)])
+}
+
+/// Dropout without `training_mode` is the identity (its mask all true): every output follows the
+/// data, the ratio read whole. With `training_mode` its mask may be drawn: no flow.
+fn dropout_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    use super::axes::{out_rank, pass_through};
+    if node.inputs.get(2).is_some_and(Option::is_some) {
+        return None;
+    }
+    let r0 = out_rank(outputs, 0)?;
+    Some(
+        (0..outputs.len())
+            .map(|_| pass_through(inputs.len(), r0, &[]))
+            .collect(),
+    )
 }
 
 fn conv(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""torchvision's classification CNNs (a package the corpus does not use) with a symbolic batch, both
+torch exporters, random weights: the lowest plan (`memplan optimize --budget lowest`) at --batch, and
+another memplan build's (`--base`, e.g. one from before a change) side by side.
+
+Per model and export: the estimated peak, the floor (and what holds it up), the lowest planned peak
+(and the base build's), measured = planned, outputs bit-identical to the unoptimized run, and the
+median whole-process wall time of the unoptimized and the planned run over --repeat alternating runs
+(2 threads).
+
+Needs `pip install torch torchvision onnxscript`. Prints a markdown table.
+
+Usage: .venv/bin/python bench/torchvision_cnns.py [--memplan target/release/memplan] [--base OTHER/memplan]
+       [--repeat 3] [--batch 16] [--img 224] [--models resnet18 googlenet ...]
+"""
+
+import argparse
+import os
+import statistics
+
+import numpy as np
+
+from benchcli import js, sh, timed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIB = 1024 * 1024
+MODELS = ["resnet18", "googlenet", "squeezenet1_1", "mobilenet_v3_small", "densenet121", "alexnet"]
+
+
+def export(name, img, work):
+    """Both exports of torchvision model `name` with its batch axis named B; returns their paths."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    kw = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
+    m = getattr(torchvision.models, name)(weights=None, **kw).eval()
+    x = torch.randn(2, 3, img, img)
+    paths = {}
+    for variant in ("dynamo", "legacy"):
+        p = os.path.join(work, f"{name}.{variant}.onnx")
+        if not os.path.exists(p):
+            with torch.no_grad():
+                if variant == "legacy":
+                    torch.onnx.export(m, (x,), p, dynamo=False, opset_version=17, input_names=["x"],
+                                      output_names=["y"], dynamic_axes={"x": {0: "B"}, "y": {0: "B"}})
+                else:
+                    batch = torch.export.Dim("B", min=1, max=4096)
+                    torch.onnx.export(m, (x,), dynamo=True, input_names=["x"], output_names=["y"],
+                                      dynamic_shapes={"x": {0: batch}}).save(p)
+        paths[variant] = p
+    return paths
+
+
+def lowest(memplan, model, dims, out):
+    return js([memplan, "optimize", model, *dims, "--budget", "lowest", "-o", out + ".onnx",
+               "--plan-out", out + ".json", "--json"], ok=(0, 3))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
+    ap.add_argument("--base", default=None)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--img", type=int, default=224)
+    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap.add_argument("--work", default=os.path.join(ROOT, "target", "torchvision_cnns"))
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    m, w = a.memplan, a.work
+    print(f"B={a.batch}, {a.img} x {a.img}, `--budget lowest`, 2 threads, median of {a.repeat} alternating runs\n")
+    print("| model | export | peak unoptimized | floor (held by) | lowest planned (x) | base build's lowest | "
+          "measured = planned | bit-identical | wall s, unoptimized / lowest |")
+    print("|---|---|---:|---|---:|---:|---|---|---|")
+    for name in a.models:
+        for variant, model in export(name, a.img, w).items():
+            stem = os.path.join(w, f"{name}.{variant}")
+            x = np.random.default_rng(0).standard_normal((a.batch, 3, a.img, a.img), dtype=np.float32)
+            inputs = stem + f".in{a.batch}.npz"
+            np.savez(inputs, x=x)
+            dims = ["--dim", f"B={a.batch}"]
+            ref = stem + ".ref.npz"
+            sh([m, "run", model, "--inputs-npz", inputs, "--out", ref, "--threads", "2"])
+            rep = lowest(m, model, dims, stem + ".lowest")
+            before, after = rep["peak_bytes_before"], rep["peak_bytes_after"]
+            base = "-"
+            if a.base:
+                base = f"{lowest(a.base, model, dims, stem + '.base')['peak_bytes_after'] / MIB:.1f} MiB"
+            run = [m, "run", stem + ".lowest.onnx", "--plan", stem + ".lowest.json", "--inputs-npz", inputs,
+                   "--threads", "2", "--compare", ref, "--exact", "--json"]
+            got = js(run, ok=(0, 1))
+            same = got.get("compared") and not got.get("mismatches")
+            tu, tp = [], []
+            for _ in range(a.repeat):
+                tu.append(timed([m, "run", model, "--inputs-npz", inputs, "--threads", "2", "--json"]))
+                tp.append(timed(run))
+            fl = rep["floor"]
+            held = fl.get("held_by", "")
+            print(f"| {name} | {variant} | {before / MIB:.1f} MiB | {fl['bytes'] / MIB:.1f} MiB ({held}) "
+                  f"| {after / MIB:.1f} MiB ({after / before:.3f}) | {base} "
+                  f"| {'yes' if got['peak_bytes'] == after else 'NO'} | {'yes' if same else 'NO'} "
+                  f"| {statistics.median(tu):.2f} / {statistics.median(tp):.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
