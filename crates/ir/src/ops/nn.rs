@@ -527,9 +527,10 @@ fn more_outputs(node: &Node) -> bool {
     node.outputs.iter().skip(1).any(Option::is_some)
 }
 
-/// BatchNormalization at inference: every element is `(x - mean[c]) / sqrt(var[c] + eps) * scale[c]
-/// + bias[c]`, so every axis splits, the channels with their slices of the four `[C]` inputs. In
-/// training mode the statistics are over the batch and spatial axes: no flow.
+/// BatchNormalization at inference: element `x` of channel `c` becomes
+/// `(x - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c]`, so every axis splits, the channels
+/// with their slices of the four `[C]` inputs. In training mode the statistics are over the batch
+/// and spatial axes: no flow.
 fn batch_norm_flow(
     node: &Node,
     inputs: &[Option<&Fact>],
