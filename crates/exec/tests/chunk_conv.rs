@@ -63,6 +63,43 @@ fn conv_model(k1: u64, k2: u64, mid: u64) -> Model {
     }
 }
 
+/// An inverted residual block as MobileNet's: x [B, 4, H, W] -> 1x1 Conv to `mid` channels -> Relu
+/// -> depthwise 3x3 Conv (`mid` groups, stride 2, padding 1) -> Relu -> 1x1 Conv to 4 -> y. The
+/// depthwise convolution mixes channels and rows; every node passes the batch.
+fn inverted_residual(mid: u64) -> Model {
+    let mut g = Graph::default();
+    let dim = |s: &str| DeclDim::Param(s.into());
+    let x = g.add_input(
+        "x",
+        DeclType::tensor(
+            DataType::F32,
+            vec![dim("B"), DeclDim::Value(4), dim("H"), dim("W")],
+        ),
+    );
+    let w1 = g.add_initializer(weights("w1", &[mid, 4, 1, 1]));
+    let wd = g.add_initializer(weights("wd", &[mid, 1, 3, 3]));
+    let w3 = g.add_initializer(weights("w3", &[4, mid, 1, 1]));
+    let (_, a) = g.add_node("expand", "Conv", &[Some(x), Some(w1)], &["a"], vec![]);
+    let (_, r) = g.add_node("relu1", "Relu", &[Some(a[0])], &["r"], vec![]);
+    let depthwise = vec![
+        ints("pads", &[1, 1, 1, 1]),
+        ints("strides", &[2, 2]),
+        Attribute {
+            name: "group".into(),
+            value: AttrValue::Int(mid as i64),
+            doc: String::new(),
+        },
+    ];
+    let (_, d) = g.add_node("dw", "Conv", &[Some(r[0]), Some(wd)], &["d"], depthwise);
+    let (_, r2) = g.add_node("relu2", "Relu", &[Some(d[0])], &["r2"], vec![]);
+    let (_, y) = g.add_node("project", "Conv", &[Some(r2[0]), Some(w3)], &["y"], vec![]);
+    g.outputs.push(y[0]);
+    Model {
+        graph: g,
+        ..Model::default()
+    }
+}
+
 /// A step as "NODES nodes FIRST..LAST, extent E".
 fn describe(s: &memplan_plan::chunk::ChunkStep) -> String {
     format!(
@@ -193,4 +230,16 @@ fn a_large_convs_scratch_is_one_tile_and_the_estimate_is_measured() {
     assert_eq!(planned.peak_bytes, out.report.peak_bytes_after);
     assert_eq!(planned.outputs[0].1.bytes(), plain.outputs[0].1.bytes());
     assert!(out.report.peak_bytes_after < 288 * 200 * 200 * 4);
+}
+
+/// The peak is the expansion's output, whose channels and rows are larger than its batch; only the
+/// batch passes the depthwise convolution, so it is tried too.
+#[test]
+fn the_batch_is_tried_when_it_is_the_seeds_smallest_axis() {
+    let steps = check(
+        &inverted_residual(16),
+        &[("B", 3), ("H", 12), ("W", 12)],
+        &[3, 4, 12, 12],
+    );
+    assert!(split_at(&steps, 3), "{steps:?}");
 }

@@ -326,8 +326,10 @@ fn candidates(
             })
             .collect();
         // Largest extent first; among equal extents the outer axis, whose slices are contiguous.
+        // Every axis the seed passes is tried: the smallest may be the only one the nodes after
+        // it pass (a batch through a depthwise convolution, which mixes its channels and rows).
         seed_axes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        for &(extent, axis) in seed_axes.iter().take(3) {
+        for &(extent, axis) in &seed_axes {
             let growth = region::grow(
                 g,
                 base.facts,
