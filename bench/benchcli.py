@@ -1,5 +1,6 @@
-"""Helpers the plan benches share: running the memplan binary, reading its JSON, and timing two
-planned runs side by side (alternating, medians), as BENCHMARKS.md reports them."""
+"""Helpers the plan benches share: running the memplan binary, reading its JSON, timing two planned
+runs side by side (alternating, medians), and a model's lowest plan against its unoptimized run, as
+BENCHMARKS.md reports them."""
 
 import json
 import statistics
@@ -36,3 +37,37 @@ def planned_time_ratio(memplan, a, b, extra, repeat):
             acc.append(timed([memplan, "run", f"{base}.onnx", "--plan", f"{base}.json", *extra,
                               "--threads", "2", "--json"]))
     return statistics.median(ta) / statistics.median(tb)
+
+
+def lowest_against_whole(memplan, base, model, inputs, dims, stem, repeat):
+    """`memplan optimize --budget lowest` of `model` at `dims` (flags), written to STEM.lowest.onnx
+    and .json, and `base`'s (another build, or None) to STEM.base.*; the planned run compared bit
+    for bit with the unoptimized one (its outputs written to STEM.ref.npz) on `inputs` (an npz), and
+    both timed, whole process, `repeat` alternating runs, 2 threads.
+
+    Returns a dict: `report` (optimize's JSON), `base_peak` (base's planned peak, or None), `exact`
+    (measured = planned), `same` (outputs bit-identical), `wall` (median seconds: unoptimized, lowest).
+    """
+    ref = stem + ".ref.npz"
+    sh([memplan, "run", model, "--inputs-npz", inputs, "--out", ref, "--threads", "2"])
+
+    def lowest(binary, out):
+        return js([binary, "optimize", model, *dims, "--budget", "lowest", "-o", out + ".onnx",
+                   "--plan-out", out + ".json", "--json"], ok=(0, 3))
+
+    rep = lowest(memplan, stem + ".lowest")
+    base_peak = lowest(base, stem + ".base")["peak_bytes_after"] if base else None
+    run = [memplan, "run", stem + ".lowest.onnx", "--plan", stem + ".lowest.json", "--inputs-npz", inputs,
+           "--threads", "2", "--compare", ref, "--exact", "--json"]
+    got = js(run, ok=(0, 1))
+    tu, tp = [], []
+    for _ in range(repeat):
+        tu.append(timed([memplan, "run", model, "--inputs-npz", inputs, "--threads", "2", "--json"]))
+        tp.append(timed(run))
+    return {
+        "report": rep,
+        "base_peak": base_peak,
+        "exact": got["peak_bytes"] == rep["peak_bytes_after"],
+        "same": bool(got.get("compared")) and not got.get("mismatches"),
+        "wall": (statistics.median(tu), statistics.median(tp)),
+    }

@@ -15,11 +15,10 @@ Usage: .venv/bin/python bench/timm_convs.py [--memplan target/release/memplan] [
 
 import argparse
 import os
-import statistics
 
 import numpy as np
 
-from benchcli import js, sh, timed
+from benchcli import lowest_against_whole
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 1024 * 1024
@@ -48,12 +47,6 @@ def export(name, img, work):
     return inputs, paths
 
 
-def lowest(memplan, model, out):
-    rep = js([memplan, "optimize", model, "--budget", "lowest", "-o", out + ".onnx", "--plan-out",
-              out + ".json", "--json"], ok=(0, 3))
-    return rep
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
@@ -71,26 +64,14 @@ def main():
     for name in a.models:
         inputs, paths = export(name, a.img, w)
         for variant, model in paths.items():
-            ref = os.path.join(w, f"{name}.{variant}.ref.npz")
-            sh([m, "run", model, "--inputs-npz", inputs, "--out", ref, "--threads", "2"])
-            out = os.path.join(w, f"{name}.{variant}.lowest")
-            rep = lowest(m, model, out)
+            r = lowest_against_whole(m, a.base, model, inputs, [], os.path.join(w, f"{name}.{variant}"), a.repeat)
+            rep = r["report"]
             before, after = rep["peak_bytes_before"], rep["peak_bytes_after"]
-            base = "-"
-            if a.base:
-                base = f"{lowest(a.base, model, out + '.base')['peak_bytes_after'] / MIB:.1f} MiB"
-            run = [m, "run", out + ".onnx", "--plan", out + ".json", "--inputs-npz", inputs, "--threads", "2",
-                   "--compare", ref, "--exact", "--json"]
-            got = js(run, ok=(0, 1))
-            same = got.get("compared") and not got.get("mismatches")
-            tu, tp = [], []
-            for _ in range(a.repeat):
-                tu.append(timed([m, "run", model, "--inputs-npz", inputs, "--threads", "2", "--json"]))
-                tp.append(timed(run))
+            base = "-" if r["base_peak"] is None else f"{r['base_peak'] / MIB:.1f} MiB"
             print(f"| {name} | {variant} | {before / MIB:.1f} MiB | {rep['floor']['bytes'] / MIB:.1f} MiB "
                   f"| {after / MIB:.1f} MiB ({after / before:.3f}) | {base} "
-                  f"| {'yes' if got['peak_bytes'] == after else 'NO'} | {'yes' if same else 'NO'} "
-                  f"| {statistics.median(tu):.2f} / {statistics.median(tp):.2f} |", flush=True)
+                  f"| {'yes' if r['exact'] else 'NO'} | {'yes' if r['same'] else 'NO'} "
+                  f"| {r['wall'][0]:.2f} / {r['wall'][1]:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,10 @@ Usage: .venv/bin/python bench/torchvision_cnns.py [--memplan target/release/memp
 
 import argparse
 import os
-import statistics
 
 import numpy as np
 
-from benchcli import js, sh, timed
+from benchcli import lowest_against_whole
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 1024 * 1024
@@ -52,11 +51,6 @@ def export(name, img, work):
     return paths
 
 
-def lowest(memplan, model, dims, out):
-    return js([memplan, "optimize", model, *dims, "--budget", "lowest", "-o", out + ".onnx",
-               "--plan-out", out + ".json", "--json"], ok=(0, 3))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
@@ -79,28 +73,15 @@ def main():
             x = np.random.default_rng(0).standard_normal((a.batch, 3, a.img, a.img), dtype=np.float32)
             inputs = stem + f".in{a.batch}.npz"
             np.savez(inputs, x=x)
-            dims = ["--dim", f"B={a.batch}"]
-            ref = stem + ".ref.npz"
-            sh([m, "run", model, "--inputs-npz", inputs, "--out", ref, "--threads", "2"])
-            rep = lowest(m, model, dims, stem + ".lowest")
+            r = lowest_against_whole(m, a.base, model, inputs, ["--dim", f"B={a.batch}"], stem, a.repeat)
+            rep = r["report"]
             before, after = rep["peak_bytes_before"], rep["peak_bytes_after"]
-            base = "-"
-            if a.base:
-                base = f"{lowest(a.base, model, dims, stem + '.base')['peak_bytes_after'] / MIB:.1f} MiB"
-            run = [m, "run", stem + ".lowest.onnx", "--plan", stem + ".lowest.json", "--inputs-npz", inputs,
-                   "--threads", "2", "--compare", ref, "--exact", "--json"]
-            got = js(run, ok=(0, 1))
-            same = got.get("compared") and not got.get("mismatches")
-            tu, tp = [], []
-            for _ in range(a.repeat):
-                tu.append(timed([m, "run", model, "--inputs-npz", inputs, "--threads", "2", "--json"]))
-                tp.append(timed(run))
+            base = "-" if r["base_peak"] is None else f"{r['base_peak'] / MIB:.1f} MiB"
             fl = rep["floor"]
-            held = fl.get("held_by", "")
-            print(f"| {name} | {variant} | {before / MIB:.1f} MiB | {fl['bytes'] / MIB:.1f} MiB ({held}) "
+            print(f"| {name} | {variant} | {before / MIB:.1f} MiB | {fl['bytes'] / MIB:.1f} MiB ({fl.get('held_by', '')}) "
                   f"| {after / MIB:.1f} MiB ({after / before:.3f}) | {base} "
-                  f"| {'yes' if got['peak_bytes'] == after else 'NO'} | {'yes' if same else 'NO'} "
-                  f"| {statistics.median(tu):.2f} / {statistics.median(tp):.2f} |", flush=True)
+                  f"| {'yes' if r['exact'] else 'NO'} | {'yes' if r['same'] else 'NO'} "
+                  f"| {r['wall'][0]:.2f} / {r['wall'][1]:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

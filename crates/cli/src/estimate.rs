@@ -111,7 +111,6 @@ fn model_symbols(facts: &Facts) -> Vec<String> {
     v
 }
 
-/// Every symbol must be given (the swept one by the sweep), and every given name must be a symbol.
 /// `dims` less those the model was pinned at ([`Model::pin_dims`]: an optimized file holds
 /// constants made at its dims, and its inputs are fixed there). A pinned dim given at another
 /// value is refused, naming both.
@@ -130,6 +129,7 @@ pub fn unpinned(model: &Model, dims: &BTreeMap<String, i64>) -> Result<BTreeMap<
     Ok(out)
 }
 
+/// Every symbol must be given (the swept one by the sweep), and every given name must be a symbol.
 pub(crate) fn check_dims(
     facts: &Facts,
     dims: &BTreeMap<String, i64>,

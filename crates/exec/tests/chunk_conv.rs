@@ -26,18 +26,23 @@ fn weights(name: &str, shape: &[u64]) -> TensorData {
     TensorData::from_f32(name, shape.to_vec(), &v)
 }
 
-/// x [B, 4, H, W] -> a = Conv (k1 x k1, `mid` filters, bias) -> Relu(a) * Sigmoid(a) -> Conv
-/// (k2 x k2, 4 filters) -> y. A 1x1 kernel has no padding, a 3x3 one padding 1.
-fn conv_model(k1: u64, k2: u64, mid: u64) -> Model {
-    let mut g = Graph::default();
+/// The graph input `x`, `[B, 4, H, W]`.
+fn image_input(g: &mut Graph) -> memplan_ir::ValueId {
     let dim = |s: &str| DeclDim::Param(s.into());
-    let x = g.add_input(
+    g.add_input(
         "x",
         DeclType::tensor(
             DataType::F32,
             vec![dim("B"), DeclDim::Value(4), dim("H"), dim("W")],
         ),
-    );
+    )
+}
+
+/// x [B, 4, H, W] -> a = Conv (k1 x k1, `mid` filters, bias) -> Relu(a) * Sigmoid(a) -> Conv
+/// (k2 x k2, 4 filters) -> y. A 1x1 kernel has no padding, a 3x3 one padding 1.
+fn conv_model(k1: u64, k2: u64, mid: u64) -> Model {
+    let mut g = Graph::default();
+    let x = image_input(&mut g);
     let w1 = g.add_initializer(weights("w1", &[mid, 4, k1, k1]));
     let b1 = g.add_initializer(weights("b1", &[mid]));
     let w2 = g.add_initializer(weights("w2", &[4, mid, k2, k2]));
@@ -68,14 +73,7 @@ fn conv_model(k1: u64, k2: u64, mid: u64) -> Model {
 /// depthwise convolution mixes channels and rows; every node passes the batch.
 fn inverted_residual(mid: u64) -> Model {
     let mut g = Graph::default();
-    let dim = |s: &str| DeclDim::Param(s.into());
-    let x = g.add_input(
-        "x",
-        DeclType::tensor(
-            DataType::F32,
-            vec![dim("B"), DeclDim::Value(4), dim("H"), dim("W")],
-        ),
-    );
+    let x = image_input(&mut g);
     let w1 = g.add_initializer(weights("w1", &[mid, 4, 1, 1]));
     let wd = g.add_initializer(weights("wd", &[mid, 1, 3, 3]));
     let w3 = g.add_initializer(weights("w3", &[4, mid, 1, 1]));
