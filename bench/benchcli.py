@@ -71,3 +71,17 @@ def lowest_against_whole(memplan, base, model, inputs, dims, stem, repeat):
         "same": bool(got.get("compared")) and not got.get("mismatches"),
         "wall": (statistics.median(tu), statistics.median(tp)),
     }
+
+
+def lowest_row(name, variant, r, held_by=False):
+    """One markdown row of `lowest_against_whole`'s result `r`: model, export, peak unoptimized, floor
+    (with what holds it up when `held_by`), lowest planned (x), base build's lowest, measured =
+    planned, bit-identical, wall s unoptimized / lowest."""
+    mib = 1024 * 1024
+    rep = r["report"]
+    before, after, fl = rep["peak_bytes_before"], rep["peak_bytes_after"], rep["floor"]
+    base = "-" if r["base_peak"] is None else f"{r['base_peak'] / mib:.1f} MiB"
+    floor = f"{fl['bytes'] / mib:.1f} MiB" + (f" ({fl.get('held_by', '')})" if held_by else "")
+    return (f"| {name} | {variant} | {before / mib:.1f} MiB | {floor} | {after / mib:.1f} MiB ({after / before:.3f}) "
+            f"| {base} | {'yes' if r['exact'] else 'NO'} | {'yes' if r['same'] else 'NO'} "
+            f"| {r['wall'][0]:.2f} / {r['wall'][1]:.2f} |")

@@ -18,10 +18,9 @@ import os
 
 import numpy as np
 
-from benchcli import lowest_against_whole
+from benchcli import lowest_against_whole, lowest_row
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MIB = 1024 * 1024
 
 
 def export(name, img, work):
@@ -65,13 +64,7 @@ def main():
         inputs, paths = export(name, a.img, w)
         for variant, model in paths.items():
             r = lowest_against_whole(m, a.base, model, inputs, [], os.path.join(w, f"{name}.{variant}"), a.repeat)
-            rep = r["report"]
-            before, after = rep["peak_bytes_before"], rep["peak_bytes_after"]
-            base = "-" if r["base_peak"] is None else f"{r['base_peak'] / MIB:.1f} MiB"
-            print(f"| {name} | {variant} | {before / MIB:.1f} MiB | {rep['floor']['bytes'] / MIB:.1f} MiB "
-                  f"| {after / MIB:.1f} MiB ({after / before:.3f}) | {base} "
-                  f"| {'yes' if r['exact'] else 'NO'} | {'yes' if r['same'] else 'NO'} "
-                  f"| {r['wall'][0]:.2f} / {r['wall'][1]:.2f} |", flush=True)
+            print(lowest_row(name, variant, r, held_by=False), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,9 @@ import os
 
 import numpy as np
 
-from benchcli import lowest_against_whole
+from benchcli import lowest_against_whole, lowest_row
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MIB = 1024 * 1024
 MODELS = ["resnet18", "googlenet", "squeezenet1_1", "mobilenet_v3_small", "densenet121", "alexnet"]
 
 
@@ -74,14 +73,7 @@ def main():
             inputs = stem + f".in{a.batch}.npz"
             np.savez(inputs, x=x)
             r = lowest_against_whole(m, a.base, model, inputs, ["--dim", f"B={a.batch}"], stem, a.repeat)
-            rep = r["report"]
-            before, after = rep["peak_bytes_before"], rep["peak_bytes_after"]
-            base = "-" if r["base_peak"] is None else f"{r['base_peak'] / MIB:.1f} MiB"
-            fl = rep["floor"]
-            print(f"| {name} | {variant} | {before / MIB:.1f} MiB | {fl['bytes'] / MIB:.1f} MiB ({fl.get('held_by', '')}) "
-                  f"| {after / MIB:.1f} MiB ({after / before:.3f}) | {base} "
-                  f"| {'yes' if r['exact'] else 'NO'} | {'yes' if r['same'] else 'NO'} "
-                  f"| {r['wall'][0]:.2f} / {r['wall'][1]:.2f} |", flush=True)
+            print(lowest_row(name, variant, r, held_by=True), flush=True)
 
 
 if __name__ == "__main__":
