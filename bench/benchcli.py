@@ -3,6 +3,7 @@ runs side by side (alternating, medians), and a model's lowest plan against its 
 BENCHMARKS.md reports them."""
 
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -85,3 +86,26 @@ def lowest_row(name, variant, r, held_by=False):
     return (f"| {name} | {variant} | {before / mib:.1f} MiB | {floor} | {after / mib:.1f} MiB ({after / before:.3f}) "
             f"| {base} | {'yes' if r['exact'] else 'NO'} | {'yes' if r['same'] else 'NO'} "
             f"| {r['wall'][0]:.2f} / {r['wall'][1]:.2f} |")
+
+
+def torch_exports(module, x, stem, batch=None):
+    """STEM.dynamo.onnx and STEM.legacy.onnx: `module` (a torch module in eval mode) on image `x`
+    exported by both torch exporters (input `x`, output `y`), each made once; with `batch`, axis 0 of
+    `x` and `y` is the symbol of that name. Returns {"dynamo": path, "legacy": path}."""
+    import torch
+
+    paths = {}
+    for variant in ("dynamo", "legacy"):
+        p = f"{stem}.{variant}.onnx"
+        if not os.path.exists(p):
+            with torch.no_grad():
+                if variant == "legacy":
+                    axes = {"x": {0: batch}, "y": {0: batch}} if batch else None
+                    torch.onnx.export(module, (x,), p, dynamo=False, opset_version=17, input_names=["x"],
+                                      output_names=["y"], dynamic_axes=axes)
+                else:
+                    shapes = {"x": {0: torch.export.Dim(batch, min=1, max=4096)}} if batch else None
+                    torch.onnx.export(module, (x,), dynamo=True, input_names=["x"], output_names=["y"],
+                                      dynamic_shapes=shapes).save(p)
+        paths[variant] = p
+    return paths

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from benchcli import lowest_against_whole, lowest_row
+from benchcli import lowest_against_whole, lowest_row, torch_exports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,17 +32,7 @@ def export(name, img, work):
     x = torch.randn(1, 3, img, img)
     inputs = os.path.join(work, f"{name}.in.npz")
     np.savez(inputs, x=x.numpy())
-    paths = {}
-    for variant in ("dynamo", "legacy"):
-        p = os.path.join(work, f"{name}.{variant}.onnx")
-        if not os.path.exists(p):
-            with torch.no_grad():
-                if variant == "legacy":
-                    torch.onnx.export(m, (x,), p, dynamo=False, opset_version=17, input_names=["x"],
-                                      output_names=["y"])
-                else:
-                    torch.onnx.export(m, (x,), dynamo=True, input_names=["x"], output_names=["y"]).save(p)
-        paths[variant] = p
+    paths = torch_exports(m, x, os.path.join(work, name))
     return inputs, paths
 
 

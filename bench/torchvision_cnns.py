@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from benchcli import lowest_against_whole, lowest_row
+from benchcli import lowest_against_whole, lowest_row, torch_exports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ["resnet18", "googlenet", "squeezenet1_1", "mobilenet_v3_small", "densenet121", "alexnet"]
@@ -34,20 +34,7 @@ def export(name, img, work):
     kw = {"aux_logits": False, "init_weights": True} if name == "googlenet" else {}
     m = getattr(torchvision.models, name)(weights=None, **kw).eval()
     x = torch.randn(2, 3, img, img)
-    paths = {}
-    for variant in ("dynamo", "legacy"):
-        p = os.path.join(work, f"{name}.{variant}.onnx")
-        if not os.path.exists(p):
-            with torch.no_grad():
-                if variant == "legacy":
-                    torch.onnx.export(m, (x,), p, dynamo=False, opset_version=17, input_names=["x"],
-                                      output_names=["y"], dynamic_axes={"x": {0: "B"}, "y": {0: "B"}})
-                else:
-                    batch = torch.export.Dim("B", min=1, max=4096)
-                    torch.onnx.export(m, (x,), dynamo=True, input_names=["x"], output_names=["y"],
-                                      dynamic_shapes={"x": {0: batch}}).save(p)
-        paths[variant] = p
-    return paths
+    return torch_exports(m, x, os.path.join(work, name), batch="B")
 
 
 def main():
