@@ -335,6 +335,20 @@ pub fn estimate_model(
     req: &EstimateRequest,
 ) -> Result<EstimateOutcome> {
     let dims = &unpinned(model, &req.dims)?;
+    let pinned = model.pinned_dims().map_err(|e| anyhow!(e))?;
+    let swept = req.sweep.as_ref().map(|s| ("--sweep", s.sym.as_str()));
+    for (flag, sym) in swept
+        .into_iter()
+        .chain(req.solve.as_deref().map(|s| ("--solve", s)))
+    {
+        if let Some(at) = pinned.get(sym) {
+            crate::usage_bail!(
+                "{flag} {sym}: the model was optimized at {sym}={at} and holds constants made \
+                 there (its inputs are fixed at that size); {} the original model instead",
+                &flag[2..]
+            );
+        }
+    }
     let facts = &*facts_at(model, facts, dims)?;
     check_inferred(facts, "estimate")?;
     check_dims(

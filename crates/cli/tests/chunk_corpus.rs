@@ -768,4 +768,15 @@ fn a_chunked_file_is_pinned_at_the_dims_it_was_chunked_at() {
         err.contains("--dim N=64") && err.contains("optimized at N=48"),
         "{err}"
     );
+    // A sweep along the pinned symbol is refused the same way.
+    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+        .args(["estimate", o, "--sweep", "N=16..64"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--sweep N") && err.contains("optimized at N=48"),
+        "{err}"
+    );
 }
