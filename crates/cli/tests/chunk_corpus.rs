@@ -758,25 +758,22 @@ fn a_chunked_file_is_pinned_at_the_dims_it_was_chunked_at() {
     let free = json_of(&["estimate", o, "--json"]);
     let same = json_of(&["estimate", o, "--dim", "N=48", "--json"]);
     assert_eq!(free["peak_bytes"], same["peak_bytes"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
-        .args(["run", o, "--plan", p, "--dim", "N=64", "--random"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("--dim N=64") && err.contains("optimized at N=48"),
-        "{err}"
+    // Another value of the pinned symbol is refused (exit 1), naming both, by run and by sweep.
+    let refused = |args: &[&str], flag: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(flag) && err.contains("optimized at N=48"),
+            "{err}"
+        );
+    };
+    refused(
+        &["run", o, "--plan", p, "--dim", "N=64", "--random"],
+        "--dim N=64",
     );
-    // A sweep along the pinned symbol is refused the same way.
-    let out = Command::new(env!("CARGO_BIN_EXE_memplan"))
-        .args(["estimate", o, "--sweep", "N=16..64"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("--sweep N") && err.contains("optimized at N=48"),
-        "{err}"
-    );
+    refused(&["estimate", o, "--sweep", "N=16..64"], "--sweep N");
 }
