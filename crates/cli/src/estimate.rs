@@ -115,15 +115,37 @@ fn model_symbols(facts: &Facts) -> Vec<String> {
 /// constants made at its dims, and its inputs are fixed there). A pinned dim given at another
 /// value is refused, naming both.
 pub fn unpinned(model: &Model, dims: &BTreeMap<String, i64>) -> Result<BTreeMap<String, i64>> {
+    unpinned_along(model, dims, &[])
+}
+
+/// [`unpinned`], and each flag of `along` (`("--sweep", "N")`) that varies a pinned symbol is
+/// refused too.
+fn unpinned_along(
+    model: &Model,
+    dims: &BTreeMap<String, i64>,
+    along: &[(&str, &str)],
+) -> Result<BTreeMap<String, i64>> {
     let pinned = model.pinned_dims().map_err(|e| anyhow!(e))?;
+    let refuse = |what: String, k: &str, at: i64, instead: String| {
+        anyhow::Error::new(crate::UsageError(format!(
+            "{what}: the model was optimized at {k}={at} and holds constants made there (its \
+             inputs are fixed at that size); {instead}"
+        )))
+    };
     let mut out = dims.clone();
     for (k, &at) in &pinned {
         match out.remove(k) {
-            Some(v) if v != at => crate::usage_bail!(
-                "--dim {k}={v}: the model was optimized at {k}={at} and holds constants made \
-                 there (its inputs are fixed at that size); optimize the original model at {k}={v}"
-            ),
+            Some(v) if v != at => {
+                let instead = format!("optimize the original model at {k}={v}");
+                return Err(refuse(format!("--dim {k}={v}"), k, at, instead));
+            }
             _ => {}
+        }
+    }
+    for &(flag, sym) in along {
+        if let Some(&at) = pinned.get(sym) {
+            let instead = format!("{} the original model instead", &flag[2..]);
+            return Err(refuse(format!("{flag} {sym}"), sym, at, instead));
         }
     }
     Ok(out)
@@ -334,21 +356,14 @@ pub fn estimate_model(
     facts: &Facts,
     req: &EstimateRequest,
 ) -> Result<EstimateOutcome> {
-    let dims = &unpinned(model, &req.dims)?;
-    let pinned = model.pinned_dims().map_err(|e| anyhow!(e))?;
-    let swept = req.sweep.as_ref().map(|s| ("--sweep", s.sym.as_str()));
-    for (flag, sym) in swept
+    let along: Vec<(&str, &str)> = req
+        .sweep
+        .as_ref()
+        .map(|s| ("--sweep", s.sym.as_str()))
         .into_iter()
         .chain(req.solve.as_deref().map(|s| ("--solve", s)))
-    {
-        if let Some(at) = pinned.get(sym) {
-            crate::usage_bail!(
-                "{flag} {sym}: the model was optimized at {sym}={at} and holds constants made \
-                 there (its inputs are fixed at that size); {} the original model instead",
-                &flag[2..]
-            );
-        }
-    }
+        .collect();
+    let dims = &unpinned_along(model, &req.dims, &along)?;
     let facts = &*facts_at(model, facts, dims)?;
     check_inferred(facts, "estimate")?;
     check_dims(

@@ -112,6 +112,14 @@ pub fn pass_through(n_inputs: usize, rank: usize, mixed: &[usize]) -> Vec<AxisFl
         .collect()
 }
 
+/// Flow of ops that compute along the one axis their `axis` attribute names (default -1: TopK,
+/// LpNormalization): that axis is mixed, the others pass through input 0 (of `n_inputs`, the
+/// others read whole).
+pub fn along_axis(node: &Node, n_inputs: usize, rank: usize) -> Option<Vec<AxisFlow>> {
+    let axis = norm(attr_int(node, "axis", -1), rank)?;
+    Some(pass_through(n_inputs, rank, &[axis]))
+}
+
 /// Flow of ops that broadcast all their inputs together (binary and variadic elementwise ops).
 pub fn broadcast(
     _node: &Node,

@@ -185,20 +185,10 @@ fn gather_elements_flow(
 /// Values and indices: the axis is mixed, the others pass through; K is read whole.
 fn topk_flow(
     node: &Node,
-    _inputs: &[Option<&Fact>],
+    inputs: &[Option<&Fact>],
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
-    let r0 = out_rank(outputs, 0)?;
-    let axis = norm(attr_int(node, "axis", -1), r0)?;
-    let f: Vec<AxisFlow> = (0..r0)
-        .map(|o| {
-            if o == axis {
-                AxisFlow::Mixed
-            } else {
-                AxisFlow::Split(vec![Some(o), None])
-            }
-        })
-        .collect();
+    let f = super::axes::along_axis(node, inputs.len(), out_rank(outputs, 0)?)?;
     Some(vec![f.clone(), f])
 }
 

@@ -586,13 +586,11 @@ fn lrn_flow(
 /// LpNormalization: the norm along `axis`.
 fn lp_norm_flow(
     node: &Node,
-    _inputs: &[Option<&Fact>],
+    inputs: &[Option<&Fact>],
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
-    use super::axes::{attr_int, norm, out_rank, pass_through};
-    let r0 = out_rank(outputs, 0)?;
-    let axis = norm(attr_int(node, "axis", -1), r0)?;
-    Some(vec![pass_through(1, r0, &[axis])])
+    let r0 = super::axes::out_rank(outputs, 0)?;
+    Some(vec![super::axes::along_axis(node, inputs.len(), r0)?])
 }
 
 /// MeanVarianceNormalization: statistics over `axes` (`[0, 2, 3]` by default).
