@@ -10,7 +10,7 @@ use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
 use memplan_ir::{DataType, TensorData};
 use memplan_plan::chunk::{chunk_to_budget, ChunkOptions};
 
-fn ints(name: &str, v: &[i64]) -> Attribute {
+pub(crate) fn ints(name: &str, v: &[i64]) -> Attribute {
     Attribute {
         name: name.into(),
         value: AttrValue::Ints(v.to_vec()),
@@ -18,7 +18,7 @@ fn ints(name: &str, v: &[i64]) -> Attribute {
     }
 }
 
-fn weights(name: &str, shape: &[u64]) -> TensorData {
+pub(crate) fn weights(name: &str, shape: &[u64]) -> TensorData {
     let n: u64 = shape.iter().product();
     let v: Vec<f32> = (0..n)
         .map(|i| ((i * 7919 % 97) as f32 - 48.0) / 61.0)
@@ -27,7 +27,7 @@ fn weights(name: &str, shape: &[u64]) -> TensorData {
 }
 
 /// The graph input `x`, `[B, 4, H, W]`.
-fn image_input(g: &mut Graph) -> memplan_ir::ValueId {
+pub(crate) fn image_input(g: &mut Graph) -> memplan_ir::ValueId {
     let dim = |s: &str| DeclDim::Param(s.into());
     g.add_input(
         "x",
@@ -99,14 +99,14 @@ fn inverted_residual(mid: u64) -> Model {
 }
 
 /// A step as "NODES nodes FIRST..LAST, extent E".
-fn describe(s: &memplan_plan::chunk::ChunkStep) -> String {
+pub(crate) fn describe(s: &memplan_plan::chunk::ChunkStep) -> String {
     format!(
         "{} nodes {}..{}, extent {}",
         s.nodes, s.first, s.last, s.extent
     )
 }
 
-fn input(shape: &[usize]) -> BTreeMap<String, Tensor> {
+pub(crate) fn input(shape: &[usize]) -> BTreeMap<String, Tensor> {
     let n: usize = shape.iter().product();
     let v: Vec<f32> = (0..n)
         .map(|i| ((i * 31 % 113) as f32) / 40.0 - 1.4)
@@ -116,7 +116,7 @@ fn input(shape: &[usize]) -> BTreeMap<String, Tensor> {
 
 /// Chunks `model` as low as it goes with each chunk count, runs the result plain and planned:
 /// the output bits of the original run, measured = planned. Returns the chunked steps' texts.
-fn check(model: &Model, dims: &[(&str, i64)], shape: &[usize]) -> Vec<String> {
+pub(crate) fn check(model: &Model, dims: &[(&str, i64)], shape: &[usize]) -> Vec<String> {
     let dims: BTreeMap<String, i64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     let facts = memplan_ir::infer_model_for(model, &dims).unwrap();
     let want = run(&model.graph, &facts, input(shape), &RunOptions::default()).unwrap();
@@ -146,7 +146,7 @@ fn check(model: &Model, dims: &[(&str, i64)], shape: &[usize]) -> Vec<String> {
 }
 
 /// Whether some step split an axis of extent `e`.
-fn split_at(steps: &[String], e: i64) -> bool {
+pub(crate) fn split_at(steps: &[String], e: i64) -> bool {
     steps.iter().any(|s| s.ends_with(&format!("extent {e}")))
 }
 

@@ -4,6 +4,7 @@
 
 mod assembled;
 mod chunk_conv;
+mod chunk_moves;
 mod chunk_random;
 mod control_flow;
 mod data_dependent;

@@ -1481,4 +1481,11 @@ mod tests {
             }
         }
     }
+
+    /// BitwiseNot passes every axis.
+    #[test]
+    fn bitwise_not_flow_matches_its_kernel() {
+        let x = t_of(&[3, 4], &[1i32, -2, 3, 7, 0, 9, -5, 4, 2, 2, 8, -1]);
+        crate::ops::testutil::check_flow("BitwiseNot", &[], &[&x], 1, &[0, 1], &[1, 2]).unwrap();
+    }
 }

@@ -1061,4 +1061,11 @@ mod tests {
             }
         }
     }
+
+    /// Det splits its batch axes, never the matrices.
+    #[test]
+    fn det_flow_matches_its_kernel() {
+        let x = t_f32(&[3, 2, 3, 3], &rand_f32(54, 9));
+        crate::ops::testutil::check_flow("Det", &[], &[&x], 1, &[0, 1], &[1]).unwrap();
+    }
 }

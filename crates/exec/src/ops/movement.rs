@@ -741,4 +741,23 @@ mod tests {
         assert_eq!(o[0].shape, [3, 2]);
         assert_eq!(o[0].data::<f32>().unwrap(), &[1., 4., 2., 5., 3., 6.]);
     }
+
+    /// Split, Trilu and the space/depth moves split the axes their records say and no
+    /// other, and each kernel run on the slices its flow gives is exactly the slice of the whole.
+    #[test]
+    fn movement_flows_match_their_kernels() {
+        use crate::ops::testutil::{check_flow, rand_f32};
+        for seed in 0..4u64 {
+            let x = t_f32(&[3, 4, 4, 6], &rand_f32(288, seed));
+            let cuts = [seed as usize * 7 + 1, 2];
+            let axis1 = [("axis", AttrValue::Int(1))];
+            let sizes = t_i64(&[2], &[1, 3]);
+            check_flow("Split", &axis1, &[&x, &sizes], 2, &[0, 2, 3], &cuts).unwrap();
+            let k = t_i64(&[], &[seed as i64 - 1]);
+            check_flow("Trilu", &[], &[&x, &k], 1, &[0, 1], &cuts).unwrap();
+            let b2 = [("blocksize", AttrValue::Int(2))];
+            check_flow("SpaceToDepth", &b2, &[&x], 1, &[0], &cuts).unwrap();
+            check_flow("DepthToSpace", &b2, &[&x], 1, &[0], &cuts).unwrap();
+        }
+    }
 }

@@ -1289,4 +1289,21 @@ mod tests {
             }
         }
     }
+
+    /// ConvTranspose splits the batch and, with one group, the output channels (slicing `W`'s
+    /// axis 1 and `B`); never its spatial axes.
+    #[test]
+    fn conv_transpose_flow_matches_its_kernel() {
+        let x = t_f32(&[3, 4, 3, 5], &rand_f32(180, 1));
+        let w = t_f32(&[4, 5, 3, 2], &rand_f32(120, 2));
+        let b = t_f32(&[5], &rand_f32(5, 3));
+        let s2 = [("strides", AttrValue::Ints(vec![2, 1]))];
+        crate::ops::testutil::check_flow("ConvTranspose", &s2, &[&x, &w, &b], 1, &[0, 1], &[1, 3])
+            .unwrap();
+        crate::ops::testutil::check_flow("ConvTranspose", &[], &[&x, &w], 1, &[0, 1], &[2])
+            .unwrap();
+        let w2 = t_f32(&[4, 2, 3, 2], &rand_f32(48, 4));
+        let g2 = [("group", AttrValue::Int(2))];
+        crate::ops::testutil::check_flow("ConvTranspose", &g2, &[&x, &w2], 1, &[0], &[1]).unwrap();
+    }
 }

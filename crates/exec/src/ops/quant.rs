@@ -824,4 +824,72 @@ mod tests {
         .unwrap();
         assert_eq!(o[0].data::<i32>().unwrap(), &[6, 28]);
     }
+
+    /// Quantize/DequantizeLinear pass every axis, per tensor and per axis (the scale and zero point
+    /// sliced along theirs); blocked scales and 4-bit types have no flow.
+    #[test]
+    fn qdq_flows_match_their_kernels() {
+        let x = t_f32(
+            &[3, 4, 5],
+            &rand_f32(60, 5).iter().map(|v| v * 60.0).collect::<Vec<_>>(),
+        );
+        let s1 = t_f32(&[], &[0.5]);
+        let z1 = t_of(&[], &[7u8]);
+        check_flow(
+            "QuantizeLinear",
+            &[],
+            &[&x, &s1, &z1],
+            1,
+            &[0, 1, 2],
+            &[1, 2],
+        )
+        .unwrap();
+        let s4 = t_f32(&[4], &[0.5, 1.0, 2.0, 0.25]);
+        let z4 = t_of(&[4], &[1u8, 2, 3, 4]);
+        let axis1 = [("axis", AttrValue::Int(1))];
+        check_flow(
+            "QuantizeLinear",
+            &axis1,
+            &[&x, &s4, &z4],
+            1,
+            &[0, 1, 2],
+            &[1, 3],
+        )
+        .unwrap();
+        let q = run_op(
+            "QuantizeLinear",
+            &axis1,
+            &[Some(&x), Some(&s4), Some(&z4)],
+            1,
+        )
+        .unwrap();
+        check_flow(
+            "DequantizeLinear",
+            &axis1,
+            &[&q[0], &s4, &z4],
+            1,
+            &[0, 1, 2],
+            &[2],
+        )
+        .unwrap();
+        check_flow(
+            "DequantizeLinear",
+            &[],
+            &[&q[0], &s1, &z1],
+            1,
+            &[0, 1, 2],
+            &[2],
+        )
+        .unwrap();
+        let blocked = [
+            ("axis", AttrValue::Int(2)),
+            ("block_size", AttrValue::Int(5)),
+        ];
+        let sb = t_f32(&[3, 4, 1], &[0.5; 12]);
+        assert!(flows("QuantizeLinear", &blocked, &[&x, &sb], 1).is_none());
+        // A 4-bit zero point makes a 4-bit output: it runs, and has no flow.
+        let z4 = crate::tensor::Tensor::zeros(memplan_ir::DataType::U4, &[], None).unwrap();
+        run_op("QuantizeLinear", &[], &[Some(&x), Some(&s1), Some(&z4)], 1).unwrap();
+        assert!(flows("QuantizeLinear", &[], &[&x, &s1, &z4], 1).is_none());
+    }
 }

@@ -475,3 +475,54 @@ fn gates_of(k: Kind) -> usize {
         Kind::Lstm => 4,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testutil::{check_flow, rand_f32, t_f32, t_of};
+    use memplan_ir::graph::AttrValue;
+
+    /// RNN, GRU and LSTM split the batch of every output (X, `sequence_lens` and the initial
+    /// states sliced with it), in both layouts and directions; the kernel on a slice of the batch
+    /// is exactly that slice of the whole.
+    #[test]
+    fn recurrent_flows_split_the_batch() {
+        let (seq, batch, input, h) = (3usize, 4usize, 2usize, 3usize);
+        for (op, gates) in [("RNN", 1), ("GRU", 3), ("LSTM", 4)] {
+            for (dir, d) in [("forward", 1), ("bidirectional", 2)] {
+                for layout in [0i64, 1] {
+                    let r = |shape: &[usize], seed: u64| {
+                        t_f32(shape, &rand_f32(shape.iter().product(), seed))
+                    };
+                    let state = if layout == 0 {
+                        [d, batch, h]
+                    } else {
+                        [batch, d, h]
+                    };
+                    let x = if layout == 0 {
+                        r(&[seq, batch, input], 1)
+                    } else {
+                        r(&[batch, seq, input], 1)
+                    };
+                    let w = r(&[d, gates * h, input], 2);
+                    let rr = r(&[d, gates * h, h], 3);
+                    let b = r(&[d, 2 * gates * h], 4);
+                    let lens = t_of(&[batch], &[3i32, 1, 2, 3]);
+                    let (h0, c0) = (r(&state, 5), r(&state, 6));
+                    let mut ins = vec![&x, &w, &rr, &b, &lens, &h0];
+                    if op == "LSTM" {
+                        ins.push(&c0);
+                    }
+                    let attrs = [
+                        ("hidden_size", AttrValue::Int(h as i64)),
+                        ("direction", AttrValue::String(dir.as_bytes().to_vec())),
+                        ("layout", AttrValue::Int(layout)),
+                    ];
+                    let n_out = if op == "LSTM" { 3 } else { 2 };
+                    let y_batch = if layout == 0 { 2 } else { 0 };
+                    check_flow(op, &attrs, &ins, n_out, &[y_batch], &[1, 3])
+                        .unwrap_or_else(|e| panic!("{op} {dir} layout {layout}: {e}"));
+                }
+            }
+        }
+    }
+}

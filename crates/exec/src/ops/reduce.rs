@@ -769,4 +769,22 @@ mod tests {
             check_chunks("LayerNormalization", &[], &[&x, &scale], &[Some(1), None], 1, &cuts).unwrap();
         }
     }
+
+    /// CumSum and CumProd pass every axis but their own, in either direction, exclusive or not.
+    #[test]
+    fn cumulative_flows_match_their_kernels() {
+        use crate::ops::testutil::check_flow;
+        let x = t_f32(&[3, 5, 4], &rand_f32(60, 3));
+        let axis = t_i64(&[], &[1]);
+        for rev in 0..2 {
+            for excl in 0..2 {
+                let attrs = [
+                    ("reverse", AttrValue::Int(rev)),
+                    ("exclusive", AttrValue::Int(excl)),
+                ];
+                check_flow("CumSum", &attrs, &[&x, &axis], 1, &[0, 2], &[1, 2]).unwrap();
+            }
+        }
+        check_flow("CumProd", &[], &[&x, &axis], 1, &[0, 2], &[2]).unwrap();
+    }
 }

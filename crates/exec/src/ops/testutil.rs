@@ -2,6 +2,7 @@
 //! chunk-identity check shared by the op-family property tests.
 
 use memplan_ir::graph::{AttrValue, Attribute, Node};
+use memplan_ir::ops::axes::AxisFlow;
 use memplan_ir::DataType;
 
 use super::{lookup, OpCtx, OpFail};
@@ -42,26 +43,81 @@ pub fn flow_axes(
     inputs: &[&Tensor],
     out_axis: usize,
 ) -> Option<Vec<Option<usize>>> {
+    let flow = flows(op, attrs, inputs, 1)?;
+    match flow.first()?.get(out_axis)? {
+        AxisFlow::Split(v) => Some(v.clone()),
+        AxisFlow::Mixed => None,
+    }
+}
+
+/// The op record's axis flow of `op` (with `n_out` outputs) over these inputs, on the facts of a
+/// whole run; `None` when it gives none.
+pub fn flows(
+    op: &str,
+    attrs: &[(&str, AttrValue)],
+    inputs: &[&Tensor],
+    n_out: usize,
+) -> Option<Vec<Vec<AxisFlow>>> {
+    // Small int64 inputs (repeats, an axis) are known, as inference knows constants.
     let fact = |t: &Tensor| {
-        memplan_ir::infer::Fact::new(
-            t.dtype,
-            t.shape
-                .iter()
-                .map(|&d| memplan_ir::Expr::from(d as i64))
-                .collect(),
-        )
+        let shape = t
+            .shape
+            .iter()
+            .map(|&d| memplan_ir::Expr::from(d as i64))
+            .collect();
+        match t.data::<i64>() {
+            Ok(v) if t.dtype == DataType::I64 && v.len() <= 8 => {
+                let known =
+                    memplan_ir::Known::Int(v.iter().map(|&x| memplan_ir::Expr::int(x)).collect());
+                memplan_ir::infer::Fact::with_value(t.dtype, shape, known)
+            }
+            _ => memplan_ir::infer::Fact::new(t.dtype, shape),
+        }
     };
     let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
-    let whole = run_op(op, attrs, &ins, 1).ok()?;
+    let whole = run_op(op, attrs, &ins, n_out).ok()?;
     let in_facts: Vec<_> = inputs.iter().map(|t| fact(t)).collect();
-    let out_fact = fact(&whole[0]);
-    let n = node(op, attrs, inputs.len(), 1);
+    let out_facts: Vec<_> = whole.iter().map(fact).collect();
+    let n = node(op, attrs, inputs.len(), n_out);
     let refs: Vec<Option<&memplan_ir::infer::Fact>> = in_facts.iter().map(Some).collect();
-    let flow = memplan_ir::ops::axes::axis_flow(&n, &refs, &[Some(&out_fact)])?;
-    match flow.first()?.get(out_axis)? {
-        memplan_ir::ops::axes::AxisFlow::Split(v) => Some(v.clone()),
-        memplan_ir::ops::axes::AxisFlow::Mixed => None,
+    let outs: Vec<Option<&memplan_ir::infer::Fact>> = out_facts.iter().map(Some).collect();
+    memplan_ir::ops::axes::axis_flow(&n, &refs, &outs)
+}
+
+/// Checks the flow of a record over `inputs` for every axis of output 0 of `op` (`n_out`
+/// outputs): it splits exactly the axes in `split`, and along each of them, every output the
+/// flow splits the same way (as the chunker does) is the exact slice of the whole run on each
+/// chunk of the inputs (cut at `cuts`).
+pub fn check_flow(
+    op: &str,
+    attrs: &[(&str, AttrValue)],
+    inputs: &[&Tensor],
+    n_out: usize,
+    split: &[usize],
+    cuts: &[usize],
+) -> Result<(), String> {
+    let fl = flows(op, attrs, inputs, n_out).ok_or_else(|| format!("{op}: no flow"))?;
+    for (o, f) in fl[0].iter().enumerate() {
+        let AxisFlow::Split(ins) = f else {
+            if split.contains(&o) {
+                return Err(format!("{op}: axis {o} is mixed"));
+            }
+            continue;
+        };
+        if !split.contains(&o) {
+            return Err(format!("{op}: axis {o} splits"));
+        }
+        let out_axes: Vec<usize> = fl
+            .iter()
+            .map(|k| {
+                k.iter()
+                    .position(|x| matches!(x, AxisFlow::Split(v) if v == ins))
+                    .ok_or_else(|| format!("{op}: an output does not follow axis {o}"))
+            })
+            .collect::<Result<_, _>>()?;
+        check_chunks_n(op, attrs, inputs, ins, &out_axes, cuts)?;
     }
+    Ok(())
 }
 
 /// Runs `op` at opset 18 (no view) on `inputs`.
@@ -159,9 +215,23 @@ pub fn check_chunks(
     out_axis: usize,
     cuts: &[usize],
 ) -> Result<(), String> {
+    check_chunks_n(op, attrs, inputs, in_axes, &[out_axis], cuts)
+}
+
+/// [`check_chunks`] for an op with `out_axes.len()` outputs, output `k` sliced along
+/// `out_axes[k]`.
+pub fn check_chunks_n(
+    op: &str,
+    attrs: &[(&str, AttrValue)],
+    inputs: &[&Tensor],
+    in_axes: &[Option<usize>],
+    out_axes: &[usize],
+    cuts: &[usize],
+) -> Result<(), String> {
     let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
-    let whole = run_op(op, attrs, &ins, 1).map_err(|e| e.to_string())?;
-    let len = whole[0].shape[out_axis];
+    let n_out = out_axes.len();
+    let whole = run_op(op, attrs, &ins, n_out).map_err(|e| e.to_string())?;
+    let len = whole[0].shape[out_axes[0]];
     let mut c: Vec<usize> = cuts.iter().map(|c| c % (len + 1)).collect();
     c.extend([0, len]);
     c.sort_unstable();
@@ -177,12 +247,14 @@ pub fn check_chunks(
             })
             .collect();
         let refs: Vec<Option<&Tensor>> = parts.iter().map(Some).collect();
-        let part = run_op(op, attrs, &refs, 1).map_err(|e| e.to_string())?;
-        let want = slice_axis(&whole[0], out_axis, lo, hi);
-        if part[0].bytes() != want.bytes() {
-            return Err(format!(
-                "{op}: chunk {lo}..{hi} of axis {out_axis} differs from the whole"
-            ));
+        let part = run_op(op, attrs, &refs, n_out).map_err(|e| e.to_string())?;
+        for (k, &axis) in out_axes.iter().enumerate() {
+            let want = slice_axis(&whole[k], axis, lo, hi);
+            if part[k].bytes() != want.bytes() {
+                return Err(format!(
+                    "{op}: chunk {lo}..{hi} of output {k}'s axis {axis} differs from the whole"
+                ));
+            }
         }
     }
     Ok(())

@@ -217,7 +217,9 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Atanh", ONE, unary, Mem::UNARY)
         .flow(axes::first_input)
         .pointwise(),
-    OpDef::new("BitwiseNot", ONE, unary, Mem::UNARY).pointwise(),
+    OpDef::new("BitwiseNot", ONE, unary, Mem::UNARY)
+        .flow(axes::first_input)
+        .pointwise(),
     // Min and max (inputs 1, 2 from opset 11) are scalars, read whole.
     OpDef::new("Clip", (1, 3), unary, Mem::UNARY)
         .flow(axes::first_input)

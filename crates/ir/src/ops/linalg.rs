@@ -23,7 +23,7 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Einsum", (1, usize::MAX), einsum, EINSUM_MEM)
         .flow(axes::einsum)
         .contracted(einsum_k),
-    OpDef::new("Det", ONE, det, DET_MEM),
+    OpDef::new("Det", ONE, det, DET_MEM).flow(det_flow),
 ];
 
 /// MatMul sums over A's last axis.
@@ -415,6 +415,16 @@ fn einsum(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
         .map(|&i| ctx.shape(i))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(vec![Fact::new(t, einsum_shape(&eq, &shapes)?)])
+}
+
+/// Det: one determinant per matrix of the last two axes; the batch axes pass through.
+fn det_flow(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    (in_shape(inputs, 0)?.len() == r0 + 2).then(|| vec![axes::pass_through(1, r0, &[])])
 }
 
 fn det(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

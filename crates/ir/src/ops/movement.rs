@@ -19,7 +19,9 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Slice", (3, 5), slice, SLICE_MEM)
         .flow(slice_flow)
         .selects(&[0]),
-    OpDef::new("Split", (1, 2), split, Mem::NEW).selects(&[0]),
+    OpDef::new("Split", (1, 2), split, Mem::NEW)
+        .flow(split_flow)
+        .selects(&[0]),
     OpDef::new("Concat", VARIADIC, concat, Mem::NEW)
         .flow(concat_flow)
         .selects_any(),
@@ -29,12 +31,16 @@ pub const DEFS: &[OpDef] = &[
         .selects(&[0]),
     OpDef::new("Tile", TWO, tile, Mem::NEW).selects(&[0]),
     OpDef::new("Pad", (1, 4), pad, Mem::NEW).flow(pad_flow),
-    OpDef::new("Trilu", (1, 2), same_as_input, Mem::OVERWRITE),
+    OpDef::new("Trilu", (1, 2), same_as_input, Mem::OVERWRITE).flow(trilu_flow),
     OpDef::new("Range", THREE, range, Mem::NEW),
     // Output 0 is the input with each batch entry's first `sequence_lens` steps reversed.
     OpDef::new("ReverseSequence", TWO, same_as_input, Mem::OVERWRITE),
-    OpDef::new("SpaceToDepth", ONE, space_depth, Mem::NEW).selects(&[0]),
-    OpDef::new("DepthToSpace", ONE, space_depth, Mem::NEW).selects(&[0]),
+    OpDef::new("SpaceToDepth", ONE, space_depth, Mem::NEW)
+        .flow(batch_flow)
+        .selects(&[0]),
+    OpDef::new("DepthToSpace", ONE, space_depth, Mem::NEW)
+        .flow(batch_flow)
+        .selects(&[0]),
 ];
 
 /// `SpaceToDepth` `[N, C, H, W] -> [N, C*b*b, H/b, W/b]` and `DepthToSpace` back (`b` = `blocksize`).
@@ -167,6 +173,50 @@ fn slice_flow(
         .map(|(_, &ax)| ax)
         .collect();
     Some(vec![pass_through(inputs.len(), r0, &mixed)])
+}
+
+/// Every output is a run of the `axis` attribute's axis: that axis is mixed, the others pass
+/// through input 0 to every output (the split sizes are read whole).
+fn split_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    if in_shape(inputs, 0)?.len() != r0 {
+        return None;
+    }
+    let axis = norm(attr_int(node, "axis", 0), r0)?;
+    Some(vec![pass_through(inputs.len(), r0, &[axis]); outputs.len()])
+}
+
+/// The triangle is over the last two axes (mixed); the leading (batch) axes pass through, `k`
+/// read whole.
+fn trilu_flow(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    if r0 < 2 || in_shape(inputs, 0)?.len() != r0 {
+        return None;
+    }
+    Some(vec![pass_through(inputs.len(), r0, &[r0 - 2, r0 - 1])])
+}
+
+/// `SpaceToDepth` and `DepthToSpace` move elements between the channels and the spatial axes of
+/// one batch entry: only the batch passes through.
+fn batch_flow(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    if in_shape(inputs, 0)?.len() != r0 {
+        return None;
+    }
+    let rest: Vec<usize> = (1..r0).collect();
+    Some(vec![pass_through(inputs.len(), r0, &rest)])
 }
 
 /// Axes padded (or cropped) by a known non-zero amount are mixed; an axis whose two amounts are

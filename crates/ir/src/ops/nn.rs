@@ -62,7 +62,7 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("MeanVarianceNormalization", ONE, same_float, Mem::NEW).flow(mvn_flow),
     OpDef::new("Swish", ONE, same_float, Mem::NEW).flow(super::axes::first_input),
     // Gathers in f64 (exec `kernels::conv_transpose`): no scratch.
-    OpDef::new("ConvTranspose", (2, 3), conv_transpose, Mem::NEW),
+    OpDef::new("ConvTranspose", (2, 3), conv_transpose, Mem::NEW).flow(conv_transpose_flow),
     OpDef::new("Col2Im", THREE, col2im, Mem::NEW),
     OpDef::new("MaxUnpool", (2, 3), max_unpool, Mem::NEW),
     // Output like Conv's; computed per output in f64, no scratch.
@@ -519,6 +519,29 @@ fn layer_flow(
             })
             .collect(),
     )
+}
+
+/// ConvTranspose: each output element gathers from its own batch entry, and (one group) output
+/// channel `o` reads `W[:, o]` and `B[o]` alone: the batch and, with `group` 1, the channels pass
+/// through; the spatial axes are mixed.
+fn conv_transpose_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = super::axes::out_rank(outputs, 0)?;
+    if r0 < 3 || super::axes::in_shape(inputs, 0)?.len() != r0 {
+        return None;
+    }
+    let channels = super::axes::attr_int(node, "group", 1) == 1;
+    let flows = (0..r0)
+        .map(|o| match o {
+            0 => AxisFlow::Split([Some(0), None, None][..inputs.len()].to_vec()),
+            1 if channels => AxisFlow::Split([None, Some(1), Some(0)][..inputs.len()].to_vec()),
+            _ => AxisFlow::Mixed,
+        })
+        .collect();
+    Some(vec![flows])
 }
 
 /// Whether the node writes an output past its first (`MaxPool`'s `Indices`, a training

@@ -3,21 +3,23 @@
 //! `ConvInteger`, `QLinearConv`.
 //!
 //! The kernels (`exec::ops::quant`) compute each output element from its own inputs with exact
-//! integer accumulation, and hold no scratch; nothing is split through these ops (no axis flow).
+//! integer accumulation, and hold no scratch. `QuantizeLinear` and `DequantizeLinear` per tensor
+//! or per axis pass every axis through (see [`qdq_flow`]); nothing is split through the others.
 
 use crate::dim::Expr;
 use crate::dtype::DataType;
 use crate::infer::{invalid, Fact, InferCtx, OpError};
 
+use super::axes::{attr_int, in_shape, norm, out_rank, AxisFlow};
 use super::linalg::matmul_shape;
 use super::nn::conv_shape;
 use super::{Mem, OpDef, ONE};
 
 pub const DEFS: &[OpDef] = &[
     // x, y_scale, optional y_zero_point.
-    OpDef::new("QuantizeLinear", (2, 3), quantize, Mem::NEW),
+    OpDef::new("QuantizeLinear", (2, 3), quantize, Mem::NEW).flow(qdq_flow),
     // x, x_scale, optional x_zero_point.
-    OpDef::new("DequantizeLinear", (2, 3), dequantize, Mem::NEW),
+    OpDef::new("DequantizeLinear", (2, 3), dequantize, Mem::NEW).flow(qdq_flow),
     OpDef::new("DynamicQuantizeLinear", ONE, dynamic_quantize, Mem::NEW),
     // A, B and the optional zero points.
     OpDef::new("MatMulInteger", (2, 4), matmul_integer, Mem::NEW),
@@ -28,6 +30,45 @@ pub const DEFS: &[OpDef] = &[
     // x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, optional B.
     OpDef::new("QLinearConv", (8, 9), qlinear_conv, Mem::NEW),
 ];
+
+/// Quantize/DequantizeLinear map each element alone: every axis passes through `x`. Per tensor
+/// (a scale of one element) the scale and zero point are read whole; per axis (a `[C]` scale
+/// along `axis`) that axis slices them too. No flow for blocked scales or a type narrower than a
+/// byte (a slice of packed 4-bit elements need not start on a byte).
+fn qdq_flow(
+    node: &crate::graph::Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let byte_wide = |f: Option<&Fact>| f.and_then(|f| f.dtype).is_some_and(|t| t.bits() >= 8);
+    if !inputs
+        .iter()
+        .chain(outputs)
+        .all(|f| f.is_none() || byte_wide(*f))
+        || attr_int(node, "block_size", 0) != 0
+        || in_shape(inputs, 0)?.len() != r0
+    {
+        return None;
+    }
+    let scale = in_shape(inputs, 1)?;
+    let per_axis = match scale {
+        [] => None,
+        [d] if *d == Expr::one() => None,
+        [_] => Some(norm(attr_int(node, "axis", 1), r0)?),
+        _ => return None,
+    };
+    Some(vec![(0..r0)
+        .map(|o| {
+            let mut v = vec![None; inputs.len()];
+            v[0] = Some(o);
+            if per_axis == Some(o) {
+                v[1..].iter_mut().for_each(|s| *s = Some(0));
+            }
+            AxisFlow::Split(v)
+        })
+        .collect()])
+}
 
 /// Whether QuantizeLinear can produce `t`.
 pub fn is_quantized_type(t: DataType) -> bool {

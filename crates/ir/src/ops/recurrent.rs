@@ -15,6 +15,7 @@ use crate::dtype::DataType;
 use crate::graph::Node;
 use crate::infer::{invalid, Fact, InferCtx, OpError};
 
+use super::axes::AxisFlow;
 use super::{Mem, OpDef};
 
 const MEM: Mem = Mem {
@@ -24,11 +25,51 @@ const MEM: Mem = Mem {
 
 pub const DEFS: &[OpDef] = &[
     // Inputs: X, W, R, B, sequence_lens, initial_h.
-    OpDef::new("RNN", (3, 6), recurrent, MEM),
-    OpDef::new("GRU", (3, 6), recurrent, MEM),
+    OpDef::new("RNN", (3, 6), recurrent, MEM).flow(batch_flow),
+    OpDef::new("GRU", (3, 6), recurrent, MEM).flow(batch_flow),
     // Inputs: X, W, R, B, sequence_lens, initial_h, initial_c, P.
-    OpDef::new("LSTM", (3, 8), recurrent, MEM),
+    OpDef::new("LSTM", (3, 8), recurrent, MEM).flow(batch_flow),
 ];
+
+/// Batch rows do not interact (see the module doc): the batch axis of every output passes through
+/// `X`, `sequence_lens`, `initial_h` and `initial_c`; the weights are read whole and every other
+/// axis is mixed.
+fn batch_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let layout1 = super::axes::attr_int(node, "layout", 0) != 0;
+    // The batch axis of X / Y / the states, by layout.
+    let (x, y, state) = if layout1 { (0, 0, 0) } else { (1, 2, 1) };
+    let mut ins = vec![None; inputs.len()];
+    for (k, slot) in ins.iter_mut().enumerate() {
+        *slot = match k {
+            0 => Some(x),
+            4 => Some(0),
+            5 | 6 => Some(state),
+            _ => None,
+        };
+    }
+    super::axes::out_rank(outputs, 0)?;
+    Some(
+        (0..outputs.len())
+            .map(|k| {
+                let rank = super::axes::out_rank(outputs, k).unwrap_or(0);
+                let batch = if k == 0 { y } else { state };
+                (0..rank)
+                    .map(|a| {
+                        if a == batch {
+                            AxisFlow::Split(ins.clone())
+                        } else {
+                            AxisFlow::Mixed
+                        }
+                    })
+                    .collect()
+            })
+            .collect(),
+    )
+}
 
 /// Gates per op (the blocks of `W`'s and `R`'s second dim).
 pub fn gates(op: &str) -> usize {

@@ -49,9 +49,9 @@ pub const DEFS: &[OpDef] = &[
     )
     .flow(layer_norm_flow),
     // A running sum along one axis; output 0 is input 0 overwritten.
-    OpDef::new("CumSum", (1, 2), same_as_input, Mem::OVERWRITE),
+    OpDef::new("CumSum", (1, 2), same_as_input, Mem::OVERWRITE).flow(cum_flow),
     // A running product along one axis, like CumSum.
-    OpDef::new("CumProd", TWO, same_as_input, Mem::OVERWRITE),
+    OpDef::new("CumProd", TWO, same_as_input, Mem::OVERWRITE).flow(cum_flow),
 ];
 
 /// A `Reduce*` op: data and the optional `axes` input.
@@ -401,6 +401,24 @@ fn softmax_flow(
     let r0 = out_rank(outputs, 0)?;
     let axis = norm(attr_int(node, "axis", -1), r0)?;
     Some(vec![broadcast_flow(&inputs[..1], r0, &[axis])])
+}
+
+/// CumSum and CumProd run along the axis input 1 holds (known; mixed); the others pass through.
+fn cum_flow(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let axis = inputs
+        .get(1)
+        .copied()
+        .flatten()?
+        .value
+        .as_ref()?
+        .as_consts()?;
+    let axis = norm(*axis.first()?, r0)?;
+    Some(vec![pass_through(inputs.len(), r0, &[axis])])
 }
 
 /// Layer/RMSNormalization: axes from `axis` on are mixed (in every output), the others pass
