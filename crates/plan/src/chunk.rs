@@ -526,6 +526,18 @@ fn remake(
     Ok(None)
 }
 
+/// Adds one value made again to the report's lines: a value made again before (with as many nodes)
+/// counts one more reader's copy on its line rather than a line of its own.
+fn add_reader(lines: &mut Vec<crate::remat::PerReader>, r: crate::remat::PerReader) {
+    match lines
+        .iter_mut()
+        .find(|l| l.value == r.value && l.nodes == r.nodes)
+    {
+        Some(l) => l.copies += r.copies,
+        None => lines.push(r),
+    }
+}
+
 /// Chunks `model` at `dims` until its simulated peak fits `opts.budget` or no region lowers it
 /// further.
 pub fn chunk_to_budget(
@@ -579,7 +591,7 @@ pub fn chunk_to_budget(
                 let peak = (step, live.as_slice(), peak_after);
                 if let Some(next) = remake(&cur, &facts, dims, opts, peak, &made)? {
                     (cur, facts) = (next.0, next.1);
-                    per_reader.push(next.2);
+                    add_reader(&mut per_reader, next.2);
                     remakes += 1;
                     continue;
                 }
@@ -737,6 +749,32 @@ mod tests {
         let out = chunk_to_budget(&model, &dims, &ChunkOptions::default()).unwrap();
         assert!(!out.steps.is_empty(), "{name}");
         (name, out, dims)
+    }
+
+    /// A value made again for one more reader several times is one report line counting them.
+    #[test]
+    fn a_value_made_again_repeatedly_is_one_line() {
+        let line = |value: &str, nodes| crate::remat::PerReader {
+            value: value.into(),
+            bytes: 64,
+            copies: 1,
+            nodes,
+        };
+        let mut lines = Vec::new();
+        for r in [
+            line("ln", 2),
+            line("ln", 2),
+            line("bias", 3),
+            line("ln", 2),
+            line("ln", 5),
+        ] {
+            add_reader(&mut lines, r);
+        }
+        let got: Vec<(&str, usize, usize)> = lines
+            .iter()
+            .map(|l| (l.value.as_str(), l.nodes, l.copies))
+            .collect();
+        assert_eq!(got, [("ln", 2, 3), ("bias", 3, 1), ("ln", 5, 1)]);
     }
 
     /// A rewritten model is pinned at its dims: it declares no symbol, records the dims, and
