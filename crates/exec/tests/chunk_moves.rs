@@ -1,10 +1,11 @@
 //! Regions through ops with several outputs and through layers beside `Conv`: a gated unit whose
 //! projection is cut in two by `Split` (both halves sliced per chunk), and a `ConvTranspose`
-//! upsampling chunked along the batch and along its output channels. Each chunked graph runs to the
+//! upsampling chunked along the batch and along its output channels, and a `Resize` whose `sizes`
+//! an exporter computed from `Shape` (a chunk reads its own shape as sizes). Each chunked graph runs to the
 //! same bits as the original, plain and from its plan, with the measured peak the planned one.
 
 use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
-use memplan_ir::DataType;
+use memplan_ir::{DataType, TensorData};
 
 use crate::chunk_conv::{check, image_input, ints, weights};
 
@@ -88,4 +89,66 @@ fn a_conv_transpose_chunks_along_the_batch_and_its_filters() {
         &[1, 4, 8, 8],
     );
     assert!(whole(64)(&steps), "{steps:?}");
+}
+
+/// x [B, 4, H, W] -> Resize to [B, 4, 16, 16] (`sizes` = Shape(x)[0:2] ++ [16, 16], as torch writes
+/// an upsampling) -> Relu -> GlobalAveragePool.
+fn upsampled_by_sizes() -> Model {
+    let mut g = Graph::default();
+    let x = image_input(&mut g);
+    let from = g.add_initializer(TensorData::from_i64("from", vec![1], &[0]));
+    let to = g.add_initializer(TensorData::from_i64("to", vec![1], &[2]));
+    let hw = g.add_initializer(TensorData::from_i64("hw", vec![2], &[16, 16]));
+    let (_, sh) = g.add_node("shape", "Shape", &[Some(x)], &["sh"], vec![]);
+    let (_, bc) = g.add_node(
+        "bc",
+        "Slice",
+        &[Some(sh[0]), Some(from), Some(to)],
+        &["bc"],
+        vec![],
+    );
+    let axis = Attribute {
+        name: "axis".into(),
+        value: AttrValue::Int(0),
+        doc: String::new(),
+    };
+    let (_, sizes) = g.add_node(
+        "sizes",
+        "Concat",
+        &[Some(bc[0]), Some(hw)],
+        &["sizes"],
+        vec![axis],
+    );
+    let mode = Attribute {
+        name: "mode".into(),
+        value: AttrValue::String(b"linear".to_vec()),
+        doc: String::new(),
+    };
+    let (_, u) = g.add_node(
+        "up",
+        "Resize",
+        &[Some(x), None, None, Some(sizes[0])],
+        &["u"],
+        vec![mode],
+    );
+    let (_, r) = g.add_node("relu", "Relu", &[Some(u[0])], &["r"], vec![]);
+    let (_, y) = g.add_node("pool", "GlobalAveragePool", &[Some(r[0])], &["y"], vec![]);
+    g.outputs.push(y[0]);
+    Model {
+        graph: g,
+        ..Model::default()
+    }
+}
+
+#[test]
+fn a_resize_by_sizes_chunks_along_the_axes_it_keeps() {
+    let steps = check(
+        &upsampled_by_sizes(),
+        &[("B", 6), ("H", 5), ("W", 7)],
+        &[6, 4, 5, 7],
+    );
+    assert!(
+        steps.iter().any(|s| s.starts_with("3 nodes up..pool")),
+        "{steps:?}"
+    );
 }

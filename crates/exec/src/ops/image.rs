@@ -833,4 +833,28 @@ mod tests {
         )
         .is_err());
     }
+
+    /// A Resize sized by `sizes` that keep the batch and channels passes them through (a chunk
+    /// reads its own shape as sizes); the resized axes are mixed. Scales of 1 pass too.
+    #[test]
+    fn resize_flows_keep_the_axes_it_does_not_resize() {
+        use crate::ops::testutil::{check_flow, rand_f32, t_i64};
+        let x = t_f32(&[3, 2, 4, 5], &rand_f32(120, 7));
+        let none = t_f32(&[0], &[]);
+        let sizes = t_i64(&[4], &[3, 2, 8, 10]);
+        for mode in ["linear", "nearest", "cubic"] {
+            let attrs = [("mode", AttrValue::String(mode.as_bytes().to_vec()))];
+            check_flow(
+                "Resize",
+                &attrs,
+                &[&x, &none, &none, &sizes],
+                1,
+                &[0, 1],
+                &[1, 2],
+            )
+            .unwrap();
+        }
+        let scales = t_f32(&[4], &[1.0, 1.0, 2.0, 1.0]);
+        check_flow("Resize", &[], &[&x, &none, &scales], 1, &[0, 1, 3], &[1, 3]).unwrap();
+    }
 }

@@ -58,20 +58,27 @@ pub fn flows(
     inputs: &[&Tensor],
     n_out: usize,
 ) -> Option<Vec<Vec<AxisFlow>>> {
-    // Small int64 inputs (repeats, an axis) are known, as inference knows constants.
+    // Small int64 and f32 inputs (an axis, sizes, scales) are known, as inference knows constants.
     let fact = |t: &Tensor| {
         let shape = t
             .shape
             .iter()
             .map(|&d| memplan_ir::Expr::from(d as i64))
             .collect();
-        match t.data::<i64>() {
-            Ok(v) if t.dtype == DataType::I64 && v.len() <= 8 => {
-                let known =
-                    memplan_ir::Known::Int(v.iter().map(|&x| memplan_ir::Expr::int(x)).collect());
-                memplan_ir::infer::Fact::with_value(t.dtype, shape, known)
-            }
-            _ => memplan_ir::infer::Fact::new(t.dtype, shape),
+        let known = match t.dtype {
+            DataType::I64 => t.data::<i64>().ok().filter(|v| v.len() <= 8).map(|v| {
+                memplan_ir::Known::Int(v.iter().map(|&x| memplan_ir::Expr::int(x)).collect())
+            }),
+            DataType::F32 => t
+                .data::<f32>()
+                .ok()
+                .filter(|v| v.len() <= 8)
+                .map(|v| memplan_ir::Known::Float(v.iter().map(|&x| f64::from(x)).collect())),
+            _ => None,
+        };
+        match known {
+            Some(k) => memplan_ir::infer::Fact::with_value(t.dtype, shape, k),
+            None => memplan_ir::infer::Fact::new(t.dtype, shape),
         }
     };
     let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
@@ -219,7 +226,8 @@ pub fn check_chunks(
 }
 
 /// [`check_chunks`] for an op with `out_axes.len()` outputs, output `k` sliced along
-/// `out_axes[k]`.
+/// `out_axes[k]`. The input the op's record names its shape input (`OpDef::shape_input`) is the
+/// chunk's shape.
 pub fn check_chunks_n(
     op: &str,
     attrs: &[(&str, AttrValue)],
@@ -238,10 +246,17 @@ pub fn check_chunks_n(
     c.dedup();
     for w in c.windows(2) {
         let (lo, hi) = (w[0], w[1]);
+        // The input holding the output's shape is the chunk's shape, as a chunk's clone reads.
+        let shape_input = memplan_ir::ops::lookup(&node(op, attrs, inputs.len(), n_out))
+            .and_then(|d| d.shape_input);
+        let mut chunk_shape: Vec<i64> = whole[0].shape.iter().map(|&d| d as i64).collect();
+        chunk_shape[out_axes[0]] = (hi - lo) as i64;
         let parts: Vec<Tensor> = inputs
             .iter()
             .zip(in_axes)
-            .map(|(t, a)| match a {
+            .enumerate()
+            .map(|(k, (t, a))| match a {
+                _ if shape_input == Some(k) => t_i64(&[chunk_shape.len()], &chunk_shape),
                 Some(a) if t.shape[*a] != 1 => slice_axis(t, *a, lo, hi),
                 _ => (*t).clone(),
             })

@@ -13,7 +13,10 @@ use super::{Mem, OpDef};
 use crate::graph::{AttrValue, Node};
 
 pub const DEFS: &[OpDef] = &[
-    OpDef::new("Resize", (1, 4), resize, Mem::NEW).flow(resize_axes),
+    // A chunk of an output sized by `sizes` reads sizes of its own (the chunk's shape).
+    OpDef::new("Resize", (1, 4), resize, Mem::NEW)
+        .flow(resize_axes)
+        .shape_input(3),
     OpDef::new("Upsample", (1, 2), resize, Mem::NEW).flow(resize_axes),
     OpDef::new("GridSample", (2, 2), grid_sample, Mem::NEW).flow(grid_sample_axes),
 ];
@@ -25,7 +28,7 @@ fn resize_axes(
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
     let r0 = super::axes::out_rank(outputs, 0)?;
-    Some(vec![resize_flow(node, inputs, r0)])
+    Some(vec![resize_flow(node, inputs, r0)?])
 }
 
 /// Axis flow of `GridSample`: batch from both inputs, channels from `X`, output points from the
@@ -222,9 +225,12 @@ pub fn aspect_scale(policy: &str, want: &[i64], have: &[i64]) -> f64 {
 }
 
 /// Axis flow of `Resize`/`Upsample`: an axis passes through when it is not resized (not in `axes`,
-/// or scaled by exactly 1 outside `tf_crop_and_resize`); an axis sized by `sizes` is `Mixed`, since
-/// a slice would keep the full size.
-pub fn resize_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Vec<AxisFlow> {
+/// or scaled by exactly 1 outside `tf_crop_and_resize`), or when `sizes` (one per axis: no `axes`
+/// attribute, the `stretch` policy) keeps its input extent, as an exported upsampling writes the
+/// batch and channels of `[B, C, H', W']`; a chunk's clone then reads the chunk's shape as its
+/// `sizes` ([`OpDef::shape_input`](super::OpDef::shape_input)). With `sizes` and an `axes`
+/// attribute there is no flow: a chunk's shape would not be its `sizes`.
+pub fn resize_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option<Vec<AxisFlow>> {
     let opset_hint = if node.inputs.len() >= 3 { 11 } else { 10 };
     let (scales_at, sizes_at) = operand_slots(&node.op, opset_hint);
     let at = |i: Option<usize>| i.and_then(|i| inputs.get(i).copied().flatten());
@@ -242,7 +248,27 @@ pub fn resize_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Vec<Ax
         node.attr("coordinate_transformation_mode"),
         Some(AttrValue::String(m)) if m.as_slice() == b"tf_crop_and_resize"
     );
-    let scales: Option<Vec<f64>> = if given(at(sizes_at)) {
+    let stretch = match node.attr("keep_aspect_ratio_policy") {
+        Some(AttrValue::String(p)) => p.as_slice() == b"stretch",
+        _ => true,
+    };
+    let sized = given(at(sizes_at));
+    if sized && node.attr("axes").is_some() {
+        return None;
+    }
+    // Axes whose `sizes` entry is the input's extent.
+    let x = inputs
+        .first()
+        .copied()
+        .flatten()
+        .and_then(|f| f.shape.as_ref());
+    let kept: Vec<bool> = match (at(sizes_at).and_then(|f| f.value.as_ref()), x) {
+        (Some(Known::Int(v)), Some(x)) if sized && stretch && v.len() == rank => {
+            v.iter().zip(x).map(|(s, d)| s == d).collect()
+        }
+        _ => vec![false; rank],
+    };
+    let scales: Option<Vec<f64>> = if sized {
         None
     } else {
         match at(scales_at).and_then(|f| f.value.as_ref()) {
@@ -253,16 +279,17 @@ pub fn resize_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Vec<Ax
             },
         }
     };
-    (0..rank)
+    let flow = (0..rank)
         .map(|o| {
             let through = match axes.iter().position(|&a| a == o) {
                 None => true,
                 Some(k) => {
                     !crop
-                        && scales
-                            .as_ref()
-                            .and_then(|s| s.get(k))
-                            .is_some_and(|&s| s == 1.0)
+                        && (kept[o]
+                            || scales
+                                .as_ref()
+                                .and_then(|s| s.get(k))
+                                .is_some_and(|&s| s == 1.0))
                 }
             };
             if through {
@@ -273,5 +300,6 @@ pub fn resize_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Vec<Ax
                 AxisFlow::Mixed
             }
         })
-        .collect()
+        .collect();
+    Some(flow)
 }
