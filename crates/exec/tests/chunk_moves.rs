@@ -5,7 +5,7 @@
 //! same bits as the original, plain and from its plan, with the measured peak the planned one.
 
 use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
-use memplan_ir::{DataType, TensorData};
+use memplan_ir::{DataType, TensorData, ValueId};
 
 use crate::chunk_conv::{check, image_input, ints, weights};
 
@@ -48,6 +48,17 @@ fn a_split_passes_its_rows_to_both_halves() {
     );
 }
 
+/// `g` with `u` -> Relu -> GlobalAveragePool -> the output `y`, as a model.
+fn relu_pool(mut g: Graph, u: ValueId) -> Model {
+    let (_, r) = g.add_node("relu", "Relu", &[Some(u)], &["r"], vec![]);
+    let (_, y) = g.add_node("pool", "GlobalAveragePool", &[Some(r[0])], &["y"], vec![]);
+    g.outputs.push(y[0]);
+    Model {
+        graph: g,
+        ..Model::default()
+    }
+}
+
 /// x [B, 4, H, W] -> ConvTranspose (`mid` filters, 2x2, stride 2, bias) -> Relu ->
 /// GlobalAveragePool: every node passes the batch and the channels.
 fn upsampler(mid: u64) -> Model {
@@ -62,13 +73,7 @@ fn upsampler(mid: u64) -> Model {
         &["u"],
         vec![ints("strides", &[2, 2])],
     );
-    let (_, r) = g.add_node("relu", "Relu", &[Some(u[0])], &["r"], vec![]);
-    let (_, y) = g.add_node("pool", "GlobalAveragePool", &[Some(r[0])], &["y"], vec![]);
-    g.outputs.push(y[0]);
-    Model {
-        graph: g,
-        ..Model::default()
-    }
+    relu_pool(g, u[0])
 }
 
 #[test]
@@ -131,13 +136,7 @@ fn upsampled_by_sizes() -> Model {
         &["u"],
         vec![mode],
     );
-    let (_, r) = g.add_node("relu", "Relu", &[Some(u[0])], &["r"], vec![]);
-    let (_, y) = g.add_node("pool", "GlobalAveragePool", &[Some(r[0])], &["y"], vec![]);
-    g.outputs.push(y[0]);
-    Model {
-        graph: g,
-        ..Model::default()
-    }
+    relu_pool(g, u[0])
 }
 
 #[test]

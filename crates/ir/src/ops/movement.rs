@@ -175,6 +175,21 @@ fn slice_flow(
     Some(vec![pass_through(inputs.len(), r0, &mixed)])
 }
 
+/// `n` outputs of input 0's rank that pass its axes but the `mixed(rank)` ones (`None`: no flow),
+/// the other inputs read whole.
+fn passing(
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+    n: usize,
+    mixed: impl FnOnce(usize) -> Option<Vec<usize>>,
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    if in_shape(inputs, 0)?.len() != r0 {
+        return None;
+    }
+    Some(vec![pass_through(inputs.len(), r0, &mixed(r0)?); n])
+}
+
 /// Every output is a run of the `axis` attribute's axis: that axis is mixed, the others pass
 /// through input 0 to every output (the split sizes are read whole).
 fn split_flow(
@@ -182,12 +197,9 @@ fn split_flow(
     inputs: &[Option<&Fact>],
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
-    let r0 = out_rank(outputs, 0)?;
-    if in_shape(inputs, 0)?.len() != r0 {
-        return None;
-    }
-    let axis = norm(attr_int(node, "axis", 0), r0)?;
-    Some(vec![pass_through(inputs.len(), r0, &[axis]); outputs.len()])
+    passing(inputs, outputs, outputs.len(), |r| {
+        Some(vec![norm(attr_int(node, "axis", 0), r)?])
+    })
 }
 
 /// The triangle is over the last two axes (mixed); the leading (batch) axes pass through, `k`
@@ -197,11 +209,7 @@ fn trilu_flow(
     inputs: &[Option<&Fact>],
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
-    let r0 = out_rank(outputs, 0)?;
-    if r0 < 2 || in_shape(inputs, 0)?.len() != r0 {
-        return None;
-    }
-    Some(vec![pass_through(inputs.len(), r0, &[r0 - 2, r0 - 1])])
+    passing(inputs, outputs, 1, |r| (r >= 2).then(|| vec![r - 2, r - 1]))
 }
 
 /// `SpaceToDepth` and `DepthToSpace` move elements between the channels and the spatial axes of
@@ -211,12 +219,7 @@ fn batch_flow(
     inputs: &[Option<&Fact>],
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
-    let r0 = out_rank(outputs, 0)?;
-    if in_shape(inputs, 0)?.len() != r0 {
-        return None;
-    }
-    let rest: Vec<usize> = (1..r0).collect();
-    Some(vec![pass_through(inputs.len(), r0, &rest)])
+    passing(inputs, outputs, 1, |r| Some((1..r).collect()))
 }
 
 /// Axes padded (or cropped) by a known non-zero amount are mixed; an axis whose two amounts are
