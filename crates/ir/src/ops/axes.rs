@@ -112,6 +112,21 @@ pub fn pass_through(n_inputs: usize, rank: usize, mixed: &[usize]) -> Vec<AxisFl
         .collect()
 }
 
+/// `n` outputs of input 0's rank that pass its axes but the `mixed(rank)` ones (`None`: no flow),
+/// the other inputs read whole.
+pub fn passing(
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+    n: usize,
+    mixed: impl FnOnce(usize) -> Option<Vec<usize>>,
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    if in_shape(inputs, 0)?.len() != r0 {
+        return None;
+    }
+    Some(vec![pass_through(inputs.len(), r0, &mixed(r0)?); n])
+}
+
 /// Flow of ops that compute along the one axis their `axis` attribute names (default -1: TopK,
 /// LpNormalization): that axis is mixed, the others pass through input 0 (of `n_inputs`, the
 /// others read whole).

@@ -6,7 +6,7 @@ use crate::graph::Node;
 use crate::infer::{broadcast, invalid, normalize_axis, Fact, InferCtx, Known, OpError};
 
 use super::axes::{
-    self, attr_int, attr_ints, in_shape, norm, out_rank, out_shape, pass_through, AxisFlow,
+    self, attr_int, attr_ints, in_shape, norm, out_rank, out_shape, pass_through, passing, AxisFlow,
 };
 use super::basic::{known_fact, shape_operand};
 use super::elementwise::broadcast_index;
@@ -173,21 +173,6 @@ fn slice_flow(
         .map(|(_, &ax)| ax)
         .collect();
     Some(vec![pass_through(inputs.len(), r0, &mixed)])
-}
-
-/// `n` outputs of input 0's rank that pass its axes but the `mixed(rank)` ones (`None`: no flow),
-/// the other inputs read whole.
-fn passing(
-    inputs: &[Option<&Fact>],
-    outputs: &[Option<&Fact>],
-    n: usize,
-    mixed: impl FnOnce(usize) -> Option<Vec<usize>>,
-) -> Option<Vec<Vec<AxisFlow>>> {
-    let r0 = out_rank(outputs, 0)?;
-    if in_shape(inputs, 0)?.len() != r0 {
-        return None;
-    }
-    Some(vec![pass_through(inputs.len(), r0, &mixed(r0)?); n])
 }
 
 /// Every output is a run of the `axis` attribute's axis: that axis is mixed, the others pass

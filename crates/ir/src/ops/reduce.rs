@@ -11,7 +11,7 @@ use crate::dtype::DataType;
 use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError, MAX_KNOWN_ELEMS};
 
 use super::axes::{
-    attr_int, attr_ints, broadcast_flow, in_shape, norm, out_rank, pass_through, AxisFlow,
+    attr_int, attr_ints, broadcast_flow, in_shape, norm, out_rank, pass_through, passing, AxisFlow,
 };
 use super::nn::widened_scratch;
 use super::{compute_size, is_half, needs_transpose, numel, Mem, OpDef, ONE, TWO};
@@ -409,7 +409,6 @@ fn cum_flow(
     inputs: &[Option<&Fact>],
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
-    let r0 = out_rank(outputs, 0)?;
     let axis = inputs
         .get(1)
         .copied()
@@ -417,8 +416,7 @@ fn cum_flow(
         .value
         .as_ref()?
         .as_consts()?;
-    let axis = norm(*axis.first()?, r0)?;
-    Some(vec![pass_through(inputs.len(), r0, &[axis])])
+    passing(inputs, outputs, 1, |r| Some(vec![norm(*axis.first()?, r)?]))
 }
 
 /// Layer/RMSNormalization: axes from `axis` on are mixed (in every output), the others pass
