@@ -585,7 +585,7 @@ pub fn chunk_to_budget(
             search(&base, opts, &frozen(&cur, &made), &mut evaluated)
         };
         let Some(best) = best else {
-            let (peak_after, live, step) = (base.peak, base.live.clone(), base.peak_step);
+            let (mut peak_after, mut live, step) = (base.peak, base.live.clone(), base.peak_step);
             drop(base);
             if !done && remakes < opts.max_steps {
                 let peak = (step, live.as_slice(), peak_after);
@@ -600,6 +600,17 @@ pub fn chunk_to_budget(
             if changed {
                 // What it holds was made at `dims`: it is pinned there.
                 cur.pin_dims(dims);
+                let before = cur.graph.values.len();
+                cur.graph = rewrite::drop_unread_initializers(cur.graph, &unfrozen.graph);
+                if cur.graph.values.len() < before {
+                    // They were resident: the peak is lower by their bytes.
+                    let f = rewritten_facts(&cur, dims)?;
+                    let base = Base::new(&cur.graph, &f, dims, opts.assemble)?;
+                    (peak_after, live) = (base.peak, base.live.clone());
+                    if let Some(s) = steps.last_mut() {
+                        s.peak_after = base.peak;
+                    }
+                }
             }
             return Ok(Chunked {
                 // Shape values stay symbolic when nothing was chunked.
@@ -742,13 +753,56 @@ mod tests {
 
     /// The corpus's tri_att_start chunked with the default options (at least one step).
     fn chunked_tri_att_start() -> (String, Chunked, BTreeMap<String, i64>) {
-        let (name, model, dims) = corpus()
-            .into_iter()
-            .find(|(n, _, _)| n == "of3_tri_att_start")
-            .unwrap();
-        let out = chunk_to_budget(&model, &dims, &ChunkOptions::default()).unwrap();
-        assert!(!out.steps.is_empty(), "{name}");
+        let (name, _, out, dims) = chunked("of3_tri_att_start", &ChunkOptions::default());
         (name, out, dims)
+    }
+
+    /// A corpus model, and it chunked with `opts` (at least one step).
+    fn chunked(
+        model: &str,
+        opts: &ChunkOptions,
+    ) -> (String, Model, Chunked, BTreeMap<String, i64>) {
+        let (name, model, dims) = corpus().into_iter().find(|(n, _, _)| n == model).unwrap();
+        let out = chunk_to_budget(&model, &dims, opts).unwrap();
+        assert!(!out.steps.is_empty(), "{name}");
+        (name, model, out, dims)
+    }
+
+    /// Chunking leaves no initializer of its own unread: the shape values frozen for readers it
+    /// then rewrote per chunk are dropped (the legacy export computes every reshape from `Shape`;
+    /// its chunked file carried about 90 such constants).
+    #[test]
+    fn chunking_leaves_no_initializer_of_its_own_unread() {
+        // As low as it goes: regions that take in the shape arithmetic's readers.
+        let opts = ChunkOptions {
+            budget: Some(0),
+            ..ChunkOptions::default()
+        };
+        for model in ["of3_tri_att_start.legacy", "of3_tri_att_start"] {
+            let (name, original, out, _) = chunked(model, &opts);
+            let g = &out.model.graph;
+            let read: BTreeSet<ValueId> = g.nodes.iter().flat_map(|n| n.input_ids()).collect();
+            let unread: Vec<&str> = g
+                .initializers
+                .iter()
+                .filter(|v| !read.contains(v))
+                .map(|&v| g.value(v).name.as_str())
+                .filter(|n| {
+                    let o = &original.graph;
+                    !o.initializers.iter().any(|&v| o.value(v).name == *n)
+                })
+                .collect();
+            assert!(
+                unread.is_empty(),
+                "{name}: {} unread: {unread:?}",
+                unread.len()
+            );
+            // Chunking's constants that are read (slice bounds, per-chunk shapes) stay.
+            assert!(
+                g.initializers.len() > original.graph.initializers.len(),
+                "{name}"
+            );
+        }
     }
 
     /// A value made again for one more reader several times is one report line counting them.

@@ -455,6 +455,43 @@ pub(crate) fn compact(g: Graph) -> Graph {
     retain_values(g, &keep)
 }
 
+/// Drops the initializers that chunking left unread: those `original` does not have (shape values
+/// frozen into constants, per-chunk bounds) that no node, subgraph or graph output reads any more,
+/// because the readers they were frozen for were rewritten per chunk. A written file would carry
+/// them as dead weight (and onnxruntime warns about each).
+pub(crate) fn drop_unread_initializers(g: Graph, original: &Graph) -> Graph {
+    let mut read = vec![false; g.values.len()];
+    // A `value_info` entry is a declaration, not a read: it goes with its value.
+    for v in g
+        .nodes
+        .iter()
+        .flat_map(|n| n.input_ids())
+        .chain(g.outputs.iter().chain(&g.inputs).copied())
+    {
+        read[v.index()] = true;
+    }
+    for n in &g.nodes {
+        for sub in n.subgraphs() {
+            for v in sub.outer_reads_resolved(&g) {
+                read[v.index()] = true;
+            }
+        }
+    }
+    let keep: Vec<bool> = g
+        .values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            read[i]
+                || !matches!(v.kind, ValueKind::Initializer(_))
+                || original
+                    .find_value(&v.name)
+                    .is_some_and(|o| matches!(original.value(o).kind, ValueKind::Initializer(_)))
+        })
+        .collect();
+    retain_values(g, &keep)
+}
+
 /// Keeps the values marked in `keep` (no node may read or make another) and renumbers them,
 /// keeping their order.
 pub(crate) fn retain_values(g: Graph, keep: &[bool]) -> Graph {
