@@ -230,14 +230,8 @@ fn par_rows_split<O: Send>(
     body: impl Fn(usize, &mut [O]) + Sync,
 ) {
     let inner = inner.max(1);
-    if out.len() < split.threshold {
-        body(0, out);
-        return;
-    }
-    let rows_per_task = split.task.div_ceil(inner);
-    out.par_chunks_mut(rows_per_task * inner)
-        .enumerate()
-        .for_each(|(t, chunk)| body(t * rows_per_task, chunk));
+    let rows_per_task = (out.len() >= split.threshold).then(|| split.task.div_ceil(inner));
+    super::par::row_blocks(out, inner, rows_per_task, body);
 }
 
 /// `o[i] = f(a[i])`, compiled for AVX2 when the CPU has it (the same IEEE operations, only wider:

@@ -10,7 +10,6 @@
 //! The crate-wide kernel error type [`KernelError`] lives here because `mod.rs` belongs to no single
 //! kernel family; `reduce`, `norm`, `conv` and `pool` use it too.
 
-use rayon::prelude::*;
 use std::ops::{Add, Mul, Range};
 
 /// Error returned by a kernel for inputs that are not valid for the operator.
@@ -389,9 +388,6 @@ pub(crate) fn par_rows<T: Send>(
     if n == 0 || rows == 0 {
         return Ok(());
     }
-    if work < PAR_MIN_WORK || threads <= 1 || rows < 2 {
-        return f(0..rows, out);
-    }
     let per_row = n.saturating_mul(k.max(1)).max(1);
     let min_rows = TASK_MIN_WORK.div_ceil(per_row).max(1);
     let mut rpt = rows
@@ -401,15 +397,10 @@ pub(crate) fn par_rows<T: Send>(
     if rpt >= ROW_ALIGN {
         rpt = rpt.div_ceil(ROW_ALIGN) * ROW_ALIGN;
     }
-    if rpt >= rows {
-        return f(0..rows, out);
-    }
-    out.par_chunks_mut(rpt * n)
-        .enumerate()
-        .try_for_each(|(t, chunk)| {
-            let r0 = t * rpt;
-            f(r0..r0 + chunk.len() / n, chunk)
-        })
+    let rpt = (work >= PAR_MIN_WORK && rows >= 2).then_some(rpt);
+    super::par::try_row_blocks(out, n, rpt, |r0, block| {
+        f(r0..(r0 + block.len() / n).min(rows), block)
+    })
 }
 
 /// ONNX MatMul for a float type; `out` must hold `matmul_out_shape(a_shape, b_shape)` elements.

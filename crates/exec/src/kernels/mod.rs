@@ -12,6 +12,7 @@ pub mod matmul;
 pub mod minifloat;
 pub mod movement;
 pub mod norm;
+pub(crate) mod par;
 pub mod pool;
 pub mod random;
 pub mod real;

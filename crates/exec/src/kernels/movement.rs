@@ -137,14 +137,8 @@ pub fn strided_copy<T: Copy + Send + Sync>(
             k += g;
         }
     };
-    if dst.len() < PAR_MIN || rayon::current_num_threads() <= 1 {
-        rows(0, dst);
-    } else {
-        let rpt = (PAR_MIN / 4).div_ceil(inner).max(1);
-        dst.par_chunks_mut(rpt * inner)
-            .enumerate()
-            .for_each(|(t, c)| rows(t * rpt, c));
-    }
+    let rpt = (dst.len() >= PAR_MIN).then(|| (PAR_MIN / 4).div_ceil(inner));
+    super::par::row_blocks(dst, inner, rpt, rows);
     Ok(())
 }
 

@@ -9,7 +9,6 @@
 
 use super::matmul::{check_len, shape_err, KResult, KernelError};
 use super::reduce::{fold_lanes, max_seq, normalize_axes, sum_seq, ReduceElem};
-use rayon::prelude::*;
 use std::ops::{Add, Div, Mul, Sub};
 
 /// Floating-point element types the normalizations run on (computed in the type itself).
@@ -99,20 +98,13 @@ fn par_row_chunks<T: Float>(
         return;
     }
     let rows = x.len() / len;
-    if x.len() < min || rayon::current_num_threads() <= 1 || rows < 2 {
-        f(0, x, out);
-        return;
-    }
     let rpt = min
         .div_ceil(2 * len)
-        .max(rows.div_ceil(rayon::current_num_threads() * 8))
-        .max(1);
-    out.par_chunks_mut(rpt * len)
-        .enumerate()
-        .for_each(|(t, oc)| {
-            let r0 = t * rpt;
-            f(r0, &x[r0 * len..r0 * len + oc.len()], oc);
-        });
+        .max(rows.div_ceil(rayon::current_num_threads() * 8));
+    let rpt = (x.len() >= min).then_some(rpt);
+    super::par::row_blocks(out, len, rpt, |r0, oc| {
+        f(r0, &x[r0 * len..r0 * len + oc.len()], oc)
+    });
 }
 
 /// Softmax (or LogSoftmax) of one contiguous sequence.

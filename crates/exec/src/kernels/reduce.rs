@@ -10,7 +10,6 @@
 //! Arithmetic is done in the element type (f32 in f32, as onnxruntime does), integers wrap.
 
 use super::matmul::{check_len, shape_err, KResult, KernelError};
-use rayon::prelude::*;
 
 /// Number of interleaved accumulators of [`fold_lanes`].
 pub const LANES: usize = 16;
@@ -457,16 +456,11 @@ fn for_each_output<T: ReduceElem, U: Send>(
         }
     };
     let total = g.out_len.saturating_mul(g.red_len.max(1));
-    if total < PAR_MIN_ELEMS || rayon::current_num_threads() <= 1 || g.out_len < 2 {
-        run(0, out);
-        return;
-    }
     let per_task = PAR_MIN_ELEMS
         .div_ceil(g.red_len.max(1))
         .max(g.out_len.div_ceil(rayon::current_num_threads() * 8));
-    out.par_chunks_mut(per_task)
-        .enumerate()
-        .for_each(|(t, chunk)| run(t * per_task, chunk));
+    // One output element a row.
+    super::par::row_blocks(out, 1, (total >= PAR_MIN_ELEMS).then_some(per_task), run);
 }
 
 /// ONNX Reduce* for one element type. `out` holds `reduce_out_shape(..)` elements.
