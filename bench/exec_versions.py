@@ -27,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "corpus", "models")
 
 CASES = [
+    ("of3_attn_pair_bias", {"N": 256}),
     ("of3_attn_pair_bias", {"N": 512}),
     ("of3_pair_transition", {"N": 256}),
     ("of3_pairformer_block", {"N": 256}),
