@@ -491,10 +491,23 @@ impl<'a> InferCtx<'a> {
         *self.symbols = s;
     }
 
-    /// A fresh data-dependent symbol, recorded with the reason.
+    /// A fresh data-dependent symbol, recorded with the reason. Its name is `hint` followed by the
+    /// name of the node's first output (`nonzero_count_nonzero_1`): the same symbol whatever the
+    /// node order, so dims given for a model hold for it written in its planned order, and name
+    /// the value they size. A number follows where one node makes several.
     pub fn fresh_symbol(&mut self, hint: &str, why: &str) -> Expr {
         let node = self.node.label(self.id);
-        self.symbols.fresh(hint, format!("{why} at node {node}"))
+        let out = self
+            .node
+            .output_ids()
+            .next()
+            .map(|v| self.scope.graph.value(v).name.as_str())
+            .filter(|n| !n.is_empty());
+        let name = match out {
+            Some(o) => format!("{hint}_{o}"),
+            None => hint.to_string(),
+        };
+        self.symbols.fresh(&name, format!("{why} at node {node}"))
     }
 
     fn attr_value(&self, name: &str) -> Option<&'a AttrValue> {

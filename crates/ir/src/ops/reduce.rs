@@ -620,8 +620,8 @@ mod tests {
         let f = t.run(18).unwrap();
         assert_eq!(fact_of(&f, a[0]), "float [N, 5]");
         assert_eq!(fact_of(&f, a[1]), "int64 [N, 5]");
-        assert_eq!(fact_of(&f, b[0]), "float [topk_k, 1000]");
-        assert_eq!(fact_of(&f, b[1]), "int64 [topk_k, 1000]");
+        assert_eq!(fact_of(&f, b[0]), "float [topk_k_v2, 1000]");
+        assert_eq!(fact_of(&f, b[1]), "int64 [topk_k_v2, 1000]");
         assert_eq!(f.symbols.introduced.len(), 1);
         assert!(f.symbols.introduced[0].reason.contains("TopK"));
 
