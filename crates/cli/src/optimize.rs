@@ -576,14 +576,30 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     let mut plan = opt.plan.clone();
     if let Some(path) = &a.output {
         let (m2, renumbered) = opt.reordered();
-        memplan_onnx::save(&m2, path, memplan_onnx::default_mode(&opt.model))
+        let mode = memplan_onnx::default_mode(&opt.model);
+        let side_file = matches!(mode, memplan_onnx::ExternalData::Auto { .. });
+        memplan_onnx::save(&m2, path, mode)
             .with_context(|| format!("writing {}", path.display()))?;
         plan = renumbered;
-        // The plan must hold for the model as it reads back from disk.
-        let (back, back_facts) = load(path)?;
-        let back_facts = crate::estimate::facts_at(&back, &back_facts, &plan.dims)?;
-        memplan_plan::check(&back.graph, &back_facts, &plan)
-            .with_context(|| format!("the plan for the written model {}", path.display()))?;
+        // The plan must hold for the model as it reads back from disk; a file it does not hold
+        // for is removed (with its external data), not left behind as if it were the result.
+        let checked = load(path).and_then(|(back, back_facts)| {
+            let back_facts = crate::estimate::facts_at(&back, &back_facts, &plan.dims)?;
+            memplan_plan::check(&back.graph, &back_facts, &plan)
+                .with_context(|| format!("the plan for the written model {}", path.display()))
+        });
+        if let Err(e) = checked {
+            // Removal failures are not reported over the check's error.
+            let _ = std::fs::remove_file(path);
+            if side_file {
+                let data = path.with_file_name(format!(
+                    "{}.data",
+                    path.file_name().unwrap_or_default().to_string_lossy()
+                ));
+                let _ = std::fs::remove_file(data);
+            }
+            return Err(e.context(format!("{} removed, no plan written", path.display())));
+        }
     }
     if let Some(path) = &a.plan_out {
         std::fs::write(path, plan.to_json() + "\n")
