@@ -88,30 +88,18 @@ def lowest_row(name, variant, r, held_by=False):
             f"| {r['wall'][0]:.2f} / {r['wall'][1]:.2f} |")
 
 
-def torch_exports(module, x, stem, batch=None):
-    """STEM.dynamo.onnx and STEM.legacy.onnx: `module` (a torch module in eval mode) on image `x`
-    exported by both torch exporters (input `x`, output `y`), each made once; with `batch`, axis 0 of
-    `x` and `y` is the symbol of that name. Returns {"dynamo": path, "legacy": path}, without an
-    exporter that fails on the module (its error is printed to stderr: torch's own limits, such as
-    the TorchScript exporter refusing `aten::_native_multi_head_attention`)."""
+def each_export(stem, export_one):
+    """STEM.dynamo.onnx and STEM.legacy.onnx, each made once by `export_one(variant, path)`. Returns
+    {variant: path} without an exporter that fails (its error is printed to stderr: torch's own
+    limits, such as the TorchScript exporter refusing `aten::_native_multi_head_attention`)."""
     import sys
-
-    import torch
 
     paths = {}
     for variant in ("dynamo", "legacy"):
         p = f"{stem}.{variant}.onnx"
         if not os.path.exists(p):
             try:
-                with torch.no_grad():
-                    if variant == "legacy":
-                        axes = {"x": {0: batch}, "y": {0: batch}} if batch else None
-                        torch.onnx.export(module, (x,), p, dynamo=False, opset_version=17, input_names=["x"],
-                                          output_names=["y"], dynamic_axes=axes)
-                    else:
-                        shapes = {"x": {0: torch.export.Dim(batch, min=1, max=4096)}} if batch else None
-                        torch.onnx.export(module, (x,), dynamo=True, input_names=["x"], output_names=["y"],
-                                          dynamic_shapes=shapes).save(p)
+                export_one(variant, p)
             except Exception as e:  # noqa: BLE001 - any exporter failure skips that export
                 print(f"{os.path.basename(stem)}: the {variant} exporter failed: {type(e).__name__}: "
                       f"{str(e).splitlines()[-1] if str(e) else ''}", file=sys.stderr)
@@ -120,3 +108,23 @@ def torch_exports(module, x, stem, batch=None):
                 continue
         paths[variant] = p
     return paths
+
+
+def torch_exports(module, x, stem, batch=None):
+    """STEM.dynamo.onnx and STEM.legacy.onnx: `module` (a torch module in eval mode) on image `x`
+    exported by both torch exporters (input `x`, output `y`), each made once ([`each_export`]); with
+    `batch`, axis 0 of `x` and `y` is the symbol of that name."""
+    import torch
+
+    def export_one(variant, p):
+        with torch.no_grad():
+            if variant == "legacy":
+                axes = {"x": {0: batch}, "y": {0: batch}} if batch else None
+                torch.onnx.export(module, (x,), p, dynamo=False, opset_version=17, input_names=["x"],
+                                  output_names=["y"], dynamic_axes=axes)
+            else:
+                shapes = {"x": {0: torch.export.Dim(batch, min=1, max=4096)}} if batch else None
+                torch.onnx.export(module, (x,), dynamo=True, input_names=["x"], output_names=["y"],
+                                  dynamic_shapes=shapes).save(p)
+
+    return each_export(stem, export_one)

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from benchcli import lowest_against_whole, lowest_row, sh
+from benchcli import each_export, lowest_against_whole, lowest_row, sh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ["fasterrcnn_mobilenet_v3_large_320_fpn", "ssdlite320_mobilenet_v3_large"]
@@ -42,26 +42,17 @@ def export(name, img, stem):
     torch.manual_seed(0)
     model = ctor(**kwargs).eval()
     x = [torch.rand(3, img, img)]
-    paths = {}
-    for variant in ("dynamo", "legacy"):
-        p = f"{stem}.{variant}.onnx"
-        if not os.path.exists(p):
-            try:
-                with torch.no_grad():
-                    if variant == "legacy":
-                        torch.onnx.export(model, (x,), p, dynamo=False, opset_version=17,
-                                          input_names=["image"], output_names=OUTPUTS)
-                    else:
-                        torch.onnx.export(model, (x,), dynamo=True, input_names=["image"],
-                                          output_names=OUTPUTS).save(p)
-            except Exception as e:  # noqa: BLE001 - any exporter failure skips that export
-                msg = str(e).splitlines()[-1] if str(e) else ""
-                print(f"{name}: the {variant} exporter failed: {type(e).__name__}: {msg}", file=sys.stderr)
-                if os.path.exists(p):
-                    os.remove(p)
-                continue
-        paths[variant] = p
-    return paths
+
+    def export_one(variant, p):
+        with torch.no_grad():
+            if variant == "legacy":
+                torch.onnx.export(model, (x,), p, dynamo=False, opset_version=17, input_names=["image"],
+                                  output_names=OUTPUTS)
+            else:
+                torch.onnx.export(model, (x,), dynamo=True, input_names=["image"],
+                                  output_names=OUTPUTS).save(p)
+
+    return each_export(stem, export_one)
 
 
 def against_ort(memplan, model, inputs, stem):
