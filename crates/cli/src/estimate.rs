@@ -20,7 +20,8 @@ use crate::units::{human, parse_dims, parse_size};
 pub struct EstimateArgs {
     /// The ONNX model.
     pub model: PathBuf,
-    /// A value for a symbolic dim, e.g. `--dim N=512` (repeatable).
+    /// A value for a symbolic dim, e.g. `--dim N=512` (repeatable; `@FILE.json` reads a JSON object of
+    /// dims, or `run --json`'s "dims": the sizes a run made from the data).
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     pub dims: Vec<String>,
     /// Memory budget, e.g. 80GiB, 512MiB, 80GB or bytes.
@@ -204,7 +205,7 @@ pub(crate) fn check_dims(
             flags.join(" "),
             if data_dependent > 0 {
                 "; sizes made from the data are known once it runs: `memplan run --json` lists \
-                 them under \"dims\""
+                 them under \"dims\", and `--dim @RUN.json` reads them all"
             } else {
                 ""
             }

@@ -35,7 +35,8 @@ use crate::units::{human, parse_budget, parse_dims};
 pub struct OptimizeArgs {
     /// The ONNX model.
     pub model: PathBuf,
-    /// A value for a symbolic dim, e.g. `--dim N=512` (repeatable; every symbol needs one).
+    /// A value for a symbolic dim, e.g. `--dim N=512` (repeatable; every symbol needs one; `@FILE.json`
+    /// reads a JSON object of dims, or `run --json`'s "dims": the sizes a run made from the data).
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     pub dims: Vec<String>,
     /// Write the model with its nodes in the planned order.

@@ -25,7 +25,8 @@ use crate::units::{human, parse_dims};
 pub struct RunArgs {
     /// The ONNX model.
     pub model: PathBuf,
-    /// A value for a symbolic dim, e.g. `--dim N=256` (repeatable); used to shape random inputs.
+    /// A value for a symbolic dim, e.g. `--dim N=256` (repeatable; `@FILE.json` reads a JSON object of
+    /// dims, or `run --json`'s "dims"); used to shape random inputs.
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     pub dims: Vec<String>,
     /// One input from a .npy file (repeatable).

@@ -47,10 +47,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// `1.5 GiB` style rendering with binary units (the estimate report's own).
 pub use memplan_sim::estimate::human_bytes as human;
 
-/// Parses repeated `NAME=VALUE` dim assignments.
+/// Parses repeated `NAME=VALUE` dim assignments; `@FILE.json` reads every dim of a JSON object of
+/// names to values, or of its `"dims"` entry (what `memplan run --json` prints: the sizes a run
+/// made from the data).
 pub fn parse_dims(items: &[String]) -> Result<BTreeMap<String, i64>, String> {
     let mut m = BTreeMap::new();
     for it in items {
+        if let Some(path) = it.strip_prefix('@') {
+            for (k, v) in dims_file(path)? {
+                if m.insert(k.clone(), v).is_some() {
+                    return Err(format!("--dim {k} is given twice"));
+                }
+            }
+            continue;
+        }
         let Some((k, v)) = it.split_once('=') else {
             return Err(format!("--dim '{it}': expected NAME=VALUE, e.g. N=512"));
         };
@@ -68,6 +78,24 @@ pub fn parse_dims(items: &[String]) -> Result<BTreeMap<String, i64>, String> {
         }
     }
     Ok(m)
+}
+
+/// The dims of `--dim @FILE`: a JSON object of nonnegative integers, or one under `"dims"`.
+fn dims_file(path: &str) -> Result<Vec<(String, i64)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--dim @{path}: {e}"))?;
+    let j: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("--dim @{path}: not JSON: {e}"))?;
+    let obj = j.get("dims").unwrap_or(&j).as_object().ok_or_else(|| {
+        format!("--dim @{path}: expected an object of dims (or one under \"dims\")")
+    })?;
+    obj.iter()
+        .map(|(k, v)| match v.as_i64() {
+            Some(x) if x >= 0 => Ok((k.clone(), x)),
+            _ => Err(format!(
+                "--dim @{path}: '{k}' must be a nonnegative integer, got {v}"
+            )),
+        })
+        .collect()
 }
 
 /// A declared dim (an input's size) is at least 1; 0 is a value only sizes made from the data
@@ -118,6 +146,38 @@ mod tests {
         assert!(parse_dims(&["N=-1".into()]).is_err());
         assert!(parse_dims(&["N=1".into(), "N=2".into()]).is_err());
         // 0 parses (a count made from the data may be 0); a declared dim must be >= 1.
+        // `@FILE`: `run --json`'s output (its "dims"), or a plain object.
+        let dir = std::env::temp_dir().join(format!("memplan-dims-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (run, plain, bad) = (
+            dir.join("run.json"),
+            dir.join("d.json"),
+            dir.join("bad.json"),
+        );
+        std::fs::write(
+            &run,
+            r#"{"peak_bytes": 5, "dims": {"nonzero_count_a": 0, "k": 7}}"#,
+        )
+        .unwrap();
+        std::fs::write(&plain, r#"{"N": 4}"#).unwrap();
+        std::fs::write(&bad, r#"{"N": -4}"#).unwrap();
+        let at = |p: &std::path::Path| format!("@{}", p.display());
+        let d = parse_dims(&[at(&run), "N=3".into()]).unwrap();
+        assert_eq!(
+            d.into_iter().collect::<Vec<_>>(),
+            [
+                ("N".into(), 3),
+                ("k".into(), 7),
+                ("nonzero_count_a".into(), 0)
+            ]
+        );
+        assert_eq!(parse_dims(&[at(&plain)]).unwrap()["N"], 4);
+        assert!(parse_dims(&[at(&plain), "N=4".into()])
+            .unwrap_err()
+            .contains("twice"));
+        assert!(parse_dims(&[at(&bad)]).unwrap_err().contains("nonnegative"));
+        assert!(parse_dims(&[at(&dir.join("absent.json"))]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
         let z = parse_dims(&["N=0".into(), "c=0".into()]).unwrap();
         assert!(check_declared_positive(&z, &["N".to_string()]).is_err());
         assert!(check_declared_positive(&z, &["M".to_string()]).is_ok());
