@@ -578,7 +578,10 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     if let Some(path) = &a.output {
         let (m2, renumbered) = opt.reordered();
         let mode = memplan_onnx::default_mode(&opt.model);
-        let side_file = matches!(mode, memplan_onnx::ExternalData::Auto { .. });
+        let side_file = path
+            .file_name()
+            .and_then(|n| mode.side_file(&n.to_string_lossy()))
+            .map(|n| path.with_file_name(n));
         memplan_onnx::save(&m2, path, mode)
             .with_context(|| format!("writing {}", path.display()))?;
         plan = renumbered;
@@ -591,13 +594,8 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
         });
         if let Err(e) = checked {
             // Removal failures are not reported over the check's error.
-            let _ = std::fs::remove_file(path);
-            if side_file {
-                let data = path.with_file_name(format!(
-                    "{}.data",
-                    path.file_name().unwrap_or_default().to_string_lossy()
-                ));
-                let _ = std::fs::remove_file(data);
+            for p in std::iter::once(path.clone()).chain(side_file) {
+                let _ = std::fs::remove_file(p);
             }
             return Err(e.context(format!("{} removed, no plan written", path.display())));
         }

@@ -30,6 +30,19 @@ pub enum ExternalData {
     Auto { threshold: u64 },
 }
 
+impl ExternalData {
+    /// The side file's name, in the model's directory, for a model file named `file_name` (`None`
+    /// inline). With [`ExternalData::Auto`] it is written only when an initializer reaches the
+    /// threshold.
+    pub fn side_file(&self, file_name: &str) -> Option<String> {
+        match self {
+            ExternalData::Inline => None,
+            ExternalData::File(name) => Some(name.clone()),
+            ExternalData::Auto { .. } => Some(format!("{file_name}.data")),
+        }
+    }
+}
+
 /// The size below which [`ExternalData::File`] keeps initializers inline (onnx's default, 1 KiB): small
 /// tensors are mostly shape constants, which shape inference must read from the model file.
 pub const DEFAULT_THRESHOLD: u64 = 1024;
@@ -94,13 +107,14 @@ pub fn save_model_proto_with(
         Ok(())
     })?;
 
-    let (location, threshold) = match &mode {
-        ExternalData::Inline => (None, 0),
+    let location = mode.side_file(&file_name);
+    let threshold = match &mode {
+        ExternalData::Inline => 0,
         ExternalData::File(name) => {
             check_side_file_name(name).map_err(save_err)?;
-            (Some(name.clone()), DEFAULT_THRESHOLD)
+            DEFAULT_THRESHOLD
         }
-        ExternalData::Auto { threshold } => (Some(format!("{file_name}.data")), *threshold),
+        ExternalData::Auto { threshold } => *threshold,
     };
     if let Some(loc) = &location {
         if *loc == file_name {

@@ -585,7 +585,7 @@ pub fn chunk_to_budget(
             search(&base, opts, &frozen(&cur, &made), &mut evaluated)
         };
         let Some(best) = best else {
-            let (mut peak_after, mut live, step) = (base.peak, base.live.clone(), base.peak_step);
+            let (peak_after, live, step) = (base.peak, base.live.clone(), base.peak_step);
             drop(base);
             if !done && remakes < opts.max_steps {
                 let peak = (step, live.as_slice(), peak_after);
@@ -600,17 +600,6 @@ pub fn chunk_to_budget(
             if changed {
                 // What it holds was made at `dims`: it is pinned there.
                 cur.pin_dims(dims);
-                let before = cur.graph.values.len();
-                cur.graph = rewrite::drop_unread_initializers(cur.graph, &unfrozen.graph);
-                if cur.graph.values.len() < before {
-                    // They were resident: the peak is lower by their bytes.
-                    let f = rewritten_facts(&cur, dims)?;
-                    let base = Base::new(&cur.graph, &f, dims, opts.assemble)?;
-                    (peak_after, live) = (base.peak, base.live.clone());
-                    if let Some(s) = steps.last_mut() {
-                        s.peak_after = base.peak;
-                    }
-                }
             }
             return Ok(Chunked {
                 // Shape values stay symbolic when nothing was chunked.
@@ -649,7 +638,11 @@ pub fn chunk_to_budget(
             unrolled: None,
         };
         drop(base);
-        let (next, unrolled) = rewrite::apply_unrolled(&cur, &facts, dims, region)?;
+        let (mut next, unrolled) = rewrite::apply_unrolled(&cur, &facts, dims, region)?;
+        // The shape values frozen for the region's nodes are read by none now: each chunk's clone
+        // reads constants of its own. Dropped before the facts, so the next step's simulated peak
+        // no longer holds them resident.
+        next.graph = rewrite::drop_unread_initializers(next.graph, &unfrozen.graph);
         step.unrolled = Some(unrolled);
         let old: BTreeSet<&str> = cur.graph.nodes.iter().map(|n| n.name.as_str()).collect();
         let new: Vec<String> = next

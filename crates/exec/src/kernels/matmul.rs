@@ -397,7 +397,7 @@ pub(crate) fn par_rows<T: Send>(
     if rpt >= ROW_ALIGN {
         rpt = rpt.div_ceil(ROW_ALIGN) * ROW_ALIGN;
     }
-    let rpt = (work >= PAR_MIN_WORK && rows >= 2).then_some(rpt);
+    let rpt = (work >= PAR_MIN_WORK).then_some(rpt);
     super::par::try_row_blocks(out, n, rpt, |r0, block| {
         f(r0..(r0 + block.len() / n).min(rows), block)
     })
