@@ -32,6 +32,7 @@ mod predict;
 mod region;
 mod rewrite;
 pub mod roll;
+mod tile;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -94,6 +95,9 @@ pub struct ChunkStep {
     /// The lanes the `Scan`'s body runs in ([`crate::plan::BodyPlan::lanes`]); 0 when unrolled.
     #[serde(skip_serializing_if = "crate::plan::is_zero")]
     pub lanes: u32,
+    /// Chunks within each chunk when the region was chunked in tiles ([`tile`]); 0 otherwise.
+    #[serde(skip_serializing_if = "crate::plan::is_zero")]
+    pub tiles: usize,
     /// The nodes the step added, by name (what folding needs).
     #[serde(skip)]
     pub unrolled: Option<roll::Unrolled>,
@@ -119,6 +123,9 @@ pub struct ChunkOptions {
     /// Also try each growth's prefixes in topological order, besides those in the order its nodes
     /// joined (see `prefix_shapes`): more candidates, and a different greedy path, so a fallback.
     pub topological: bool,
+    /// Also try the best regions in tiles ([`tile`]): a large value every chunk reads whole made
+    /// again per chunk and chunked with it. Its makers run once per chunk, so a fallback.
+    pub tiles: bool,
 }
 
 impl Default for ChunkOptions {
@@ -132,6 +139,7 @@ impl Default for ChunkOptions {
             cost: CostModel::default(),
             copies: crate::remat::Copies::Heavy,
             topological: false,
+            tiles: false,
         }
     }
 }
@@ -199,6 +207,8 @@ struct Candidate {
     pred: Prediction,
     extent: i64,
     seconds: f64,
+    /// The rewrite already built, when it is not one region's ([`tile`]).
+    built: Option<Box<tile::Tiled>>,
 }
 
 /// Prefix lengths of a growth of `n` nodes to try: all of it, then shrinking by a quarter.
@@ -272,6 +282,7 @@ fn evaluate(
         pred,
         extent: em.extent,
         seconds,
+        built: None,
     })
 }
 
@@ -446,6 +457,78 @@ fn score_prefixes(
     true
 }
 
+/// Outer and inner chunk counts tried for tiles, the first a probe: few outer chunks, since the
+/// value made again per chunk costs its makers once per outer chunk.
+const TILE_COUNTS: [(usize, usize); 4] = [(4, 8), (2, 8), (4, 16), (8, 16)];
+
+/// The largest regions among `cands` that read whole a value made from values live at the peak
+/// (at most two that tile, of at most four tried), chunked in tiles ([`tile`]), as candidates.
+#[allow(clippy::too_many_arguments)]
+fn tiled(
+    base: &Base,
+    model: &Model,
+    original: &memplan_ir::graph::Graph,
+    opts: &ChunkOptions,
+    frozen: &[bool],
+    cands: &[Candidate],
+    evaluated: &mut usize,
+) -> Result<Vec<Candidate>, ChunkError> {
+    let whole_at_peak = |c: &Candidate| tile::whole_at_peak(base, &c.region);
+    // The largest regions first: the growths that take in the most of a module, whose one-axis
+    // rewrite is held up by the value they read whole.
+    let mut order: Vec<&Candidate> = cands.iter().filter(|c| whole_at_peak(c)).collect();
+    order.sort_by_key(|c| (std::cmp::Reverse(c.region.nodes.len()), c.pred.local));
+    let mut seen: BTreeSet<&BTreeSet<NodeId>> = BTreeSet::new();
+    let mut out = Vec::new();
+    let (mut tiles, mut tried) = (0, 0);
+    let best_1d = cands
+        .iter()
+        .map(|c| c.pred.local)
+        .min()
+        .unwrap_or(base.peak);
+    for c in order {
+        if tiles >= 2 || tried >= 4 || !seen.insert(&c.region.nodes) {
+            continue;
+        }
+        tried += 1;
+        let mut any = false;
+        for (outer, inner) in TILE_COUNTS {
+            let r = Region {
+                chunks: outer,
+                ..c.region.clone()
+            };
+            let Some(t) = tile::tile(base, model, original, opts, frozen, &r, inner)? else {
+                break;
+            };
+            *evaluated += 1;
+            // The first count probes: tiles that do not beat every one-axis rewrite by 1% of the
+            // peak there are not tried at other counts.
+            if !any && t.local + base.peak / 100 >= best_1d {
+                break;
+            }
+            any = true;
+            let pred = Prediction {
+                peak: t.peak,
+                local: t.local,
+                copied: 0,
+                added: t.added,
+                seconds: t.seconds,
+                per_step: Vec::new(),
+            };
+            let seconds = t.seconds + opts.cost.fault_seconds(t.peak as f64 - base.peak as f64);
+            out.push(Candidate {
+                region: r,
+                pred,
+                extent: c.extent,
+                seconds,
+                built: Some(Box::new(t)),
+            });
+        }
+        tiles += usize::from(any);
+    }
+    Ok(out)
+}
+
 /// The candidate to apply (see the module docs), if any makes progress: the global peak does not
 /// grow (beyond the slice bounds' bytes) and the live bytes around the region drop by at least 1%.
 fn choose(base: &Base, opts: &ChunkOptions, mut cands: Vec<Candidate>) -> Option<Candidate> {
@@ -582,7 +665,21 @@ pub fn chunk_to_budget(
         let best = if done {
             None
         } else {
-            search(&base, opts, &frozen(&cur, &made), &mut evaluated)
+            let frozen = frozen(&cur, &made);
+            let mut cands = candidates(&base, opts, &frozen, &mut evaluated);
+            if opts.tiles {
+                let t = tiled(
+                    &base,
+                    &cur,
+                    &unfrozen.graph,
+                    opts,
+                    &frozen,
+                    &cands,
+                    &mut evaluated,
+                )?;
+                cands.extend(t);
+            }
+            choose(&base, opts, cands)
         };
         let Some(best) = best else {
             let (peak_after, live, step) = (base.peak, base.live.clone(), base.peak_step);
@@ -635,15 +732,25 @@ pub fn chunk_to_budget(
             recomputed_nodes: region.keep.len(),
             scan: false,
             lanes: 0,
+            tiles: best.built.as_ref().map_or(0, |t| t.inner),
             unrolled: None,
         };
         drop(base);
-        let (mut next, unrolled) = rewrite::apply_unrolled(&cur, &facts, dims, region)?;
-        // The shape values frozen for the region's nodes are read by none now: each chunk's clone
-        // reads constants of its own. Dropped before the facts, so the next step's simulated peak
-        // no longer holds them resident.
-        next.graph = rewrite::drop_unread_initializers(next.graph, &unfrozen.graph);
-        step.unrolled = Some(unrolled);
+        let (next, next_facts) = match best.built {
+            Some(t) => {
+                step.recomputed_nodes = t.copied;
+                (t.model, Some(t.facts))
+            }
+            None => {
+                let (mut next, unrolled) = rewrite::apply_unrolled(&cur, &facts, dims, region)?;
+                // The shape values frozen for the region's nodes are read by none now: each
+                // chunk's clone reads constants of its own. Dropped before the facts, so the next
+                // step's simulated peak no longer holds them resident.
+                next.graph = rewrite::drop_unread_initializers(next.graph, &unfrozen.graph);
+                step.unrolled = Some(unrolled);
+                (next, None)
+            }
+        };
         let old: BTreeSet<&str> = cur.graph.nodes.iter().map(|n| n.name.as_str()).collect();
         let new: Vec<String> = next
             .graph
@@ -653,7 +760,10 @@ pub fn chunk_to_budget(
             .map(|n| n.name.clone())
             .collect();
         made.extend(new);
-        facts = rewritten_facts(&next, dims)?;
+        facts = match next_facts {
+            Some(f) => f,
+            None => rewritten_facts(&next, dims)?,
+        };
         cur = next;
         steps.push(step);
     }
@@ -794,6 +904,45 @@ mod tests {
             assert!(
                 g.initializers.len() > original.graph.initializers.len(),
                 "{name}"
+            );
+        }
+    }
+
+    /// The outgoing triangle product, tiled: every chunk of rows reads the whole right operand,
+    /// which tiles make again per chunk of rows and chunk along its own rows, so the lowest peak
+    /// drops below what one axis reaches, toward the floor (the resident input and the output).
+    #[test]
+    fn tiles_lower_the_triangle_product_below_one_axis() {
+        for name in ["of3_tri_mul_out", "of3_tri_mul_out.legacy"] {
+            let (_, model, _) = corpus().into_iter().find(|(n, _, _)| n == name).unwrap();
+            let dims = BTreeMap::from([("N".to_string(), 256)]);
+            let lowest = |tiles| {
+                let opts = ChunkOptions {
+                    budget: Some(0),
+                    tiles,
+                    ..ChunkOptions::default()
+                };
+                chunk_to_budget(&model, &dims, &opts).unwrap()
+            };
+            let (plain, tiled) = (lowest(false), lowest(true));
+            assert!(plain.steps.iter().all(|s| s.tiles == 0), "{name}");
+            let step = tiled.steps.iter().find(|s| s.tiles > 0);
+            assert!(step.is_some_and(|s| s.recomputed_nodes > 0), "{name}");
+            // 28.3 MiB on one axis; the floor is 16.3 MiB.
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            assert!(
+                mib(plain.peak_after) > 28.0,
+                "{name}: {}",
+                mib(plain.peak_after)
+            );
+            assert!(
+                mib(tiled.peak_after) < 21.0,
+                "{name}: {}",
+                mib(tiled.peak_after)
+            );
+            assert_eq!(
+                simulate(&tiled.model, &dims, true).unwrap(),
+                tiled.peak_after
             );
         }
     }

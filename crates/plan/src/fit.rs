@@ -166,7 +166,9 @@ pub enum FitError {
 /// made into trees ([`Copies::Trees`]: more copies, paid per chunk, which let one region split
 /// each reader's copy along its own axis), and the better fit is kept. When that still misses, it is
 /// fitted once more with regions also cut at topological prefixes of their growth
-/// ([`ChunkOptions::topological`]), and the better fit is kept.
+/// ([`ChunkOptions::topological`]), and the better fit is kept; when that still misses, once more
+/// with regions also chunked in tiles ([`ChunkOptions::tiles`]: a value every chunk reads whole made
+/// again per chunk, its makers paid once per chunk).
 pub fn fit_budget(
     model: &Model,
     facts: &Facts,
@@ -199,9 +201,10 @@ pub fn fit_budget(
     }
     // The chunking fallbacks, in turn, each on the levers of the best fit so far: a chunk option
     // set that the levers do not have yet.
-    let fallbacks: [fn(&mut ChunkOptions) -> bool; 2] = [
+    let fallbacks: [fn(&mut ChunkOptions) -> bool; 3] = [
         |c| std::mem::replace(&mut c.copies, Copies::Trees) != Copies::Trees,
         |c| !std::mem::replace(&mut c.topological, true),
+        |c| !std::mem::replace(&mut c.tiles, true),
     ];
     for set in fallbacks {
         let mut next = levers.clone();
@@ -316,12 +319,19 @@ fn fit_with(
     for (i, s) in summary.steps.iter().enumerate() {
         passes.push(Pass {
             name: format!(
-                "chunk {}: {} nodes ({} .. {}) in {} chunks{}",
+                "chunk {}: {} nodes ({} .. {}) in {} chunks{}{}",
                 i + 1,
                 s.nodes,
                 s.first,
                 s.last,
                 s.chunks,
+                match s.tiles {
+                    0 => String::new(),
+                    t => format!(
+                        " of {t} tiles ({} nodes made again per chunk)",
+                        s.recomputed_nodes
+                    ),
+                },
                 match (s.scan, s.lanes) {
                     (false, _) => String::new(),
                     (true, 0 | 1) => ", as one Scan".into(),

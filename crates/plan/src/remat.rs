@@ -364,16 +364,18 @@ fn rewrite(
     Some((out, f2, nodes, work))
 }
 
-struct Cloner<'a> {
-    g: Graph,
+/// Clones makers of values over a copy of a graph (new nodes appended to its node list).
+pub(crate) struct Cloner<'a> {
+    pub(crate) g: Graph,
     facts: &'a Facts,
     dims: &'a BTreeMap<String, i64>,
     memo: BTreeMap<ValueId, ValueId>,
-    new_nodes: Vec<NodeId>,
+    /// The clones, in creation (topological) order.
+    pub(crate) new_nodes: Vec<NodeId>,
     work: u64,
     names: BTreeSet<String>,
     /// The value of the input graph each clone copies (clones of clones included).
-    origin: BTreeMap<ValueId, ValueId>,
+    pub(crate) origin: BTreeMap<ValueId, ValueId>,
     /// Whether a value read on two paths of one clone is cloned once (a copy of the computation as
     /// it is) or once per path (a tree).
     share: bool,
@@ -381,7 +383,7 @@ struct Cloner<'a> {
 
 impl<'a> Cloner<'a> {
     /// A cloner over a copy of `g`, with no clone made yet.
-    fn new(g: &Graph, facts: &'a Facts, dims: &'a BTreeMap<String, i64>) -> Cloner<'a> {
+    pub(crate) fn new(g: &Graph, facts: &'a Facts, dims: &'a BTreeMap<String, i64>) -> Cloner<'a> {
         Cloner {
             g: g.clone(),
             facts,
@@ -425,7 +427,7 @@ impl<'a> Cloner<'a> {
 
     /// A value equal to `u` computed again: `u` itself when `keep(u)` (and not `force`d), a resident
     /// value or `depth` exhausted; otherwise a clone of its producer over recomputed inputs.
-    fn clone_value(
+    pub(crate) fn clone_value(
         &mut self,
         u: ValueId,
         depth: usize,

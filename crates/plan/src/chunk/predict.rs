@@ -41,7 +41,6 @@ pub(crate) struct Base<'a> {
     /// The step (= node index) of the peak.
     pub peak_step: Option<usize>,
     /// Live bytes during each step (resident bytes included).
-    #[cfg(test)]
     pub per_step: Vec<u64>,
     /// Buffers live at the peak: (owning value or scratch node label, bytes), largest first.
     pub live: Vec<(String, u64)>,
@@ -173,7 +172,6 @@ impl<'a> Base<'a> {
             scratch,
             peak: p.peak_bytes,
             peak_step: p.peak_step,
-            #[cfg(test)]
             per_step: p.per_step.clone(),
             live,
             assembled,

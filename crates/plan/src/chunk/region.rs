@@ -192,6 +192,65 @@ pub(crate) fn grow(
     joined
 }
 
+/// Adds to a region (`nodes`, `axes`) the producers of its split inputs whose outputs only the
+/// region reads, where they pass the axis (repeatedly, so a chain joins): a value read only by the
+/// region need not be made whole before it, and such a producer keeps the region convex. `None`
+/// axes are read whole and left alone, and so is a value that a region node computed whole per
+/// chunk (one whose output is not split) reads.
+pub(crate) fn absorb_producers(
+    g: &Graph,
+    f: &Facts,
+    dims: &BTreeMap<String, i64>,
+    consumers: &[Vec<NodeId>],
+    nodes: &mut BTreeSet<NodeId>,
+    axes: &mut BTreeMap<ValueId, Option<usize>>,
+    frozen: &[bool],
+) {
+    let outputs: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
+    loop {
+        let mut joined = false;
+        let inputs: Vec<(ValueId, usize)> = nodes
+            .iter()
+            .flat_map(|&n| g.node(n).input_ids())
+            .filter_map(|v| axes.get(&v).copied().flatten().map(|a| (v, a)))
+            .collect();
+        for (v, a) in inputs {
+            let ValueKind::Node { node: p, slot } = g.value(v).kind else {
+                continue;
+            };
+            if nodes.contains(&p) {
+                continue;
+            }
+            // Read by region nodes that split their outputs (not by one computed whole per chunk,
+            // which reads its inputs whole).
+            let split = |c: &NodeId| {
+                nodes.contains(c)
+                    && g.node(*c)
+                        .outputs
+                        .first()
+                        .copied()
+                        .flatten()
+                        .is_some_and(|y| axes.get(&y).copied().flatten().is_some())
+            };
+            let only_region = g
+                .node(p)
+                .output_ids()
+                .all(|y| !outputs.contains(&y) && consumers[y.index()].iter().all(split));
+            if !only_region {
+                continue;
+            }
+            if let Some(want) = join(g, f, dims, p, slot as usize, a, axes, frozen) {
+                axes.extend(want);
+                nodes.insert(p);
+                joined = true;
+            }
+        }
+        if !joined {
+            return;
+        }
+    }
+}
+
 /// The outside nodes on a path that leaves `nodes` and comes back (the node list must be in
 /// topological order): reachable from the region and reaching it. Empty when the region is convex.
 /// Paths that leave from a node of `keep` do not count: its outside readers read its original,

@@ -147,14 +147,21 @@ pub(crate) fn emit(
         let mut sliced: BTreeSet<ValueId> = BTreeSet::new();
         for &n in &order {
             let node = g.node(n);
+            let split_out = node
+                .outputs
+                .first()
+                .copied()
+                .flatten()
+                .is_some_and(|y| region.axes.get(&y).copied().flatten().is_some());
             let mut inputs = Vec::with_capacity(node.inputs.len());
             for (slot, inp) in node.inputs.iter().enumerate() {
                 let Some(v) = *inp else {
                     inputs.push(None);
                     continue;
                 };
-                // A Reshape's or Expand's target is the whole shape: each chunk gets its own.
-                if shape_input(node) == Some(slot) {
+                // A Reshape's or Expand's target is the whole shape: each chunk gets its own
+                // (a node computed whole in every chunk reads the original).
+                if shape_input(node) == Some(slot) && split_out {
                     inputs.push(Some(Wire::Shape(c, n)));
                     continue;
                 }
@@ -162,7 +169,9 @@ pub(crate) fn emit(
                     inputs.push(Some(Wire::Chunk(c, v)));
                     continue;
                 }
-                match region.axes.get(&v).copied().flatten() {
+                // A node computed whole in every chunk (see `tile`) reads its inputs whole.
+                let axis = region.axes.get(&v).copied().flatten().filter(|_| split_out);
+                match axis {
                     Some(axis) => {
                         if sliced.insert(v) {
                             steps.push(Emit::Slice {
