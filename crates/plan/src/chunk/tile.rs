@@ -88,7 +88,7 @@ pub(crate) fn whole_at_peak(base: &Base, r: &Region) -> bool {
 }
 
 /// `model` with the makers of `v` copied for the readers of `v` in region `r` (up to values under
-/// `small` bytes, inputs and weights); the originals that nothing reads any more are dropped. Also
+/// `small` bytes, values read after the region, inputs and weights); the originals that nothing reads any more are dropped. Also
 /// returns, in the new graph, the region's nodes with the copies, its axes, the first reader, and
 /// each old node's new id.
 fn copy_makers(
@@ -107,7 +107,12 @@ fn copy_makers(
         .collect();
     let first = *readers.first()?;
     let mut c = crate::remat::Cloner::new(g, base.facts, base.dims);
-    let keep = |w: ValueId| base.bytes[w.index()] < small;
+    // Not copied: small values, and values live past the region anyway (a residual stream the
+    // module adds its update to), which the copies read as they are.
+    let last = r.nodes.last().copied()?;
+    let read_after =
+        |w: ValueId| g.outputs.contains(&w) || base.consumers[w.index()].iter().any(|&x| x > last);
+    let keep = |w: ValueId| base.bytes[w.index()] < small || read_after(w);
     let copy = c.clone_value(v, MAX_COPIED, &keep, true)?;
     if c.new_nodes.is_empty() || c.new_nodes.len() > MAX_COPIED {
         return None;
