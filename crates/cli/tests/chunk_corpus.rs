@@ -556,6 +556,59 @@ impl WideCase {
     }
 }
 
+/// A model's reference run on random inputs and its lowest plan, written.
+struct Lowest {
+    reference: PathBuf,
+    out: String,
+    plan: String,
+    rep: serde_json::Value,
+}
+
+impl Lowest {
+    /// `dims`: `--dim` flags and `--random`; files in `tmp`, named after `tag`.
+    fn of(tmp: &Path, model: &Path, dims: &[&str], tag: &str) -> Lowest {
+        let m = model.to_str().unwrap();
+        let reference = tmp.join(format!("{tag}.ref.npz"));
+        let mut args = vec!["run", m, "--out", reference.to_str().unwrap(), "--json"];
+        args.extend(dims);
+        json_of(&args);
+        let out = tmp
+            .join(format!("{tag}.onnx"))
+            .to_str()
+            .unwrap()
+            .to_string();
+        let plan = tmp
+            .join(format!("{tag}.json"))
+            .to_str()
+            .unwrap()
+            .to_string();
+        let mut args = vec![
+            "optimize",
+            m,
+            "--budget",
+            "lowest",
+            "-o",
+            &out,
+            "--plan-out",
+            &plan,
+        ];
+        args.extend(dims.iter().filter(|d| **d != "--random"));
+        args.push("--json");
+        let rep = json_of(&args);
+        Lowest {
+            reference,
+            out,
+            plan,
+            rep,
+        }
+    }
+
+    /// [`run_exact`] of the written model at its plan.
+    fn run_exact(&self, dims: &[&str]) -> u64 {
+        run_exact(&self.out, &self.plan, &self.reference, dims, &self.rep)
+    }
+}
+
 /// The pairformer's triangle multiplication reads the layer norm of the residual stream in its
 /// projections, before the peak, and in its output gate, after it; no region splits the norm
 /// (it reduces over the channels the projections are chunked by). At its lowest plan the norm is
@@ -570,30 +623,9 @@ fn a_layer_norm_read_across_the_peak_is_made_again_for_the_gate() {
         let model = repo().join(format!(
             "tests/corpus/models/of3_pairformer_block{variant}.onnx"
         ));
-        let m = model.to_str().unwrap();
         let dims = ["--dim", "N=320", "--random"];
-        let reference = tmp.join(format!("ref{variant}.npz"));
-        let mut args = vec!["run", m, "--out", reference.to_str().unwrap(), "--json"];
-        args.extend(dims);
-        json_of(&args);
-        let (opt, plan) = (
-            tmp.join(format!("pf{variant}.onnx")),
-            tmp.join(format!("pf{variant}.json")),
-        );
-        let (o, p) = (opt.to_str().unwrap(), plan.to_str().unwrap());
-        let rep = json_of(&[
-            "optimize",
-            m,
-            "--dim",
-            "N=320",
-            "--budget",
-            "lowest",
-            "-o",
-            o,
-            "--plan-out",
-            p,
-            "--json",
-        ]);
+        let l = Lowest::of(&tmp, &model, &dims, &format!("pf{variant}"));
+        let rep = &l.rep;
         let remade = rep["chunking"]["per_reader"].as_array().unwrap();
         assert!(
             remade
@@ -603,7 +635,7 @@ fn a_layer_norm_read_across_the_peak_is_made_again_for_the_gate() {
                     && s["bytes"].as_u64() == Some(320 * 320 * 32 * 4)),
             "pairformer{variant}: a [N, N, 32] layer norm is made again for one reader: {remade:?}"
         );
-        run_exact(o, p, &reference, &dims, &rep);
+        l.run_exact(&dims);
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }
@@ -619,30 +651,9 @@ fn tiled_triangle_multiplication_runs_bit_identical_at_its_plan() {
     std::fs::create_dir_all(&tmp).unwrap();
     for variant in ["", ".legacy"] {
         let model = repo().join(format!("tests/corpus/models/of3_tri_mul_out{variant}.onnx"));
-        let m = model.to_str().unwrap();
         let dims = ["--dim", "N=96", "--random"];
-        let reference = tmp.join(format!("ref{variant}.npz"));
-        let mut args = vec!["run", m, "--out", reference.to_str().unwrap(), "--json"];
-        args.extend(dims);
-        json_of(&args);
-        let (opt, plan) = (
-            tmp.join(format!("tm{variant}.onnx")),
-            tmp.join(format!("tm{variant}.json")),
-        );
-        let (o, p) = (opt.to_str().unwrap(), plan.to_str().unwrap());
-        let rep = json_of(&[
-            "optimize",
-            m,
-            "--dim",
-            "N=96",
-            "--budget",
-            "lowest",
-            "-o",
-            o,
-            "--plan-out",
-            p,
-            "--json",
-        ]);
+        let l = Lowest::of(&tmp, &model, &dims, &format!("tm{variant}"));
+        let rep = &l.rep;
         let steps = rep["chunking"]["steps"].as_array().unwrap();
         assert!(
             steps
@@ -651,7 +662,7 @@ fn tiled_triangle_multiplication_runs_bit_identical_at_its_plan() {
             "tri_mul_out{variant}: no step in tiles: {steps:?}"
         );
         let before = rep["peak_bytes_before"].as_u64().unwrap() as f64;
-        let planned = run_exact(o, p, &reference, &dims, &rep) as f64;
+        let planned = l.run_exact(&dims) as f64;
         assert!(
             planned < 0.5 * before,
             "tri_mul_out{variant}: {planned} of {before}"

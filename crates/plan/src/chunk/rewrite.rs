@@ -449,6 +449,11 @@ pub(crate) fn set_producers(g: &mut Graph) {
 /// Drops node-made values no node makes any more (a chunked region's original intermediates) and
 /// renumbers the rest, keeping their order.
 pub(crate) fn compact(g: Graph) -> Graph {
+    compact_mapped(g).0
+}
+
+/// [`compact`], with each old value's new id (`None`: dropped).
+pub(crate) fn compact_mapped(g: Graph) -> (Graph, Vec<Option<ValueId>>) {
     let mut made = vec![false; g.values.len()];
     for n in &g.nodes {
         for v in n.output_ids() {
@@ -461,7 +466,15 @@ pub(crate) fn compact(g: Graph) -> Graph {
         .enumerate()
         .map(|(i, v)| made[i] || !matches!(v.kind, ValueKind::Node { .. }))
         .collect();
-    retain_values(g, &keep)
+    let mut map = vec![None; keep.len()];
+    let mut k = 0;
+    for (i, &kept) in keep.iter().enumerate() {
+        if kept {
+            map[i] = Some(ValueId::from_index(k));
+            k += 1;
+        }
+    }
+    (retain_values(g, &keep), map)
 }
 
 /// Drops the initializers that chunking left unread: those `original` does not have (shape values

@@ -16,12 +16,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use memplan_ir::graph::{Graph, Model, NodeId, ValueId, ValueKind};
+use memplan_ir::graph::{Graph, Model, NodeId, ValueId};
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::axes::AxisFlow;
 
 use super::predict::Base;
-use super::rewrite::{apply_unrolled, drop_unread_initializers, retain_values, set_producers};
+use super::rewrite::{apply_unrolled, compact_mapped, drop_unread_initializers, set_producers};
 use super::{region, rewritten_facts, ChunkError, ChunkOptions, Region};
 
 /// At most this many nodes are copied to make a value again per chunk.
@@ -154,27 +154,7 @@ fn copy_makers(
     let mut out = crate::reorder(&c.g, &schedule);
     set_producers(&mut out);
     // Drop the dead nodes' values, renumbering the rest.
-    let mut made = vec![false; out.values.len()];
-    for n in &out.nodes {
-        for y in n.output_ids() {
-            made[y.index()] = true;
-        }
-    }
-    let keep: Vec<bool> = out
-        .values
-        .iter()
-        .enumerate()
-        .map(|(i, x)| made[i] || !matches!(x.kind, ValueKind::Node { .. }))
-        .collect();
-    let mut value_id: Vec<Option<ValueId>> = vec![None; keep.len()];
-    let mut k = 0;
-    for (i, &kept) in keep.iter().enumerate() {
-        if kept {
-            value_id[i] = Some(ValueId::from_index(k));
-            k += 1;
-        }
-    }
-    let out = retain_values(out, &keep);
+    let (out, value_id) = compact_mapped(out);
     let mut nodes: BTreeSet<NodeId> = r.nodes.iter().map(|n| new_id[n]).collect();
     nodes.extend(c.new_nodes.iter().map(|n| new_id[n]));
     let axes = r
