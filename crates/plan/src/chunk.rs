@@ -462,7 +462,7 @@ fn score_prefixes(
 const TILE_COUNTS: [(usize, usize); 4] = [(4, 8), (2, 8), (4, 16), (8, 16)];
 
 /// The largest regions among `cands` that read whole a value made from values live at the peak
-/// (at most two that tile, of at most four tried), chunked in tiles ([`tile`]), as candidates.
+/// (at most two tried), chunked in tiles ([`tile`]), as candidates.
 #[allow(clippy::too_many_arguments)]
 fn tiled(
     base: &Base,
@@ -480,14 +480,14 @@ fn tiled(
     order.sort_by_key(|c| (std::cmp::Reverse(c.region.nodes.len()), c.pred.local));
     let mut seen: BTreeSet<&BTreeSet<NodeId>> = BTreeSet::new();
     let mut out = Vec::new();
-    let (mut tiles, mut tried) = (0, 0);
+    let mut tried = 0;
     let best_1d = cands
         .iter()
         .map(|c| c.pred.local)
         .min()
         .unwrap_or(base.peak);
     for c in order {
-        if tiles >= 2 || tried >= 4 || !seen.insert(&c.region.nodes) {
+        if tried >= 2 || !seen.insert(&c.region.nodes) {
             continue;
         }
         tried += 1;
@@ -524,7 +524,6 @@ fn tiled(
                 built: Some(Box::new(t)),
             });
         }
-        tiles += usize::from(any);
     }
     Ok(out)
 }
