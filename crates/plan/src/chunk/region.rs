@@ -192,6 +192,17 @@ pub(crate) fn grow(
     joined
 }
 
+/// Whether region node `n` splits its output 0 (per `axes`); one that does not is computed whole in
+/// every chunk and reads its inputs whole (see `tile`).
+pub(crate) fn splits_output(g: &Graph, axes: &BTreeMap<ValueId, Option<usize>>, n: NodeId) -> bool {
+    g.node(n)
+        .outputs
+        .first()
+        .copied()
+        .flatten()
+        .is_some_and(|y| axes.get(&y).copied().flatten().is_some())
+}
+
 /// Adds to a region (`nodes`, `axes`) the producers of its split inputs whose outputs only the
 /// region reads, where they pass the axis (repeatedly, so a chain joins): a value read only by the
 /// region need not be made whole before it, and such a producer keeps the region convex. `None`
@@ -223,15 +234,7 @@ pub(crate) fn absorb_producers(
             }
             // Read by region nodes that split their outputs (not by one computed whole per chunk,
             // which reads its inputs whole).
-            let split = |c: &NodeId| {
-                nodes.contains(c)
-                    && g.node(*c)
-                        .outputs
-                        .first()
-                        .copied()
-                        .flatten()
-                        .is_some_and(|y| axes.get(&y).copied().flatten().is_some())
-            };
+            let split = |c: &NodeId| nodes.contains(c) && splits_output(g, axes, *c);
             let only_region = g
                 .node(p)
                 .output_ids()

@@ -147,12 +147,7 @@ pub(crate) fn emit(
         let mut sliced: BTreeSet<ValueId> = BTreeSet::new();
         for &n in &order {
             let node = g.node(n);
-            let split_out = node
-                .outputs
-                .first()
-                .copied()
-                .flatten()
-                .is_some_and(|y| region.axes.get(&y).copied().flatten().is_some());
+            let split_out = super::region::splits_output(g, &region.axes, n);
             let mut inputs = Vec::with_capacity(node.inputs.len());
             for (slot, inp) in node.inputs.iter().enumerate() {
                 let Some(v) = *inp else {

@@ -87,17 +87,22 @@ pub(crate) fn whole_at_peak(base: &Base, r: &Region) -> bool {
     false
 }
 
+/// A model with a value's makers copied for a region's readers of it (see [`copy_makers`]).
+struct Copied {
+    model: Model,
+    /// The region in the new graph, the copies included (computed whole per chunk).
+    region: Region,
+    /// The region's first reader of the copy, and the input slot it reads it at.
+    reader: NodeId,
+    slot: usize,
+    /// Each old node's new id.
+    new_id: BTreeMap<NodeId, NodeId>,
+}
+
 /// `model` with the makers of `v` copied for the readers of `v` in region `r` (up to values under
-/// `small` bytes, values read after the region, inputs and weights); the originals that nothing reads any more are dropped. Also
-/// returns, in the new graph, the region's nodes with the copies, its axes, the first reader, and
-/// each old node's new id.
-fn copy_makers(
-    base: &Base,
-    model: &Model,
-    r: &Region,
-    v: ValueId,
-    small: u64,
-) -> Option<(Model, Region, NodeId, BTreeMap<NodeId, NodeId>)> {
+/// `small` bytes, values read after the region, inputs and weights); the originals that nothing
+/// reads any more are dropped.
+fn copy_makers(base: &Base, model: &Model, r: &Region, v: ValueId, small: u64) -> Option<Copied> {
     let g = base.g;
     let readers: Vec<NodeId> = r
         .nodes
@@ -106,6 +111,7 @@ fn copy_makers(
         .filter(|&n| g.node(n).input_ids().any(|x| x == v))
         .collect();
     let first = *readers.first()?;
+    let slot = g.node(first).inputs.iter().position(|i| *i == Some(v))?;
     let mut c = crate::remat::Cloner::new(g, base.facts, base.dims);
     // Not copied: small values, and values live past the region anyway (a residual stream the
     // module adds its update to), which the copies read as they are.
@@ -127,9 +133,9 @@ fn copy_makers(
     // The originals of the copies that nothing reads now, latest first.
     let originals: BTreeSet<NodeId> = c.origin.values().filter_map(|&o| g.producer(o)).collect();
     let outputs: BTreeSet<ValueId> = c.g.outputs.iter().copied().collect();
+    let consumers = c.g.consumers();
     let mut dead: BTreeSet<NodeId> = BTreeSet::new();
     for &o in originals.iter().rev() {
-        let consumers = c.g.consumers();
         let unread = c.g.nodes[o.index()].output_ids().all(|y| {
             !outputs.contains(&y) && consumers[y.index()].iter().all(|x| dead.contains(x))
         });
@@ -172,8 +178,13 @@ fn copy_makers(
         graph: out,
         ..model.clone()
     };
-    let reader = new_id[&first];
-    Some((model, region, reader, new_id))
+    Some(Copied {
+        model,
+        region,
+        reader: new_id[&first],
+        slot,
+        new_id,
+    })
 }
 
 /// The axis of node `n`'s output 0 that its input `slot` flows to (the largest such extent above
@@ -222,7 +233,14 @@ pub(crate) fn tile(
     let Some(v) = whole_input(base, r, base.peak / 16) else {
         return Ok(None);
     };
-    let Some((m1, outer, reader, new_id)) = copy_makers(base, model, r, v, base.peak / 64) else {
+    let Some(Copied {
+        model: m1,
+        region: outer,
+        reader,
+        slot,
+        new_id,
+    }) = copy_makers(base, model, r, v, base.peak / 64)
+    else {
         return Ok(None);
     };
     let f1 = rewritten_facts(&m1, dims)?;
@@ -244,18 +262,6 @@ pub(crate) fn tile(
             &frozen1,
         );
     }
-    // The slot the reader reads the copy at.
-    let copy_slot = {
-        let rd = m1.graph.node(reader);
-        rd.inputs.iter().position(|i| {
-            i.and_then(|x| m1.graph.producer(x))
-                .is_some_and(|p| outer.nodes.contains(&p))
-                && i.is_some_and(|x| outer.axes.get(&x).copied().flatten().is_none())
-        })
-    };
-    let Some(slot) = copy_slot else {
-        return Ok(None);
-    };
     let k = outer.nodes.iter().position(|&n| n == reader).unwrap_or(0);
     let (mut m, unrolled) = apply_unrolled(&m1, &f1, dims, &outer)?;
     m.graph = drop_unread_initializers(m.graph, original);
