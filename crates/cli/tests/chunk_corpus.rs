@@ -429,7 +429,7 @@ fn a_position_bias_every_layer_reads_is_recomputed_per_chunk() {
     std::fs::create_dir_all(&tmp).unwrap();
     for variant in ["", ".legacy"] {
         let dims = ["--dim", "B=1", "--dim", "S=512"];
-        let c = WideCase::optimize(&tmp, "t5_encoder", variant, &dims, |peak| {
+        let c = Optimized::optimize(&tmp, "t5_encoder", variant, &dims, |peak| {
             format!("{}B", peak * 15 / 100)
         });
         assert_eq!(c.code, 0, "t5_encoder{variant}: the budget is met");
@@ -468,7 +468,7 @@ fn relative_position_gathers_chunk_along_the_query_axis() {
     std::fs::create_dir_all(&tmp).unwrap();
     for variant in ["", ".legacy"] {
         let dims = ["--dim", "B=1", "--dim", "S=256"];
-        let c = WideCase::optimize(&tmp, "deberta_v2", variant, &dims, |_| "lowest".into());
+        let c = Optimized::optimize(&tmp, "deberta_v2", variant, &dims, |_| "lowest".into());
         let steps = c.rep["chunking"]["steps"].as_array().unwrap();
         assert!(
             steps.iter().any(|s| s["extent"] == 256),
@@ -484,9 +484,10 @@ fn relative_position_gathers_chunk_along_the_query_axis() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
-/// One export of a wide-corpus model, run unoptimized at its dims (outputs kept to compare with,
-/// measured peak) and then optimized with `optimize --json`.
-struct WideCase {
+/// A model run unoptimized on random inputs at its dims (outputs kept to compare with, measured
+/// peak) and then optimized with `optimize --json`: a wide-corpus export ([`Optimized::optimize`])
+/// or any file ([`Optimized::of`]).
+struct Optimized {
     peak: u64,
     code: i32,
     rep: serde_json::Value,
@@ -495,7 +496,7 @@ struct WideCase {
     plan: String,
 }
 
-impl WideCase {
+impl Optimized {
     /// `stem` + `variant` from tests/wide/models at `dims` (`--dim` pairs), under the budget
     /// `budget` makes of the unoptimized run's measured peak; files under `tmp`.
     fn optimize(
@@ -504,10 +505,21 @@ impl WideCase {
         variant: &str,
         dims: &[&str],
         budget: impl Fn(u64) -> String,
-    ) -> WideCase {
+    ) -> Optimized {
         let model = repo().join(format!("tests/wide/models/{stem}{variant}.onnx"));
+        Optimized::of(tmp, &model, &format!("{stem}{variant}"), dims, budget)
+    }
+
+    /// [`Optimized::optimize`] of any model file; its files under `tmp` are named after `tag`.
+    fn of(
+        tmp: &Path,
+        model: &Path,
+        tag: &str,
+        dims: &[&str],
+        budget: impl Fn(u64) -> String,
+    ) -> Optimized {
         let m = model.to_str().unwrap();
-        let reference = tmp.join(format!("{stem}{variant}.ref.npz"));
+        let reference = tmp.join(format!("{tag}.ref.npz"));
         let mut args = vec![
             "run",
             m,
@@ -518,8 +530,8 @@ impl WideCase {
         ];
         args.extend(dims);
         let peak = json_of(&args)["peak_bytes"].as_u64().unwrap();
-        let out = tmp.join(format!("{stem}{variant}.opt.onnx"));
-        let plan = tmp.join(format!("{stem}{variant}.plan.json"));
+        let out = tmp.join(format!("{tag}.opt.onnx"));
+        let plan = tmp.join(format!("{tag}.plan.json"));
         let (out, plan) = (
             out.to_str().unwrap().to_string(),
             plan.to_str().unwrap().to_string(),
@@ -538,7 +550,7 @@ impl WideCase {
         args.extend(dims);
         args.push("--json");
         let (code, rep) = json_and_status(&args);
-        WideCase {
+        Optimized {
             peak,
             code,
             rep,
@@ -556,59 +568,6 @@ impl WideCase {
     }
 }
 
-/// A model's reference run on random inputs and its lowest plan, written.
-struct Lowest {
-    reference: PathBuf,
-    out: String,
-    plan: String,
-    rep: serde_json::Value,
-}
-
-impl Lowest {
-    /// `dims`: `--dim` flags and `--random`; files in `tmp`, named after `tag`.
-    fn of(tmp: &Path, model: &Path, dims: &[&str], tag: &str) -> Lowest {
-        let m = model.to_str().unwrap();
-        let reference = tmp.join(format!("{tag}.ref.npz"));
-        let mut args = vec!["run", m, "--out", reference.to_str().unwrap(), "--json"];
-        args.extend(dims);
-        json_of(&args);
-        let out = tmp
-            .join(format!("{tag}.onnx"))
-            .to_str()
-            .unwrap()
-            .to_string();
-        let plan = tmp
-            .join(format!("{tag}.json"))
-            .to_str()
-            .unwrap()
-            .to_string();
-        let mut args = vec![
-            "optimize",
-            m,
-            "--budget",
-            "lowest",
-            "-o",
-            &out,
-            "--plan-out",
-            &plan,
-        ];
-        args.extend(dims.iter().filter(|d| **d != "--random"));
-        args.push("--json");
-        let rep = json_of(&args);
-        Lowest {
-            reference,
-            out,
-            plan,
-            rep,
-        }
-    }
-
-    /// [`run_exact`] of the written model at its plan.
-    fn run_exact(&self, dims: &[&str]) -> u64 {
-        run_exact(&self.out, &self.plan, &self.reference, dims, &self.rep)
-    }
-}
-
 /// The pairformer's triangle multiplication reads the layer norm of the residual stream in its
 /// projections, before the peak, and in its output gate, after it; no region splits the norm
 /// (it reduces over the channels the projections are chunked by). At its lowest plan the norm is
@@ -623,8 +582,10 @@ fn a_layer_norm_read_across_the_peak_is_made_again_for_the_gate() {
         let model = repo().join(format!(
             "tests/corpus/models/of3_pairformer_block{variant}.onnx"
         ));
-        let dims = ["--dim", "N=320", "--random"];
-        let l = Lowest::of(&tmp, &model, &dims, &format!("pf{variant}"));
+        let dims = ["--dim", "N=320"];
+        let tag = format!("pf{variant}");
+        let l = Optimized::of(&tmp, &model, &tag, &dims, |_| "lowest".into());
+        assert_eq!(l.code, 0, "{tag}: lowest exits 0");
         let rep = &l.rep;
         let remade = rep["chunking"]["per_reader"].as_array().unwrap();
         assert!(
@@ -651,8 +612,10 @@ fn tiled_triangle_multiplication_runs_bit_identical_at_its_plan() {
     std::fs::create_dir_all(&tmp).unwrap();
     for variant in ["", ".legacy"] {
         let model = repo().join(format!("tests/corpus/models/of3_tri_mul_out{variant}.onnx"));
-        let dims = ["--dim", "N=96", "--random"];
-        let l = Lowest::of(&tmp, &model, &dims, &format!("tm{variant}"));
+        let dims = ["--dim", "N=96"];
+        let tag = format!("tm{variant}");
+        let l = Optimized::of(&tmp, &model, &tag, &dims, |_| "lowest".into());
+        assert_eq!(l.code, 0, "{tag}: lowest exits 0");
         let rep = &l.rep;
         let steps = rep["chunking"]["steps"].as_array().unwrap();
         assert!(

@@ -481,6 +481,7 @@ fn tiled(
     let mut seen: BTreeSet<&BTreeSet<NodeId>> = BTreeSet::new();
     let mut out = Vec::new();
     let mut tried = 0;
+    let mut base_seconds = None;
     let best_1d = cands
         .iter()
         .map(|c| c.pred.local)
@@ -491,13 +492,15 @@ fn tiled(
             continue;
         }
         tried += 1;
+        let Some(prep) = tile::prepare(base, model, frozen, &c.region)? else {
+            continue;
+        };
+        let base_seconds = *base_seconds
+            .get_or_insert_with(|| tile::graph_seconds(opts, base.g, base.facts, base.dims));
         let mut any = false;
         for (outer, inner) in TILE_COUNTS {
-            let r = Region {
-                chunks: outer,
-                ..c.region.clone()
-            };
-            let Some(t) = tile::tile(base, model, original, opts, frozen, &r, inner)? else {
+            let tiled = tile::tile(base, &prep, original, opts, base_seconds, outer, inner)?;
+            let Some(t) = tiled else {
                 break;
             };
             *evaluated += 1;
@@ -517,7 +520,10 @@ fn tiled(
             };
             let seconds = t.seconds + opts.cost.fault_seconds(t.peak as f64 - base.peak as f64);
             out.push(Candidate {
-                region: r,
+                region: Region {
+                    chunks: outer,
+                    ..c.region.clone()
+                },
                 pred,
                 extent: c.extent,
                 seconds,

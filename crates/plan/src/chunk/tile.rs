@@ -97,6 +97,8 @@ struct Copied {
     slot: usize,
     /// Each old node's new id.
     new_id: BTreeMap<NodeId, NodeId>,
+    /// Nodes copied.
+    copied: usize,
 }
 
 /// `model` with the makers of `v` copied for the readers of `v` in region `r` (up to values under
@@ -184,6 +186,7 @@ fn copy_makers(base: &Base, model: &Model, r: &Region, v: ValueId, small: u64) -
         reader: new_id[&first],
         slot,
         new_id,
+        copied: c.new_nodes.len(),
     })
 }
 
@@ -211,21 +214,29 @@ fn reader_axis(
         .map(|(_, o)| o)
 }
 
-/// Region `r` of `model` (evaluated as `base`) chunked in tiles, `r.chunks` outer chunks of
-/// `inner` chunks each (see the module docs); `None` when `r` reads no value whole of at least
-/// 1/16 of the peak that a few nodes make, or its reader passes no axis of it. `original`: the
-/// graph before chunking, whose initializers stay (see [`drop_unread_initializers`]); `frozen`: the
-/// nodes chunking made, by node of `base` (not chunked again).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn tile(
+/// A region made ready for tiles: the value it reads whole made again by copies of its makers,
+/// which join the region (see [`prepare`]); the same for every chunk count.
+pub(crate) struct Prepared {
+    model: Model,
+    facts: Facts,
+    /// The region in the new graph: its nodes, the copies and the producers only it reads now.
+    region: Region,
+    /// The position of the copy's first reader among the region's nodes, and the input slot it
+    /// reads the copy at.
+    reader: usize,
+    slot: usize,
+    copied: usize,
+}
+
+/// Region `r` of `model` (evaluated as `base`) made ready for tiles; `None` when `r` keeps nodes
+/// whole or reads no value whole of at least 1/16 of the peak that a few nodes make. `frozen`:
+/// the nodes chunking made, by node of `base` (not chunked again).
+pub(crate) fn prepare(
     base: &Base,
     model: &Model,
-    original: &Graph,
-    opts: &ChunkOptions,
     frozen: &[bool],
     r: &Region,
-    inner: usize,
-) -> Result<Option<Tiled>, ChunkError> {
+) -> Result<Option<Prepared>, ChunkError> {
     let dims = base.dims;
     if !r.keep.is_empty() {
         return Ok(None);
@@ -234,36 +245,64 @@ pub(crate) fn tile(
         return Ok(None);
     };
     let Some(Copied {
-        model: m1,
-        region: outer,
+        model,
+        region: mut outer,
         reader,
         slot,
         new_id,
+        copied,
     }) = copy_makers(base, model, r, v, base.peak / 64)
     else {
         return Ok(None);
     };
-    let f1 = rewritten_facts(&m1, dims)?;
+    let facts = rewritten_facts(&model, dims)?;
     // What only the region reads now (the makers the copies replaced shared with it) joins it.
-    let mut outer = outer;
-    {
-        let g1 = &m1.graph;
-        let mut frozen1 = vec![false; g1.nodes.len()];
-        for (old, new) in &new_id {
-            frozen1[new.index()] = frozen.get(old.index()).copied().unwrap_or(true);
-        }
-        region::absorb_producers(
-            g1,
-            &f1,
-            dims,
-            &g1.consumers(),
-            &mut outer.nodes,
-            &mut outer.axes,
-            &frozen1,
-        );
+    let g = &model.graph;
+    let mut frozen1 = vec![false; g.nodes.len()];
+    for (old, new) in &new_id {
+        frozen1[new.index()] = frozen.get(old.index()).copied().unwrap_or(true);
     }
-    let k = outer.nodes.iter().position(|&n| n == reader).unwrap_or(0);
-    let (mut m, unrolled) = apply_unrolled(&m1, &f1, dims, &outer)?;
+    region::absorb_producers(
+        g,
+        &facts,
+        dims,
+        &g.consumers(),
+        &mut outer.nodes,
+        &mut outer.axes,
+        &frozen1,
+    );
+    let reader = outer.nodes.iter().position(|&n| n == reader).unwrap_or(0);
+    Ok(Some(Prepared {
+        model,
+        facts,
+        region: outer,
+        reader,
+        slot,
+        copied,
+    }))
+}
+
+/// The prepared region `p` chunked in tiles: `outer` chunks of `inner` chunks each (see the module
+/// docs); `None` when its reader passes no axis of the copy. `original`: the graph before
+/// chunking, whose initializers stay (see [`drop_unread_initializers`]); `base_seconds`: the cost
+/// model's time of `base`'s nodes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tile(
+    base: &Base,
+    p: &Prepared,
+    original: &Graph,
+    opts: &ChunkOptions,
+    base_seconds: f64,
+    outer: usize,
+    inner: usize,
+) -> Result<Option<Tiled>, ChunkError> {
+    let dims = base.dims;
+    let (k, slot) = (p.reader, p.slot);
+    let region = Region {
+        chunks: outer,
+        ..p.region.clone()
+    };
+    let (mut m, unrolled) = apply_unrolled(&p.model, &p.facts, dims, &region)?;
     m.graph = drop_unread_initializers(m.graph, original);
     for chunk in &unrolled.chunks {
         let f = rewritten_facts(&m, dims)?;
@@ -325,20 +364,12 @@ pub(crate) fn tile(
         (Some(&lo), Some(&hi)) => b.per_step[lo..=hi].iter().copied().max().unwrap_or(0),
         _ => b.peak,
     };
-    let cost = |g: &Graph, f: &Facts| -> f64 {
-        opts.cost
-            .node_costs(g, f, dims, None)
-            .iter()
-            .map(|c| c.seconds)
-            .sum()
-    };
-    let seconds = cost(&m.graph, &facts) - cost(base.g, base.facts);
+    let seconds = graph_seconds(opts, &m.graph, &facts, dims) - base_seconds;
     let (peak, added) = (
         b.peak,
         m.graph.nodes.len().saturating_sub(base.g.nodes.len()),
     );
     drop(b);
-    let copied = outer.nodes.len() - r.nodes.len();
     Ok(Some(Tiled {
         model: m,
         facts,
@@ -347,6 +378,20 @@ pub(crate) fn tile(
         seconds,
         added,
         inner,
-        copied,
+        copied: p.copied,
     }))
+}
+
+/// The cost model's time of `g`'s nodes at `dims`.
+pub(crate) fn graph_seconds(
+    opts: &ChunkOptions,
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> f64 {
+    opts.cost
+        .node_costs(g, facts, dims, None)
+        .iter()
+        .map(|c| c.seconds)
+        .sum()
 }
