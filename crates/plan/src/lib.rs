@@ -291,6 +291,7 @@ pub fn optimize(
     let Some((bi, ev, sched_peak)) = best else {
         unreachable!("graph order is always a candidate")
     };
+    let (p, ev) = unassembled_if_lower(graph, facts, dims, opts.lanes, p, ev)?;
     let plan = build_plan(graph, &p, &ev, dims);
     check::check(graph, facts, &plan)?;
     let before = candidates[0].peak_bytes;
@@ -343,6 +344,28 @@ pub fn optimize(
         exact_windows_given_up: stats.gave_up,
     };
     Ok(Outcome { plan, report })
+}
+
+/// `ev` (an order of `p`) or, when its arena is smaller, the same order planned with every
+/// `Concat` copying its inputs. A concatenation assembled in place holds its whole output from its
+/// first part on; where other values peak between its parts' makers, that costs more than the
+/// copy it saves, and the plan would be above the graph order's own peak.
+fn unassembled_if_lower(
+    graph: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    lanes: u32,
+    p: Problem,
+    ev: Evaluated,
+) -> Result<(Problem, Evaluated), SimError> {
+    if p.assembled.is_empty() {
+        return Ok((p, ev));
+    }
+    let q = Problem::build_assembling(graph, facts, &facts.order, dims, lanes, &[])?;
+    let eq = evaluate(graph, &q, ev.order.clone(), Some(ev.arena));
+    let lower = eq.arena != u64::MAX
+        && eq.arena + q.resident + q.body_heap < ev.arena + p.resident + p.body_heap;
+    Ok(if lower { (q, eq) } else { (p, ev) })
 }
 
 /// The plan for a fixed `schedule` (a topological order of all nodes): in-place reuse and the best
@@ -506,4 +529,81 @@ pub fn reorder(graph: &Graph, schedule: &[NodeId]) -> Graph {
         }
     }
     g
+}
+
+#[cfg(test)]
+mod tests {
+    use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Model};
+
+    use super::*;
+
+    fn int(name: &str, v: i64) -> Attribute {
+        Attribute {
+            name: name.into(),
+            value: AttrValue::Int(v),
+            doc: String::new(),
+        }
+    }
+
+    /// `cat = Concat(a, b)` where `a` is read by a large transient `u` made before `b`: assembled
+    /// in place, `cat`'s whole buffer would be live beside `u` (6 rows of N); copied, only `a` is
+    /// (5 rows). The plan keeps the copy, and no plan is above the graph order's peak.
+    #[test]
+    fn a_concatenation_is_not_assembled_where_that_raises_the_peak() {
+        let mut g = Graph::default();
+        let row = |rows: i64| {
+            DeclType::tensor(
+                memplan_ir::DataType::F32,
+                vec![DeclDim::Value(rows), DeclDim::Param("N".into())],
+            )
+        };
+        let x = g.add_input("x", row(1));
+        let y = g.add_input("y", row(4));
+        let a = g.add_node("a", "Neg", &[Some(x)], &["a"], vec![]).1[0];
+        let u = g
+            .add_node("u", "Mul", &[Some(y), Some(a)], &["u"], vec![])
+            .1[0];
+        let v = g
+            .add_node(
+                "v",
+                "ReduceSum",
+                &[Some(u)],
+                &["v"],
+                vec![int("keepdims", 0)],
+            )
+            .1[0];
+        let b = g
+            .add_node("b", "Add", &[Some(x), Some(v)], &["b"], vec![])
+            .1[0];
+        let cat = g
+            .add_node(
+                "cat",
+                "Concat",
+                &[Some(a), Some(b)],
+                &["cat"],
+                vec![int("axis", 0)],
+            )
+            .1[0];
+        g.outputs = vec![cat];
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let facts = memplan_ir::infer_model(&model).unwrap();
+        let n = 1024i64;
+        let dims = BTreeMap::from([("N".to_string(), n)]);
+        let g = &model.graph;
+        assert_eq!(memplan_sim::timeline::assemblable(g, &facts).len(), 1);
+        let out = optimize(g, &facts, &dims, &Options::default()).unwrap();
+        let row_bytes = 4 * n as u64;
+        assert!(out.plan.assembled.is_empty(), "{:?}", out.plan.assembled);
+        // `a`, `u` and the sum `v` that `u` makes.
+        assert_eq!(
+            out.plan.arena_bytes,
+            5 * row_bytes + 4,
+            "{}",
+            out.plan.render()
+        );
+        assert!(out.report.peak_bytes_after <= out.report.peak_bytes_before);
+    }
 }

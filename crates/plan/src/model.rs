@@ -82,10 +82,23 @@ impl Problem {
         lanes: u32,
     ) -> Result<Problem, SimError> {
         let concats = memplan_sim::timeline::assemblable(graph, facts);
-        let t = Timeline::build_with(graph, facts, order, &concats)?;
+        Self::build_assembling(graph, facts, order, dims, lanes, &concats)
+    }
+
+    /// [`Problem::build`] assembling only the concatenations `concats` (a subset of
+    /// [`memplan_sim::timeline::assemblable`]'s; none: every `Concat` copies its inputs).
+    pub fn build_assembling(
+        graph: &Graph,
+        facts: &Facts,
+        order: &[NodeId],
+        dims: &BTreeMap<String, i64>,
+        lanes: u32,
+        concats: &[NodeId],
+    ) -> Result<Problem, SimError> {
+        let t = Timeline::build_with(graph, facts, order, concats)?;
         let sizes = eval_sizes(&t, dims)?;
         let mut assembled = Vec::with_capacity(concats.len());
-        for &c in &concats {
+        for &c in concats {
             let node = graph.node(c);
             let Some(Some(y)) = node.outputs.first().copied() else {
                 continue;
