@@ -14,7 +14,13 @@ executor's own per-node timer (`--profile`) over the last 12 nodes is the point 
 * copy: Transpose of a square [r, r] (w = r^2), alternating with its inverse;
 * contraction: MatMul [M, 64] x [64, 64] (work M * 64 * 64);
 * other: Softmax over rows of 256 (reductions, normalizations);
-* view_seconds: the time of a Reshape (a view) in the same runs.
+* view_seconds: the time of a Reshape (a view) in the same runs;
+* per_op: for each op of PER_OP (unary and binary elementwise ops, reductions, normalizations), its time
+  per node above its kind's fixed cost (the curve's first point) over the curve's, at 64 Ki, 256 Ki and
+  1 Mi elements (the median of the three): 16 nodes
+  of the op each reading one input, the median of the last 12. The curves are measured on Add/Mul and
+  Softmax, and an exp or an erf per element costs more (`--per-op-only` measures these alone against
+  the curves already in --out).
 
 Then it checks the model on the corpus (`--no-check` skips it): for every model (both exports, two
 sizes each) with a budget of 0.15 x its estimated peak (or its floor when that is higher), the
@@ -32,7 +38,8 @@ Writes the calibration as JSON (`--out`, default target/cost_model.json) for `me
 --cost-model FILE`; `--rust` prints it as the Rust constants of `CostModel::default()`.
 
 Usage: .venv/bin/python bench/calibrate_cost.py [--memplan target/release/memplan] [--threads 2]
-       [--repeat 1] [--rounds 5] [--out target/cost_model.json] [--no-check] [--only STEM,...] [--rust]
+       [--repeat 1] [--rounds 5] [--out target/cost_model.json] [--no-check] [--per-op-only] [--only STEM,...]
+       [--rust]
 """
 
 import argparse
@@ -134,6 +141,80 @@ def chain(kind, w, length):
             prev = f"y{i}"
         return graph_model(nodes, shape, prev, shape, ini, kind), ["Reshape"], shape
     raise ValueError(kind)
+
+
+# Ops whose time per element is measured against their kind's curve (`per_op` of the cost model):
+# (op, kind, attributes, second input: a broadcast row constant, or none).
+PER_OP = [
+    *[(op, "elementwise", {}, False) for op in (
+        "Sigmoid", "Exp", "Tanh", "Erf", "Log", "Sqrt", "Reciprocal", "Relu", "Neg", "Abs", "Softplus",
+        "Sin", "Cos", "Floor", "Sign", "Softsign", "HardSwish", "Elu", "Selu", "Celu")],
+    ("HardSigmoid", "elementwise", {}, False),
+    ("LeakyRelu", "elementwise", {"alpha": 0.1}, False),
+    *[(op, "elementwise", {}, True) for op in ("Add", "Mul", "Sub", "Div", "Max", "Min")],
+    ("Pow", "elementwise", {}, "two"),  # a scalar exponent 2: a layer norm or RMS norm written out
+    ("Softmax", "other", {"axis": -1}, False),
+    ("LogSoftmax", "other", {"axis": -1}, False),
+    ("ReduceMean", "other", {"keepdims": 1}, "axes"),
+    ("ReduceSum", "other", {"keepdims": 1}, "axes"),
+    ("ReduceMax", "other", {"keepdims": 1}, "axes"),
+    ("LayerNormalization", "other", {"axis": -1}, "scale"),
+]
+PER_OP_SIZES = [4**k for k in (8, 9, 10)]  # 64 Ki .. 1 Mi elements: chunks' sizes
+
+
+def op_fan(op, attrs, second, w, length):
+    """`length` nodes of `op`, each reading the same input `x` (kept in [0.5, inf) by `Abs` and `Add`
+    so that every op is defined there), summed at the end; the nodes to read in the profile."""
+    cols = min(w, 256)
+    shape = [w // cols, cols]
+    ini = [numpy_helper.from_array(np.full((cols,), 0.5, np.float32), "half"),
+           numpy_helper.from_array(np.full((cols,), 1.0001, np.float32), "c"),
+           numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+           numpy_helper.from_array(np.ones((cols,), np.float32), "scale"),
+           numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    nodes = [helper.make_node("Abs", ["x"], ["xa"]), helper.make_node("Add", ["xa", "half"], ["xp"])]
+    outs = []
+    for i in range(length):
+        ins = ["xp"] + ([] if not second else ["c" if second is True else second])
+        nodes.append(helper.make_node(op, ins, [f"y{i}"], name=f"m{i}", **attrs))
+        outs.append(f"y{i}")
+    # Reduce every output to one row, so that the graph has one small output reading them all.
+    red = []
+    for i, y in enumerate(outs):
+        nodes.append(helper.make_node("ReduceMax", [y, "axes0"], [f"r{i}"], keepdims=0))
+        red.append(f"r{i}")
+    ini.append(numpy_helper.from_array(np.array([0], np.int64), "axes0"))
+    nodes.append(helper.make_node("Sum", red, ["s"]))
+    rshape = [1] if second == "axes" else [cols]
+    return graph_model(nodes, shape, "s", rshape, ini, op)
+
+
+def per_op(args, work, curves):
+    """`per_op` of the cost model: each op's time per node over its kind's curve at the same work
+    (the median over PER_OP_SIZES of the medians over rounds), the executor's own timer."""
+    planned = {}
+    for op, kind, attrs, second in PER_OP:
+        for w in PER_OP_SIZES:
+            tag = f"op_{op}_{w}"
+            path = os.path.join(work, f"{tag}.onnx")
+            save(op_fan(op, attrs, second, w, CHAINS[1]), path)
+            out, plan_path, _ = plan(args, path, {}, work, f"{tag}.opt")
+            planned[(op, w)] = (out, plan_path)
+    times = {k: [] for k in planned}
+    for rnd in range(args.rounds):
+        for key, (out, plan_path) in planned.items():
+            prof = run(args, out, plan_path, {}, profile=True)["node_profile"]
+            nodes = [p["seconds"] for p in prof if p["node"].startswith("'m")]
+            times[key].append(statistics.median(nodes[CHAINS[0]:]))
+        print(f"per-op round {rnd + 1}/{args.rounds} done", file=sys.stderr)
+    factors = {}
+    for op, kind, _, _ in PER_OP:
+        curve = dict((w, s) for w, s in curves[kind])
+        fixed = curves[kind][0][1]
+        ratios = [(statistics.median(times[(op, w)]) - fixed) / (curve[w] - fixed) for w in PER_OP_SIZES]
+        factors[op] = round(statistics.median(ratios), 3)
+    return factors
 
 
 def sh(cmd):
@@ -256,6 +337,13 @@ def check(args, work):
     return ok_all
 
 
+def write(path, cal):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(cal, f, indent=2)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memplan", default=os.path.join(ROOT, "target", "release", "memplan"))
@@ -265,27 +353,36 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "cost_model.json"))
     ap.add_argument("--no-check", action="store_true", help="calibrate only")
     ap.add_argument("--check-only", action="store_true", help="check the model in --out, without calibrating")
+    ap.add_argument("--per-op-only", action="store_true",
+                    help="measure only the per-op factors against the curves in --out, and add them there")
     ap.add_argument("--only", help="check only these model stems (comma-separated)")
     ap.add_argument("--rust", action="store_true", help="print the curves as CostModel::default()'s constants")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as work:
         if not args.check_only:
-            cal = calibrate(args, work)
-            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump(cal, f, indent=2)
-                f.write("\n")
+            if args.per_op_only:
+                with open(args.out) as f:
+                    cal = json.load(f)
+            else:
+                cal = calibrate(args, work)
+                write(args.out, cal)
+            cal["per_op"] = per_op(args, work, cal)
+            write(args.out, cal)
             print(f"wrote {args.out}")
             for k in ("elementwise", "copy", "other", "contraction"):
                 print(f"{k:12s}", " ".join(f"{w:.0f}:{s * 1e6:.1f}µs" for w, s in cal[k]))
             print(f"view         {cal['view_seconds'] * 1e6:.2f} µs")
             print(f"first touch  {cal['fault_seconds_per_byte'] * MIB * 1e3:.3f} ms per MiB")
+            print("per op       " + " ".join(f"{op}:{f:.2f}" for op, f in cal["per_op"].items()))
             if args.rust:
                 print(f"view_seconds: {cal['view_seconds']:.3e},")
                 print(f"fault_seconds_per_byte: {cal['fault_seconds_per_byte']:.3e},")
                 for k in ("elementwise", "copy", "contraction", "other"):
                     print(fmt_curve(k, cal[k]))
+                ops = sorted(cal["per_op"].items())
+                body = ", ".join(f'("{op}", {f})' for op, f in ops)
+                print(f"const DEFAULT_PER_OP: [(&str, f64); {len(ops)}] = [{body}];")
         if args.no_check:
             return
         if not check(args, work):

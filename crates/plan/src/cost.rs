@@ -107,11 +107,19 @@ pub struct CostModel {
     pub copy: Curve,
     pub contraction: Curve,
     pub other: Curve,
+    /// Per op type: its time over its kind's curve at the same work (the curves are measured on
+    /// `Add`/`Mul` and on `Softmax`; an `exp` or a `powf` per element costs more, a `Relu` less).
+    /// A node's time above its kind's fixed cost (the curve's first point) is scaled by it: the
+    /// fixed cost stays, and so does the curve's shape (a slice that fits in cache is cheaper per
+    /// element for every op). An op not listed counts 1.
+    #[serde(default)]
+    pub per_op: BTreeMap<String, f64>,
 }
 
 impl Default for CostModel {
     /// `bench/calibrate_cost.py --threads 2` on the development machine (2-core AMD EPYC VM,
-    /// planned runs, each the first of its process), 2026-11-27.
+    /// planned runs, each the first of its process), 2026-11-27; `per_op` 2026-11-29
+    /// (against that day's curves: the factors are ratios).
     fn default() -> Self {
         let c = |p: &[(f64, f64)]| Curve(p.to_vec());
         CostModel {
@@ -122,6 +130,10 @@ impl Default for CostModel {
             copy: c(&DEFAULT_COPY),
             contraction: c(&DEFAULT_CONTRACTION),
             other: c(&DEFAULT_OTHER),
+            per_op: DEFAULT_PER_OP
+                .iter()
+                .map(|&(op, f)| (op.to_string(), f))
+                .collect(),
         }
     }
 }
@@ -168,6 +180,44 @@ const DEFAULT_CONTRACTION: [(f64, f64); 9] = [
     (67108864.0, 7.691e-04),
     (268435456.0, 3.000e-03),
 ];
+// `bench/calibrate_cost.py --rust` (`per_op`): ratios to its curves of the same run, 2026-11-29.
+const DEFAULT_PER_OP: [(&str, f64); 35] = [
+    ("Abs", 0.878),
+    ("Add", 1.03),
+    ("Celu", 23.007),
+    ("Cos", 30.057),
+    ("Div", 1.042),
+    ("Elu", 13.255),
+    ("Erf", 1.606),
+    ("Exp", 2.361),
+    ("Floor", 26.992),
+    ("HardSigmoid", 12.544),
+    ("HardSwish", 12.177),
+    ("LayerNormalization", 0.424),
+    ("LeakyRelu", 11.826),
+    ("Log", 18.28),
+    ("LogSoftmax", 1.074),
+    ("Max", 3.226),
+    ("Min", 3.132),
+    ("Mul", 1.035),
+    ("Neg", 0.907),
+    ("Pow", 0.888),
+    ("Reciprocal", 0.816),
+    ("ReduceMax", 2.414),
+    ("ReduceMean", 0.147),
+    ("ReduceSum", 0.147),
+    ("Relu", 0.862),
+    ("Selu", 13.028),
+    ("Sigmoid", 2.679),
+    ("Sign", 12.347),
+    ("Sin", 28.694),
+    ("Softmax", 1.058),
+    ("Softplus", 42.002),
+    ("Softsign", 12.252),
+    ("Sqrt", 0.848),
+    ("Sub", 1.054),
+    ("Tanh", 2.086),
+];
 const DEFAULT_OTHER: [(f64, f64); 11] = [
     (16.0, 4.400e-07),
     (64.0, 5.000e-07),
@@ -195,6 +245,15 @@ impl CostModel {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("{name} must be a finite, non-negative number"));
             }
+        }
+        if let Some((op, _)) = self
+            .per_op
+            .iter()
+            .find(|(_, &f)| !(f.is_finite() && f > 0.0))
+        {
+            return Err(format!(
+                "per_op {op}: a factor must be a finite, positive number"
+            ));
         }
         for (name, c) in self.curves() {
             if c.0.is_empty() {
@@ -267,17 +326,30 @@ impl CostModel {
         view: bool,
         dims: &BTreeMap<String, i64>,
     ) -> f64 {
-        self.work_seconds(Self::work(node, ins, outs, view, dims), ins, dims)
+        let work = Self::work(node, ins, outs, view, dims);
+        self.work_seconds(&node.op, work, ins, dims)
     }
 
-    /// [`CostModel::node_seconds`] of a node doing `work` ([`CostModel::work`]) over inputs `ins`.
+    /// The factor of op type `op` ([`CostModel::per_op`]).
+    pub fn op_factor(&self, op: &str) -> f64 {
+        self.per_op.get(op).copied().unwrap_or(1.0)
+    }
+
+    /// [`CostModel::node_seconds`] of a node of type `op` doing `work` ([`CostModel::work`]) over
+    /// inputs `ins`.
     fn work_seconds(
         &self,
+        op: &str,
         work: Option<(Kind, f64)>,
         ins: &[Option<&Fact>],
         dims: &BTreeMap<String, i64>,
     ) -> f64 {
         match work {
+            Some((kind @ (Kind::Elementwise | Kind::Other), w)) => {
+                let fixed = self.seconds(kind, 0.0);
+                let f = self.op_factor(op);
+                (fixed + f * (self.seconds(kind, w) - fixed)).max(self.view_seconds)
+            }
             Some((Kind::Contraction, w)) => {
                 let packed = elements(ins, dims).map_or(0.0, |n| {
                     self.elementwise.seconds(n) - self.elementwise.seconds(w / CALIBRATION_COLUMNS)
@@ -310,7 +382,7 @@ impl CostModel {
                 let work = Self::work(node, &ins, &outs, view, dims);
                 NodeCost {
                     work,
-                    seconds: self.work_seconds(work, &ins, dims),
+                    seconds: self.work_seconds(&node.op, work, &ins, dims),
                 }
             })
             .collect()
@@ -436,6 +508,51 @@ mod tests {
             ..CostModel::default()
         };
         assert!(m.validate().is_err());
+        let mut m = CostModel::default();
+        m.per_op.insert("Exp".into(), 0.0);
+        assert!(m.validate().unwrap_err().contains("per_op Exp"));
+    }
+
+    /// An op's factor scales its time above its kind's fixed cost: a large node costs about the
+    /// factor times more, a node below the curve's first point its fixed cost whatever the factor;
+    /// an op not listed counts 1, and a contraction ignores it.
+    #[test]
+    fn an_ops_factor_scales_its_work_on_its_kinds_curve() {
+        let m = CostModel {
+            per_op: BTreeMap::from([("Sigmoid".to_string(), 4.0), ("MatMul".to_string(), 9.0)]),
+            ..CostModel::default()
+        };
+        let price = |op: &str, inputs: usize, ins: &[&[i64]], out: &[i64]| {
+            let n = node(op, inputs, vec![]);
+            let ins: Vec<Fact> = ins.iter().map(|s| fact(s)).collect();
+            let ins: Vec<Option<&Fact>> = ins.iter().map(Some).collect();
+            let out = fact(out);
+            m.node_seconds(&n, &ins, &[Some(&out)], false, &BTreeMap::new())
+        };
+        let big: &[i64] = &[1 << 24];
+        let sig = price("Sigmoid", 1, &[big], big);
+        let relu = price("Relu", 1, &[big], big);
+        let fixed = m.seconds(Kind::Elementwise, 0.0);
+        assert_eq!(relu, m.seconds(Kind::Elementwise, (1u64 << 24) as f64));
+        assert!(
+            ((sig - fixed) / (relu - fixed) - 4.0).abs() < 1e-9,
+            "{sig} {relu}"
+        );
+        assert!(sig > 3.99 * relu, "{sig} {relu}");
+        let tiny: &[i64] = &[2];
+        assert_eq!(
+            price("Sigmoid", 1, &[tiny], tiny),
+            price("Relu", 1, &[tiny], tiny)
+        );
+        let plain = CostModel::default();
+        let n = node("MatMul", 2, vec![]);
+        let (a, b, o) = (fact(&[256, 64]), fact(&[64, 64]), fact(&[256, 64]));
+        let ins = [Some(&a), Some(&b)];
+        let dims = BTreeMap::new();
+        assert_eq!(
+            m.node_seconds(&n, &ins, &[Some(&o)], false, &dims),
+            plain.node_seconds(&n, &ins, &[Some(&o)], false, &dims)
+        );
     }
 
     fn node(op: &str, inputs: usize, attrs: Vec<(&str, AttrValue)>) -> Node {

@@ -725,7 +725,7 @@ pub trait Float: Arith {
 }
 
 macro_rules! impl_float {
-    ($($t:ty, $erf:path, $exp:path);*) => {$(
+    ($($t:ty, $erf:path, $exp:path, $tanh:path);*) => {$(
         impl Arith for $t {
             const IS_FLOAT: bool = true;
             const ZERO: Self = 0.0;
@@ -761,7 +761,7 @@ macro_rules! impl_float {
             #[inline] fn sqrt(self) -> Self { <$t>::sqrt(self) }
             #[inline(always)] fn exp(self) -> Self { $exp(self) }
             #[inline] fn ln(self) -> Self { <$t>::ln(self) }
-            #[inline] fn tanh(self) -> Self { <$t>::tanh(self) }
+            #[inline] fn tanh(self) -> Self { $tanh(self) }
             #[inline] fn sin(self) -> Self { <$t>::sin(self) }
             #[inline] fn cos(self) -> Self { <$t>::cos(self) }
             #[inline] fn erf(self) -> Self { $erf(self) }
@@ -773,8 +773,12 @@ macro_rules! impl_float {
         }
     )*};
 }
-// f32 exp is the vectorizable `fastmath::exp_f32` (within 2 ulp of correctly rounded).
-impl_float!(f32, libm::erff, super::fastmath::exp_f32; f64, libm::erf, f64::exp);
+// f32 exp is the vectorizable `fastmath::exp_f32` (within 2 ulp of correctly rounded); f32 `erf`
+// and `tanh` are the vectorizable rational approximations of `fastmath` (within 8 ulp).
+impl_float!(
+    f32, super::fastmath::erf_f32, super::fastmath::exp_f32, super::fastmath::tanh_f32;
+    f64, libm::erf, f64::exp, f64::tanh
+);
 
 /// Binary arithmetic ONNX operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

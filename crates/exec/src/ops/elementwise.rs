@@ -414,10 +414,12 @@ fn run_unary<S: crate::kernels::elementwise::Elem, T: Fl>(
 /// Common f32 unary ops with the scalar function inlined into the loop (so that it vectorizes);
 /// the same per-element function as [`unary_fn`]. `false` when `op` is not one of them.
 fn unary_f32_inline(op: &str, x: &[f32], out: &mut [f32]) -> Result<bool, OpFail> {
-    use crate::kernels::fastmath::{exp_f32, sigmoid_f32};
+    use crate::kernels::fastmath::{erf_f32, exp_f32, sigmoid_f32, tanh_f32};
     match op {
         "Sigmoid" => unary(x, out, sigmoid_f32)?,
         "Exp" => unary(x, out, exp_f32)?,
+        "Erf" => unary(x, out, erf_f32)?,
+        "Tanh" => unary(x, out, tanh_f32)?,
         "Relu" => unary(x, out, |v: f32| if v < 0.0 { 0.0 } else { v })?,
         "Neg" => unary(x, out, |v: f32| -v)?,
         "Abs" => unary(x, out, f32::abs)?,
@@ -566,10 +568,11 @@ fn arith(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail>
     Ok(vec![out])
 }
 
-/// Pow of an f32 base by a one-element exponent of 2, 1 or 0.5, without `powf`: `x * x` (the
-/// correctly rounded square, which `powf` also returns), `x`, and `sqrt(x)` with `pow`'s values at
-/// -0 (+0) and -inf (+inf); `sqrt` is correctly rounded where `powf` may be 1 ulp off. `false` for
-/// any other exponent.
+/// Pow of an f32 base by a one-element exponent of 2, 3, 1 or 0.5, without `powf`: `x * x` (the
+/// correctly rounded square, which `powf` also returns), `x * x * x` (as onnxruntime computes a
+/// cube: within 1 ulp of `powf`), `x`, and `sqrt(x)` with `pow`'s values at -0 (+0) and -inf
+/// (+inf); `sqrt` is correctly rounded where `powf` may be 1 ulp off. `false` for any other
+/// exponent.
 fn pow_f32_special(a: &Tensor, b: &Tensor, out: &mut Tensor) -> Result<bool, OpFail> {
     if b.numel() != 1 {
         return Ok(false);
@@ -584,6 +587,8 @@ fn pow_f32_special(a: &Tensor, b: &Tensor, out: &mut Tensor) -> Result<bool, OpF
     let (x, o) = (a.data::<f32>()?, out.data_mut::<f32>()?);
     if e == 2.0 {
         unary(x, o, |v: f32| v * v)?;
+    } else if e == 3.0 {
+        unary(x, o, |v: f32| v * v * v)?;
     } else if e == 1.0 {
         unary(x, o, |v: f32| v)?;
     } else if e == 0.5 {
@@ -1330,6 +1335,12 @@ mod tests {
         assert_eq!(f32s(&o[0]), [-9., -19., -29., -8., -18., -28.]);
         let o = run_op("Pow", &[], &[Some(&b), Some(&t_i64(&[], &[2]))], 1).unwrap();
         assert_eq!(f32s(&o[0]), [100., 400., 900.]);
+        // A cube is two products, as onnxruntime computes it (within 1 ulp of `powf`).
+        let x = t_f32(&[3], &[1.1, -2.5, 1e13]);
+        let o = run_op("Pow", &[], &[Some(&x), Some(&t_f32(&[], &[3.0]))], 1).unwrap();
+        let cube: Vec<f32> = f32s(&x).iter().map(|v| v * v * v).collect();
+        assert_eq!(f32s(&o[0]), cube);
+        assert_eq!(f32s(&o[0])[2], f32::INFINITY);
         let i = t_i64(&[2], &[7, -7]);
         let o = run_op("Div", &[], &[Some(&i), Some(&t_i64(&[1], &[2]))], 1).unwrap();
         assert_eq!(o[0].data::<i64>().unwrap(), &[3, -3]);
