@@ -180,7 +180,9 @@ const DEFAULT_CONTRACTION: [(f64, f64); 9] = [
     (67108864.0, 7.691e-04),
     (268435456.0, 3.000e-03),
 ];
-// `bench/calibrate_cost.py --rust` (`per_op`): ratios to its curves of the same run, 2026-11-29.
+// `bench/calibrate_cost.py --rust` (`per_op`): ratios to its curves of the same run, 2026-11-29;
+// the six ops inlined since (Floor, Sign, Softsign, HardSwish, HardSigmoid, LeakyRelu) measured
+// again with `--per-op-only` and divided by that run's median factor of Add, Sub, Mul, Div (0.91).
 const DEFAULT_PER_OP: [(&str, f64); 35] = [
     ("Abs", 0.878),
     ("Add", 1.03),
@@ -190,11 +192,11 @@ const DEFAULT_PER_OP: [(&str, f64); 35] = [
     ("Elu", 13.255),
     ("Erf", 1.606),
     ("Exp", 2.361),
-    ("Floor", 26.992),
-    ("HardSigmoid", 12.544),
-    ("HardSwish", 12.177),
+    ("Floor", 0.884),
+    ("HardSigmoid", 0.818),
+    ("HardSwish", 0.881),
     ("LayerNormalization", 0.424),
-    ("LeakyRelu", 11.826),
+    ("LeakyRelu", 0.824),
     ("Log", 18.28),
     ("LogSoftmax", 1.074),
     ("Max", 3.226),
@@ -209,11 +211,11 @@ const DEFAULT_PER_OP: [(&str, f64); 35] = [
     ("Relu", 0.862),
     ("Selu", 13.028),
     ("Sigmoid", 2.679),
-    ("Sign", 12.347),
+    ("Sign", 0.808),
     ("Sin", 28.694),
     ("Softmax", 1.058),
     ("Softplus", 42.002),
-    ("Softsign", 12.252),
+    ("Softsign", 0.836),
     ("Sqrt", 0.848),
     ("Sub", 1.054),
     ("Tanh", 2.086),

@@ -133,7 +133,7 @@ pub trait Fl:
 }
 
 macro_rules! impl_fl {
-    ($t:ty, $erf:path, $exp:path) => {
+    ($t:ty, $erf:path, $exp:path, $tanh:path) => {
         impl Fl for $t {
             #[inline(always)]
             fn c(v: f64) -> Self {
@@ -157,7 +157,7 @@ macro_rules! impl_fl {
             }
             #[inline(always)]
             fn tanh(self) -> Self {
-                <$t>::tanh(self)
+                $tanh(self)
             }
             #[inline(always)]
             fn erf(self) -> Self {
@@ -238,9 +238,15 @@ macro_rules! impl_fl {
         }
     };
 }
-// f32 exp is the vectorizable `fastmath::exp_f32`, as in `kernels::elementwise`.
-impl_fl!(f32, libm::erff, crate::kernels::fastmath::exp_f32);
-impl_fl!(f64, libm::erf, f64::exp);
+// f32 exp, erf and tanh are `fastmath`'s, as in `kernels::elementwise` (the same function wherever
+// an f32 op computes one: `Erf` and `Gelu`, `Tanh` and `Mish`).
+impl_fl!(
+    f32,
+    crate::kernels::fastmath::erf_f32,
+    crate::kernels::fastmath::exp_f32,
+    crate::kernels::fastmath::tanh_f32
+);
+impl_fl!(f64, libm::erf, f64::exp, f64::tanh);
 
 #[inline(always)]
 fn maxf<T: Fl>(a: T, b: T) -> T {
@@ -412,10 +418,32 @@ fn run_unary<S: crate::kernels::elementwise::Elem, T: Fl>(
 }
 
 /// Common f32 unary ops with the scalar function inlined into the loop (so that it vectorizes);
-/// the same per-element function as [`unary_fn`]. `false` when `op` is not one of them.
-fn unary_f32_inline(op: &str, x: &[f32], out: &mut [f32]) -> Result<bool, OpFail> {
+/// the same per-element function as [`unary_fn`], so the same bits. `false` when `op` is not one of
+/// them.
+fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpFail> {
     use crate::kernels::fastmath::{erf_f32, exp_f32, sigmoid_f32, tanh_f32};
-    match op {
+    match ctx.node.op.as_str() {
+        "Floor" => unary(x, out, f32::floor)?,
+        "Ceil" => unary(x, out, f32::ceil)?,
+        "Sign" => unary(x, out, |v: f32| {
+            if v > 0.0 {
+                1.0
+            } else if v < 0.0 {
+                -1.0
+            } else {
+                v
+            }
+        })?,
+        "Softsign" => unary(x, out, |v: f32| v / (1.0 + v.abs()))?,
+        "HardSwish" => unary(x, out, |v: f32| v * maxf(0.0, minf(1.0, v / 6.0 + 0.5)))?,
+        "HardSigmoid" => {
+            let (a, b) = (ctx.float("alpha", 0.2)?, ctx.float("beta", 0.5)?);
+            unary(x, out, move |v: f32| maxf(0.0, minf(1.0, a * v + b)))?
+        }
+        "LeakyRelu" => {
+            let a = ctx.float("alpha", 0.01)?;
+            unary(x, out, move |v: f32| if v < 0.0 { a * v } else { v })?
+        }
         "Sigmoid" => unary(x, out, sigmoid_f32)?,
         "Exp" => unary(x, out, exp_f32)?,
         "Erf" => unary(x, out, erf_f32)?,
@@ -435,7 +463,7 @@ fn un(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     // Every path below writes every element (or fails).
     let mut out = ctx.alloc_for_overwrite(x.dtype, &x.shape)?;
     let op = ctx.node.op.as_str();
-    if x.dtype == DataType::F32 && unary_f32_inline(op, x.data()?, out.data_mut()?)? {
+    if x.dtype == DataType::F32 && unary_f32_inline(ctx, x.data()?, out.data_mut()?)? {
         return Ok(vec![out]);
     }
     match x.dtype {
@@ -1324,6 +1352,61 @@ mod tests {
             o[0].data::<f16>().unwrap(),
             &[f16::from_f32(1.0), f16::from_f32(0.0)]
         );
+    }
+
+    /// The f32 ops inlined into the vectorized loop compute the bits of their `unary_fn` entry
+    /// (the function every other float type runs), attributes included.
+    #[test]
+    fn inlined_f32_unary_ops_give_the_bits_of_their_table_entry() {
+        let xs: Vec<f32> = (-400..=400)
+            .map(|i| i as f32 * 0.037)
+            .chain([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, 1e-30, -1e-30])
+            .collect();
+        let x = t_f32(&[xs.len()], &xs);
+        let alpha = [
+            ("alpha", AttrValue::Float(0.3)),
+            ("beta", AttrValue::Float(0.6)),
+        ];
+        for op in [
+            "Floor",
+            "Ceil",
+            "Sign",
+            "Softsign",
+            "HardSwish",
+            "HardSigmoid",
+            "LeakyRelu",
+            "Relu",
+            "Neg",
+            "Abs",
+            "Sqrt",
+            "Reciprocal",
+            "Exp",
+            "Erf",
+            "Tanh",
+        ] {
+            let attrs: &[(&str, AttrValue)] = match op {
+                "HardSigmoid" => &alpha,
+                "LeakyRelu" => &alpha[..1],
+                _ => &[],
+            };
+            let got = run_op(op, attrs, &[Some(&x)], 1).unwrap();
+            let (f, names) = unary_fn::<f32>(op, false).unwrap();
+            let mut p = [0f32; 2];
+            for (slot, (name, default)) in p.iter_mut().zip(names) {
+                if let Some((_, AttrValue::Float(v))) = attrs.iter().find(|(n, _)| *n == name) {
+                    *slot = *v;
+                } else if !name.is_empty() {
+                    *slot = default;
+                }
+            }
+            for (g, &v) in f32s(&got[0]).iter().zip(&xs) {
+                let want = f(v, &p);
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "{op}({v}) = {g}, table {want}"
+                );
+            }
+        }
     }
 
     #[test]
