@@ -156,6 +156,50 @@ impl<const K: usize> Layout<K> {
         self.for_blocks(1, first, count, row)
     }
 
+    /// Calls `run(i, len, offsets)` for rows `first..first + count` in runs of consecutive rows along
+    /// the second-innermost dim: `len` rows from row `first + i`, with each input's element offset of
+    /// the run's first row (row to row, input `k` moves by [`Layout::row_strides`]`[k]`). One run per
+    /// block of the two innermost dims, cut at `first` and `first + count`.
+    pub(crate) fn for_runs(
+        &self,
+        first: usize,
+        count: usize,
+        mut run: impl FnMut(usize, usize, [usize; K]),
+    ) {
+        if count == 0 {
+            return;
+        }
+        let rank = self.dims.len();
+        if rank < 2 {
+            return run(0, count, [0; K]);
+        }
+        let d2 = self.dims[rank - 2];
+        let rs = self.row_strides();
+        let (b0, b1) = (first / d2, (first + count).div_ceil(d2));
+        self.for_blocks(2, b0, b1 - b0, |bi, offs| {
+            let start = (b0 + bi) * d2;
+            let lo = first.max(start);
+            let hi = (first + count).min(start + d2);
+            run(
+                lo - first,
+                hi - lo,
+                std::array::from_fn(|k| offs[k] + (lo - start) * rs[k]),
+            );
+        });
+    }
+
+    /// Each input's stride from one row to the next along the second-innermost dim (0 at rank 1).
+    pub(crate) fn row_strides(&self) -> [usize; K] {
+        let rank = self.dims.len();
+        std::array::from_fn(|k| {
+            if rank < 2 {
+                0
+            } else {
+                self.strides[k][rank - 2]
+            }
+        })
+    }
+
     /// Like [`Layout::for_rows`] with a "row" made of the `inner_dims` innermost dims (1 or 2,
     /// at most the rank).
     pub(crate) fn for_blocks(
@@ -445,27 +489,102 @@ fn binary_split<A: Elem, B: Elem, O: Elem>(
         });
         return Ok(());
     }
+    let [ra, rb] = l.row_strides();
     par_rows_split(out, inner, split, |first, chunk| {
-        l.for_rows(first, chunk.len() / inner, |r, [oa, ob]| {
-            let o = &mut chunk[r * inner..(r + 1) * inner];
-            match (sa, sb) {
-                (0, 0) => {
-                    let v = f(a[oa], b[ob]);
-                    o.fill(v);
-                }
-                (0, _) => {
-                    let x = a[oa];
-                    map1(&b[ob..ob + inner], o, &|y| f(x, y));
-                }
-                (_, 0) => {
-                    let y = b[ob];
-                    map1(&a[oa..oa + inner], o, &|x| f(x, y));
-                }
-                _ => map2(&a[oa..oa + inner], &b[ob..ob + inner], o, &f),
-            }
+        l.for_runs(first, chunk.len() / inner, |i, len, [oa, ob]| {
+            let o = &mut chunk[i * inner..(i + len) * inner];
+            let wa = Walk {
+                start: oa,
+                row: ra,
+                step: sa,
+            };
+            let wb = Walk {
+                start: ob,
+                row: rb,
+                step: sb,
+            };
+            rows2(a, wa, b, wb, o, inner, &f);
         });
     });
     Ok(())
+}
+
+/// Where one operand's rows of a broadcast lie: the first row's offset, the stride from row to
+/// row, and the stride along a row (0, broadcast, or 1).
+#[derive(Clone, Copy)]
+struct Walk {
+    start: usize,
+    row: usize,
+    step: usize,
+}
+
+/// `o[r * inner + i] = f(a[..], b[..])` for the rows of `o`, each operand read along its [`Walk`]:
+/// one multiversioned loop over a run of rows, since calling and dispatching a vectorized loop per
+/// row costs as much as a row of 32 elements. Each element is `f` of the same two inputs as row by
+/// row.
+fn rows2<A: Copy, B: Copy, O: Copy>(
+    a: &[A],
+    wa: Walk,
+    b: &[B],
+    wb: Walk,
+    o: &mut [O],
+    inner: usize,
+    f: &impl Fn(A, B) -> O,
+) {
+    #[inline(always)]
+    fn body<A: Copy, B: Copy, O: Copy>(
+        a: &[A],
+        wa: Walk,
+        b: &[B],
+        wb: Walk,
+        o: &mut [O],
+        inner: usize,
+        f: &impl Fn(A, B) -> O,
+    ) {
+        let rows = o.chunks_exact_mut(inner).enumerate();
+        let at = |w: Walk, r: usize| w.start + r * w.row;
+        match (wa.step, wb.step) {
+            (0, 0) => rows.for_each(|(r, o)| o.fill(f(a[at(wa, r)], b[at(wb, r)]))),
+            (0, _) => rows.for_each(|(r, o)| {
+                let (x, pb) = (a[at(wa, r)], at(wb, r));
+                for (o, &y) in o.iter_mut().zip(&b[pb..pb + inner]) {
+                    *o = f(x, y);
+                }
+            }),
+            (_, 0) => rows.for_each(|(r, o)| {
+                let (pa, y) = (at(wa, r), b[at(wb, r)]);
+                for (o, &x) in o.iter_mut().zip(&a[pa..pa + inner]) {
+                    *o = f(x, y);
+                }
+            }),
+            _ => rows.for_each(|(r, o)| {
+                let (pa, pb) = (at(wa, r), at(wb, r));
+                for ((o, &x), &y) in o.iter_mut().zip(&a[pa..pa + inner]).zip(&b[pb..pb + inner]) {
+                    *o = f(x, y);
+                }
+            }),
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn wide<A: Copy, B: Copy, O: Copy>(
+            a: &[A],
+            wa: Walk,
+            b: &[B],
+            wb: Walk,
+            o: &mut [O],
+            inner: usize,
+            f: &impl Fn(A, B) -> O,
+        ) {
+            body(a, wa, b, wb, o, inner, f)
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            return unsafe { wide(a, wa, b, wb, o, inner, f) };
+        }
+    }
+    body(a, wa, b, wb, o, inner, f)
 }
 
 /// `out = f(out, b)` in place, with `b` broadcast to `oshape` (used by variadic ops and Expand).
