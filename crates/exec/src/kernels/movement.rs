@@ -144,9 +144,9 @@ fn row_offset(base: isize, outer: &[usize], ost: &[isize], mut row: usize) -> is
 /// [`strided_copy`] of rows gathered at stride `is` from a source contiguous along outer axis `a`
 /// (`ost[a] == 1`): tiles of `BLOCK` values of axis `a` by `BLOCK` columns, so that each cache line
 /// read serves a tile's rows. The output is cut by the axes before `a`, into bands of at most `BLOCK`
-/// values of `a`, by the axes after `a`, and into column ranges; each piece (a few rows' column
-/// ranges) is a task, so an output of few long rows (`[N, N, C] -> [C, N, N]`) still spreads over
-/// threads and still reads in tiles.
+/// values of `a`, by the axes after `a`, and into column ranges. Pieces (a few rows' column ranges,
+/// numbered, so no list of them is kept) are grouped into rayon tasks, so an output of few long rows
+/// (`[N, N, C] -> [C, N, N]`) still spreads over threads and still reads in tiles.
 #[allow(clippy::too_many_arguments)]
 fn tiled_gather<T: Copy + Send + Sync>(
     src: &[T],
@@ -158,68 +158,90 @@ fn tiled_gather<T: Copy + Send + Sync>(
     is: isize,
     dst: &mut [T],
 ) {
-    let block = BLOCK;
     let (pre, rows, post) = (&outer[..a], outer[a], &outer[a + 1..]);
     // Output elements from one value of axis `a` to the next.
     let da = inner * post.iter().product::<usize>();
     let par = dst.len() >= PAR_MIN && rayon::current_num_threads() > 1;
-    // Columns per task: about PAR_MIN / 4 elements a task, whole tiles.
+    // Columns per piece: about PAR_MIN / 4 elements, whole tiles.
     let cols = if par {
-        ((PAR_MIN / 4) / block).next_multiple_of(block).min(inner)
+        ((PAR_MIN / 4) / BLOCK).next_multiple_of(BLOCK).min(inner)
     } else {
         inner
     };
-    let mut tasks: Vec<(isize, usize, Vec<&mut [T]>)> = Vec::new();
-    for (p, part) in dst.chunks_exact_mut(rows * da).enumerate() {
-        let pre_off = row_offset(base, pre, &ost[..a], p);
-        for (b, band) in part.chunks_mut(block * da).enumerate() {
-            let g = band.len() / da;
-            // pieces[q][t]: the rows' pieces of value `q` of the axes after `a`, columns range `t`.
-            let mut pieces: Vec<Vec<Vec<&mut [T]>>> = Vec::new();
-            for row in band.chunks_exact_mut(da) {
-                for (q, run) in row.chunks_exact_mut(inner).enumerate() {
-                    if q == pieces.len() {
-                        pieces.push(Vec::new());
-                    }
-                    for (t, piece) in run.chunks_mut(cols).enumerate() {
-                        if t == pieces[q].len() {
-                            pieces[q].push(Vec::with_capacity(g));
-                        }
-                        pieces[q][t].push(piece);
-                    }
-                }
-            }
-            let band_off = pre_off + (b * block) as isize;
-            for (q, by_cols) in pieces.into_iter().enumerate() {
-                let off = band_off + row_offset(0, post, &ost[a + 1..], q);
-                tasks.extend(
-                    by_cols
-                        .into_iter()
-                        .enumerate()
-                        .map(|(t, r)| (off, t * cols, r)),
-                );
-            }
-        }
-    }
-    // Rows of a piece are consecutive in the source: row `k` starts `k` elements after the first.
-    let tile = |(off, c0, mut rows): (isize, usize, Vec<&mut [T]>)| {
-        let width = rows.first().map_or(0, |r| r.len());
-        for t0 in (0..width).step_by(block) {
-            let t1 = (t0 + block).min(width);
-            for (k, row) in rows.iter_mut().enumerate() {
-                let mut p = off + (c0 + t0) as isize * is + k as isize;
-                for v in &mut row[t0..t1] {
-                    *v = src[p as usize];
-                    p += is;
+    // Pieces, numbered: (value of the axes before `a`, band, value of the axes after `a`, columns).
+    let (bands, runs, ranges) = (rows.div_ceil(BLOCK), da / inner, inner.div_ceil(cols));
+    let count = dst.len() / (rows * da) * bands * runs * ranges;
+    let out = Disjoint::new(dst);
+    let piece = |n: usize| {
+        let (rest, t) = (n / ranges, n % ranges);
+        let (rest, q) = (rest / runs, rest % runs);
+        let (p, b) = (rest / bands, rest % bands);
+        let (r0, c0) = (b * BLOCK, t * cols);
+        let (g, width) = (BLOCK.min(rows - r0), cols.min(inner - c0));
+        // Rows of a piece are consecutive in the source: row `k` starts `k` elements after the first.
+        let off = row_offset(base, pre, &ost[..a], p)
+            + row_offset(0, post, &ost[a + 1..], q)
+            + r0 as isize
+            + c0 as isize * is;
+        let first = p * rows * da + r0 * da + q * inner + c0;
+        for t0 in (0..width).step_by(BLOCK) {
+            let t1 = (t0 + BLOCK).min(width);
+            for k in 0..g {
+                // SAFETY: pieces are disjoint: each output element `(p, r0 + k, q, c0 + t0 + i)`
+                // belongs to one piece, and each piece's tiles to one loop iteration.
+                let row = unsafe { out.slice(first + k * da + t0, t1 - t0) };
+                let mut at = off + t0 as isize * is + k as isize;
+                for v in row {
+                    *v = src[at as usize];
+                    at += is;
                 }
             }
         }
     };
     if par {
-        let per_task = ((PAR_MIN / 4) / (block * cols)).max(1);
-        tasks.into_par_iter().with_min_len(per_task).for_each(tile);
+        let per_task = ((PAR_MIN / 4) / (BLOCK * cols)).max(1);
+        (0..count)
+            .into_par_iter()
+            .with_min_len(per_task)
+            .for_each(piece);
     } else {
-        tasks.into_iter().for_each(tile);
+        (0..count).for_each(piece);
+    }
+}
+
+/// An output that tasks write in disjoint parts, each through [`Disjoint::slice`]: the parallel
+/// tasks of a tiled gather write pieces of many rows each, which `chunks_mut` cannot hand out without
+/// a list of every row's pieces (heap that grows with the output).
+struct Disjoint<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _out: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: a `Disjoint` is a `&mut [T]` shared between tasks that write disjoint elements (see
+// `slice`); sending or sharing it is sending `T`s.
+unsafe impl<T: Send> Send for Disjoint<'_, T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Disjoint<'_, T> {}
+
+impl<'a, T> Disjoint<'a, T> {
+    fn new(out: &'a mut [T]) -> Self {
+        Disjoint {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+            _out: std::marker::PhantomData,
+        }
+    }
+
+    /// Elements `start..start + len` of the output.
+    ///
+    /// # Safety
+    /// No other slice of these elements may be alive while this one is.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(start + len <= self.len, "a piece outside the output");
+        // SAFETY: in bounds (asserted); unaliased by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
     }
 }
 
