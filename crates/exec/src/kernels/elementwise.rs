@@ -503,7 +503,17 @@ fn binary_split<A: Elem, B: Elem, O: Elem>(
                 row: rb,
                 step: sb,
             };
-            rows2(a, wa, b, wb, o, inner, &f);
+            rows2(
+                Pair {
+                    a,
+                    wa,
+                    b,
+                    wb,
+                    inner,
+                },
+                o,
+                &f,
+            );
         });
     });
     Ok(())
@@ -518,29 +528,31 @@ struct Walk {
     step: usize,
 }
 
+/// The two operands of a run of rows of a broadcast binary op, each with its [`Walk`], and the
+/// length of a row.
+#[derive(Clone, Copy)]
+struct Pair<'s, A, B> {
+    a: &'s [A],
+    wa: Walk,
+    b: &'s [B],
+    wb: Walk,
+    inner: usize,
+}
+
 /// `o[r * inner + i] = f(a[..], b[..])` for the rows of `o`, each operand read along its [`Walk`]:
 /// one multiversioned loop over a run of rows, since calling and dispatching a vectorized loop per
 /// row costs as much as a row of 32 elements. Each element is `f` of the same two inputs as row by
 /// row.
-fn rows2<A: Copy, B: Copy, O: Copy>(
-    a: &[A],
-    wa: Walk,
-    b: &[B],
-    wb: Walk,
-    o: &mut [O],
-    inner: usize,
-    f: &impl Fn(A, B) -> O,
-) {
+fn rows2<A: Copy, B: Copy, O: Copy>(x: Pair<'_, A, B>, o: &mut [O], f: &impl Fn(A, B) -> O) {
     #[inline(always)]
-    fn body<A: Copy, B: Copy, O: Copy>(
-        a: &[A],
-        wa: Walk,
-        b: &[B],
-        wb: Walk,
-        o: &mut [O],
-        inner: usize,
-        f: &impl Fn(A, B) -> O,
-    ) {
+    fn body<A: Copy, B: Copy, O: Copy>(x: Pair<'_, A, B>, o: &mut [O], f: &impl Fn(A, B) -> O) {
+        let Pair {
+            a,
+            wa,
+            b,
+            wb,
+            inner,
+        } = x;
         let rows = o.chunks_exact_mut(inner).enumerate();
         let at = |w: Walk, r: usize| w.start + r * w.row;
         match (wa.step, wb.step) {
@@ -569,22 +581,18 @@ fn rows2<A: Copy, B: Copy, O: Copy>(
     {
         #[target_feature(enable = "avx2")]
         unsafe fn wide<A: Copy, B: Copy, O: Copy>(
-            a: &[A],
-            wa: Walk,
-            b: &[B],
-            wb: Walk,
+            x: Pair<'_, A, B>,
             o: &mut [O],
-            inner: usize,
             f: &impl Fn(A, B) -> O,
         ) {
-            body(a, wa, b, wb, o, inner, f)
+            body(x, o, f)
         }
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2 (checked just above).
-            return unsafe { wide(a, wa, b, wb, o, inner, f) };
+            return unsafe { wide(x, o, f) };
         }
     }
-    body(a, wa, b, wb, o, inner, f)
+    body(x, o, f)
 }
 
 /// `out = f(out, b)` in place, with `b` broadcast to `oshape` (used by variadic ops and Expand).
