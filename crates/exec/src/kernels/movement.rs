@@ -16,7 +16,7 @@ const PAR_MIN: usize = 1 << 16;
 const BLOCK: usize = 32;
 /// The shortest rows tiled across an outer axis that is not the last. `[N, N, C] -> [C, N, N]` with
 /// its last two axes swapped at N = 256 (rows of 256) took 2 ms tiled against 6 ms element by element;
-/// the same on 16-row chunks (rows of 16) took 3x longer tiled, its tiles' source lines 32 KiB apart.
+/// on 16-row chunks of it (rows of 16) tiling took 2-3x longer, its tiles' source lines 32 KiB apart.
 const WIDE: usize = 64;
 
 /// `shape`/`strides` with size-1 dims dropped and mergeable neighbours merged; never empty.
