@@ -238,6 +238,7 @@ fn random_input(
 /// executor, which names them.
 fn bound_dims(graph: &Graph, given: &BTreeMap<String, Tensor>) -> BTreeMap<String, i64> {
     let mut dims = BTreeMap::new();
+    let mut pairs: Vec<(&str, i64)> = Vec::new();
     for &v in &graph.inputs {
         let val = graph.value(v);
         let (Some(t), Some((_, Some(decl)))) = (
@@ -248,10 +249,12 @@ fn bound_dims(graph: &Graph, given: &BTreeMap<String, Tensor>) -> BTreeMap<Strin
         };
         for (d, &have) in decl.iter().zip(&t.shape) {
             if let memplan_ir::DeclDim::Param(p) = &d.dim {
-                dims.entry(p.clone()).or_insert(have as i64);
+                pairs.push((p.as_str(), have as i64));
             }
         }
     }
+    // A size that contradicts another is the run's to report, naming the input.
+    let _ = memplan_ir::dim::bind_declared_dims(&pairs, &mut dims);
     dims
 }
 

@@ -266,6 +266,91 @@ impl Term {
     }
 }
 
+/// What a declared `dim_param` stands for. A name is a symbol of its own; an expression of other
+/// symbols (torch's dynamo exporter names a dim it derived `256*h`, `s0 + 1` or `Max(1, s0)`) is
+/// that expression, so `--dim h=4` sizes the input `[.., 256*h]`. A spelling made only of name
+/// characters (letters, digits, `_ - . :`) is a name, whatever it would parse to (`batch-size`).
+pub fn declared_dim(name: &str) -> Expr {
+    let plain = name
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+    if plain {
+        return Expr::sym(name);
+    }
+    name.replace("Max(", "max(")
+        .replace("Min(", "min(")
+        .parse::<Expr>()
+        .unwrap_or_else(|_| Expr::sym(name))
+}
+
+/// Binds the symbols of a declared dim from a size an input has. A name takes the size (or must
+/// agree with what another dim bound it to); an expression whose symbols are all bound must equal
+/// the size, and one with a single unbound symbol in which it is affine (`256*h`, `s0 + 1`) is
+/// solved for it. Declared names are best bound first (see [`bind_declared_dims`]).
+pub fn bind_declared_dim(
+    name: &str,
+    size: i64,
+    dims: &mut BTreeMap<String, i64>,
+) -> Result<(), String> {
+    let e = declared_dim(name);
+    let unbound: Vec<String> = e
+        .symbols()
+        .into_iter()
+        .filter(|s| !dims.contains_key(s))
+        .collect();
+    let at = |v: Option<(&str, i64)>| {
+        e.eval(&|s: &str| match v {
+            Some((n, x)) if n == s => Some(x),
+            _ => dims.get(s).copied(),
+        })
+    };
+    match unbound.as_slice() {
+        [] => match at(None) {
+            Ok(v) if v == size => Ok(()),
+            Ok(v) => Err(format!(
+                "is {size} but {name} = {v} at the other inputs' sizes"
+            )),
+            Err(err) => Err(format!("{name}: {err}")),
+        },
+        [s] => {
+            let (f0, f1) = (at(Some((s, 0))), at(Some((s, 1))));
+            let solved = match (f0, f1) {
+                (Ok(b), Ok(ab)) if ab != b && (size - b) % (ab - b) == 0 => {
+                    Some((size - b) / (ab - b))
+                }
+                _ => None,
+            };
+            match solved {
+                Some(x) if x >= 1 && at(Some((s, x))) == Ok(size) => {
+                    dims.insert(s.clone(), x);
+                    Ok(())
+                }
+                _ => Err(format!("is {size}, which no {s} >= 1 gives as {name}")),
+            }
+        }
+        _ => Err(format!(
+            "is {size}, but {name} has several symbols no other input sizes"
+        )),
+    }
+}
+
+/// [`bind_declared_dim`] over `(declared name, size)` pairs: the names first, then the
+/// expressions (which may read them). The first failure, with its pair's index.
+pub fn bind_declared_dims(
+    pairs: &[(&str, i64)],
+    dims: &mut BTreeMap<String, i64>,
+) -> Result<(), (usize, String)> {
+    let is_name = |p: &str| declared_dim(p).as_sym() == Some(p);
+    for pass_names in [true, false] {
+        for (i, &(p, size)) in pairs.iter().enumerate() {
+            if is_name(p) == pass_names {
+                bind_declared_dim(p, size, dims).map_err(|e| (i, e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Expr {
     /// The integer constant `v`.
     pub fn int(v: i64) -> Expr {

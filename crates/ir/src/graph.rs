@@ -599,8 +599,12 @@ impl Model {
             };
             for e in shape {
                 if let DeclDim::Param(p) = &e.dim {
-                    if let Some(&x) = dims.get(p) {
-                        pinned.insert(p.clone(), x);
+                    // A name, or an exporter's expression of names (`256*h`) all of which `dims` gives.
+                    let d = crate::dim::declared_dim(p);
+                    if let Ok(x) = d.eval_map(dims) {
+                        for s in d.symbols() {
+                            pinned.insert(s.clone(), dims[&s]);
+                        }
                         e.dim = DeclDim::Value(x);
                     }
                 }

@@ -822,9 +822,16 @@ pub fn infer_model_at(model: &Model, dims: &BTreeMap<String, i64>) -> Result<Fac
             match &e.dim {
                 DeclDim::Value(x) => at.push(Expr::int(*x)),
                 DeclDim::Param(p) => {
-                    at.push(dims.get(p).map_or_else(|| Expr::sym(p), |&x| Expr::int(x)));
-                    if !declared.contains(p) {
-                        declared.push(p.clone());
+                    let e = crate::dim::declared_dim(p);
+                    let fixed: BTreeMap<String, Expr> = dims
+                        .iter()
+                        .map(|(k, &x)| (k.clone(), Expr::int(x)))
+                        .collect();
+                    at.push(e.substitute_map(&fixed));
+                    for s in e.symbols() {
+                        if !declared.contains(&s) {
+                            declared.push(s);
+                        }
                     }
                 }
                 DeclDim::Unknown => break,
@@ -906,8 +913,10 @@ fn infer_scoped(
         if let Some((_, Some(dims))) = graph.value(i).decl.as_ref().and_then(|d| d.as_tensor()) {
             for d in dims {
                 if let DeclDim::Param(p) = &d.dim {
-                    if !symbols.declared.contains(p) && inputs.is_none() {
-                        symbols.declared.push(p.clone());
+                    for s in crate::dim::declared_dim(p).symbols() {
+                        if !symbols.declared.contains(&s) && inputs.is_none() {
+                            symbols.declared.push(s);
+                        }
                     }
                 }
             }
@@ -1075,7 +1084,7 @@ fn input_fact(v: &crate::graph::Value, symbols: &mut SymbolTable) -> Result<Fact
             .enumerate()
             .map(|(k, d)| match &d.dim {
                 DeclDim::Value(c) => Expr::int(*c),
-                DeclDim::Param(p) => Expr::sym(p),
+                DeclDim::Param(p) => crate::dim::declared_dim(p),
                 DeclDim::Unknown => symbols.fresh(
                     &format!("{}_dim{k}", v.name),
                     format!("graph input '{}' leaves dim {k} unnamed", v.name),
@@ -1118,7 +1127,13 @@ fn declared_fact(graph: &Graph, v: ValueId, symbols: &SymbolTable) -> Fact {
         dims.iter()
             .map(|d| match &d.dim {
                 DeclDim::Value(c) => Some(Expr::int(*c)),
-                DeclDim::Param(p) if symbols.declared.contains(p) => Some(Expr::sym(p)),
+                DeclDim::Param(p) => {
+                    let e = crate::dim::declared_dim(p);
+                    e.symbols()
+                        .iter()
+                        .all(|s| symbols.declared.contains(s))
+                        .then_some(e)
+                }
                 _ => None,
             })
             .collect::<Option<Vec<Expr>>>()
@@ -1136,8 +1151,7 @@ fn declared_fact(graph: &Graph, v: ValueId, symbols: &SymbolTable) -> Fact {
 /// Whether a declared dim name is itself a spelling of `e` (dynamo exports name dims `B*S` or
 /// `Min(2048, S)`): such a name is no alias worth reporting.
 fn spells(name: &str, e: &Expr) -> bool {
-    let name = name.replace("Max(", "max(").replace("Min(", "min(");
-    name.parse::<Expr>().is_ok_and(|p| &p == e)
+    &crate::dim::declared_dim(name) == e
 }
 
 fn unify_declared_outputs(graph: &Graph, values: &[Fact], symbols: &SymbolTable) -> Vec<Alias> {

@@ -662,3 +662,49 @@ fn deeply_nested_max_min_are_bounded_once_per_atom() {
     assert_eq!(r.prove_nonneg(), Some(true));
     assert_ne!(r.prove_positive(), Some(true));
 }
+
+/// A declared dim spelled as an expression (torch's dynamo exporter: `256*h`, `s0 + 1`,
+/// `Max(1, s0)`) is that expression of its names; a name (hyphens and dots included) is a symbol.
+#[test]
+fn declared_dims_are_names_or_exporters_expressions() {
+    let h = Expr::sym("h");
+    assert_eq!(super::declared_dim("256*h"), &Expr::int(256) * &h);
+    assert_eq!(super::declared_dim("s0 + 1"), Expr::sym("s0") + 1);
+    assert_eq!(
+        super::declared_dim("Max(1, s0)"),
+        Expr::max(&Expr::int(1), &Expr::sym("s0"))
+    );
+    for name in ["N", "batch-size", "input.1_dim0", "N_token", "seq:len"] {
+        assert_eq!(super::declared_dim(name), Expr::sym(name), "{name}");
+    }
+    // Not an expression: kept as a name.
+    assert_eq!(super::declared_dim("a b"), Expr::sym("a b"));
+}
+
+/// Binding a declared dim from an input's size: names take it, an affine expression of one
+/// unbound name is solved, a bound one is checked; what no value gives is an error naming it.
+#[test]
+fn declared_expressions_bind_their_name_from_a_size() {
+    use super::{bind_declared_dim, bind_declared_dims};
+    let mut dims = BTreeMap::new();
+    bind_declared_dims(&[("256*h", 512), ("W", 7), ("s0 + 1", 9)], &mut dims).unwrap();
+    assert_eq!(dims.get("h"), Some(&2));
+    assert_eq!(dims.get("W"), Some(&7));
+    assert_eq!(dims.get("s0"), Some(&8));
+    // Checked once bound.
+    assert!(bind_declared_dim("256*h", 512, &mut dims).is_ok());
+    let e = bind_declared_dim("256*h", 768, &mut dims).unwrap_err();
+    assert!(e.contains("256*h = 512"), "{e}");
+    // No h >= 1 gives 100 or 0.
+    let mut fresh = BTreeMap::new();
+    assert!(bind_declared_dim("256*h", 100, &mut fresh).is_err());
+    assert!(bind_declared_dim("256*h", 0, &mut fresh).is_err());
+    assert!(fresh.is_empty());
+    // Two unbound names in one dim.
+    assert!(bind_declared_dim("a*b", 6, &mut fresh).is_err());
+    // A name after an expression that reads it: names are bound first.
+    let mut d2 = BTreeMap::new();
+    bind_declared_dims(&[("2*T", 10), ("T", 5)], &mut d2).unwrap();
+    assert_eq!(d2.get("T"), Some(&5));
+    assert!(bind_declared_dims(&[("2*T", 12), ("T", 5)], &mut BTreeMap::new()).is_err());
+}
