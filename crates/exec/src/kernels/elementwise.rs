@@ -832,8 +832,8 @@ macro_rules! impl_arith_int {
 impl_arith_int!(i8, i16, i32, i64, u8, u16, u32, u64);
 
 /// Float element types (f32, f64) with the transcendental functions ONNX needs. Everything is a scalar
-/// call per element: [`super::fastmath::exp_f32`] for f32 exp, std (the platform libm) for f64 exp and
-/// ln/tanh/sin/cos/powf, `libm` for erf.
+/// function of one element: [`super::fastmath`]'s inlined ones for f32 exp, ln, erf and tanh, std
+/// (the platform libm) for f64 exp, ln and tanh and for sin/cos/powf, `libm` for f64 erf.
 pub trait Float: Arith {
     fn from_f32(v: f32) -> Self;
     fn sqrt(self) -> Self;
@@ -852,7 +852,7 @@ pub trait Float: Arith {
 }
 
 macro_rules! impl_float {
-    ($($t:ty, $erf:path, $exp:path, $tanh:path);*) => {$(
+    ($($t:ty, $erf:path, $exp:path, $ln:path, $tanh:path);*) => {$(
         impl Arith for $t {
             const IS_FLOAT: bool = true;
             const ZERO: Self = 0.0;
@@ -887,7 +887,7 @@ macro_rules! impl_float {
             #[inline] fn from_f32(v: f32) -> Self { v as $t }
             #[inline] fn sqrt(self) -> Self { <$t>::sqrt(self) }
             #[inline(always)] fn exp(self) -> Self { $exp(self) }
-            #[inline] fn ln(self) -> Self { <$t>::ln(self) }
+            #[inline(always)] fn ln(self) -> Self { $ln(self) }
             #[inline] fn tanh(self) -> Self { $tanh(self) }
             #[inline] fn sin(self) -> Self { <$t>::sin(self) }
             #[inline] fn cos(self) -> Self { <$t>::cos(self) }
@@ -900,11 +900,13 @@ macro_rules! impl_float {
         }
     )*};
 }
-// f32 exp is the vectorizable `fastmath::exp_f32` (within 2 ulp of correctly rounded); f32 `erf`
-// and `tanh` are the vectorizable rational approximations of `fastmath` (within 8 ulp).
+// f32 exp and ln are the vectorizable `fastmath::exp_f32` and `ln_f32` (within 2 ulp of correctly
+// rounded); f32 `erf` and `tanh` are the vectorizable rational approximations of `fastmath` (within
+// 8 ulp).
 impl_float!(
-    f32, super::fastmath::erf_f32, super::fastmath::exp_f32, super::fastmath::tanh_f32;
-    f64, libm::erf, f64::exp, f64::tanh
+    f32, super::fastmath::erf_f32, super::fastmath::exp_f32, super::fastmath::ln_f32,
+        super::fastmath::tanh_f32;
+    f64, libm::erf, f64::exp, f64::ln, f64::tanh
 );
 
 /// Binary arithmetic ONNX operators.

@@ -206,7 +206,8 @@ int_elem!(u8, |v: u8| v);
 /// NaN-propagating max: the first NaN wins, ties keep the earlier value.
 #[inline(always)]
 pub fn max_nan<T: ReduceElem>(a: T, b: T) -> T {
-    if b > a || b.is_nan() && !a.is_nan() {
+    // Non-short-circuit `|` and `&`: a select the compiler vectorizes (`||` became branches).
+    if (b > a) | (b.is_nan() & !a.is_nan()) {
         b
     } else {
         a
@@ -216,7 +217,7 @@ pub fn max_nan<T: ReduceElem>(a: T, b: T) -> T {
 /// NaN-propagating min: the first NaN wins, ties keep the earlier value.
 #[inline(always)]
 pub fn min_nan<T: ReduceElem>(a: T, b: T) -> T {
-    if b < a || b.is_nan() && !a.is_nan() {
+    if (b < a) | (b.is_nan() & !a.is_nan()) {
         b
     } else {
         a
@@ -463,6 +464,145 @@ fn for_each_output<T: ReduceElem, U: Send>(
     super::par::row_blocks(out, 1, (total >= PAR_MIN_ELEMS).then_some(per_task), run);
 }
 
+/// A reduction over one group of axes between kept ones, `[outer, rows, width]` with the reduced
+/// `rows` in the middle and `width > 1` kept elements contiguous: every output is a column of a
+/// `rows x width` block, and the columns of a block are folded side by side.
+#[derive(Debug, Clone, Copy)]
+struct Columns {
+    rows: usize,
+    width: usize,
+}
+
+impl Columns {
+    fn of(g: &Groups) -> Option<Columns> {
+        let (&[(rows, stride)], Some(&(width, 1))) = (g.reduced.as_slice(), g.kept.last()) else {
+            return None;
+        };
+        let outer_ok = match g.kept.as_slice() {
+            [_] => true,
+            [(_, s), _] => *s == rows * width,
+            _ => false,
+        };
+        (stride == width && width > 1 && rows > 1 && outer_ok).then_some(Columns { rows, width })
+    }
+}
+
+/// Columns folded side by side per task: 32 f32 are two cache lines of each row.
+const STRIP: usize = 32;
+
+/// [`fold_lanes`] of each column of the `rows x out.len()` strip whose row `r` starts at
+/// `src[r * stride]`, into `out` (at most [`STRIP`] columns): the same accumulators in the same
+/// order as `fold_lanes` of the column's sequence, one column per vector lane, so the same bits.
+#[inline(always)]
+fn fold_strip<T: Copy>(
+    src: &[T],
+    stride: usize,
+    rows: usize,
+    out: &mut [T],
+    map: &impl Fn(T) -> T,
+    comb: &impl Fn(T, T) -> T,
+) {
+    let w = out.len();
+    let row = |r: usize| &src[r * stride..r * stride + w];
+    let fold_into = |acc: &mut [T], r: usize| {
+        for (a, &v) in acc.iter_mut().zip(row(r)) {
+            *a = comb(*a, map(v));
+        }
+    };
+    if rows < LANES {
+        for (o, &v) in out.iter_mut().zip(row(0)) {
+            *o = map(v);
+        }
+        for r in 1..rows {
+            fold_into(out, r);
+        }
+        return;
+    }
+    let mut acc = [[src[0]; STRIP]; LANES];
+    for (l, lane) in acc.iter_mut().enumerate() {
+        for (a, &v) in lane.iter_mut().zip(row(l)) {
+            *a = map(v);
+        }
+    }
+    let full = (rows - LANES) / LANES;
+    for b in 0..full {
+        for (l, lane) in acc.iter_mut().enumerate() {
+            fold_into(&mut lane[..w], LANES + b * LANES + l);
+        }
+    }
+    let mut k = LANES;
+    while k > 1 {
+        k /= 2;
+        let (lo, hi) = acc.split_at_mut(k);
+        for (a, b) in lo.iter_mut().zip(hi.iter()) {
+            for (x, &y) in a[..w].iter_mut().zip(&b[..w]) {
+                *x = comb(*x, y);
+            }
+        }
+    }
+    out.copy_from_slice(&acc[0][..w]);
+    for r in LANES + full * LANES..rows {
+        fold_into(out, r);
+    }
+}
+
+/// Every output of a [`Columns`] reduction: `post` of the fold of `map` of its column by `comb`.
+fn fold_columns<T: ReduceElem>(
+    x: &[T],
+    c: Columns,
+    out: &mut [T],
+    map: impl Fn(T) -> T + Sync,
+    comb: impl Fn(T, T) -> T + Sync,
+    post: impl Fn(T) -> T + Sync,
+) {
+    let Columns { rows, width } = c;
+    let run = |o0: usize, chunk: &mut [T]| {
+        let mut o = o0;
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            // The part of this task's outputs in one block: columns b0.. of block `o / width`.
+            let (block, b0) = (o / width, o % width);
+            let n = (width - b0).min(rest.len());
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            let base = block * rows * width + b0;
+            for (i, strip) in head.chunks_mut(STRIP).enumerate() {
+                fold_strip(&x[base + i * STRIP..], width, rows, strip, &map, &comb);
+            }
+            for v in head.iter_mut() {
+                *v = post(*v);
+            }
+            o += n;
+            rest = tail;
+        }
+    };
+    let total = out.len().saturating_mul(rows);
+    let per_task = PAR_MIN_ELEMS
+        .div_ceil(rows)
+        .max(out.len().div_ceil(rayon::current_num_threads() * 8))
+        .next_multiple_of(STRIP);
+    super::par::row_blocks(out, 1, (total >= PAR_MIN_ELEMS).then_some(per_task), run);
+}
+
+/// `op` over a [`Columns`] reduction, the same function of each column as [`reduce_seq`];
+/// `false` for an op it does not take (LogSumExp, whose second pass reads each column's max).
+fn reduce_columns<T: ReduceElem>(op: ReduceOp, x: &[T], c: Columns, out: &mut [T]) -> bool {
+    let id = |v: T| v;
+    let square = |v: T| v.mul(v);
+    match op {
+        ReduceOp::Sum => fold_columns(x, c, out, id, T::add, id),
+        ReduceOp::Mean => fold_columns(x, c, out, id, T::add, |v| v.div_count(c.rows)),
+        ReduceOp::Max => fold_columns(x, c, out, id, max_nan, id),
+        ReduceOp::Min => fold_columns(x, c, out, id, min_nan, id),
+        ReduceOp::Prod => fold_columns(x, c, out, id, T::mul, id),
+        ReduceOp::L1 => fold_columns(x, c, out, T::abs, T::add, id),
+        ReduceOp::L2 => fold_columns(x, c, out, square, T::add, T::sqrt),
+        ReduceOp::SumSquare => fold_columns(x, c, out, square, T::add, id),
+        ReduceOp::LogSum => fold_columns(x, c, out, id, T::add, T::ln),
+        ReduceOp::LogSumExp => return false,
+    }
+    true
+}
+
 /// ONNX Reduce* for one element type. `out` holds `reduce_out_shape(..)` elements.
 /// Float-only ops (L2, LogSum, LogSumExp) return `Unsupported` for integer types.
 pub fn reduce<T: ReduceElem>(
@@ -491,6 +631,11 @@ pub fn reduce<T: ReduceElem>(
         } else {
             Err(shape_err("Reduce output length mismatch"))
         };
+    }
+    if let Some(c) = Columns::of(&g) {
+        if reduce_columns(op, x, c, out) {
+            return Ok(());
+        }
     }
     for_each_output(x, &g, out, |seq| reduce_seq(op, seq));
     Ok(())
@@ -740,6 +885,63 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A reduction over a middle group of axes folds its columns side by side (`Columns`); each
+    /// output has the bits of `reduce_seq` of its gathered column: fewer rows than the lanes, whole
+    /// blocks of lanes, a tail, strips cut at `STRIP`, several outer blocks, tasks that start inside a
+    /// block (the last shape is split over threads), NaNs and infinities.
+    #[test]
+    fn middle_axis_reductions_fold_columns_with_the_bits_of_each_sequence() {
+        let ops = [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::Prod,
+            ReduceOp::L1,
+            ReduceOp::L2,
+            ReduceOp::SumSquare,
+            ReduceOp::LogSum,
+        ];
+        for &(a, r, w) in &[
+            (1, 2, 3),
+            (3, 15, 33),
+            (2, 16, 32),
+            (2, 17, 70),
+            (1, 49, 5),
+            (4, 100, 65),
+            (3, 40, 999),
+        ] {
+            let shape = [a, r, w];
+            let mut x: Vec<f32> = (0..a * r * w)
+                .map(|i| ((i * 7919) % 1013) as f32 * 0.01 - 3.0)
+                .collect();
+            if a * r * w > 200 {
+                x[101] = f32::NAN;
+                x[150] = f32::INFINITY;
+                x[151] = f32::NEG_INFINITY;
+            }
+            let g = groups(&shape, &[false, true, false]);
+            assert!(Columns::of(&g).is_some(), "{shape:?}");
+            for op in ops {
+                let mut out = vec![0f32; a * w];
+                reduce(op, &x, &shape, &[1], false, false, &mut out).unwrap();
+                for (o, got) in out.iter().enumerate() {
+                    let (i, j) = (o / w, o % w);
+                    let seq: Vec<f32> = (0..r).map(|k| x[(i * r + k) * w + j]).collect();
+                    let want = reduce_seq(op, &seq);
+                    assert!(
+                        got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(),
+                        "{op:?} {shape:?} output {o}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+        // Reduced axes that are not one group, or a reduced innermost axis, take the other path.
+        assert!(Columns::of(&groups(&[4, 5, 6], &[true, false, true])).is_none());
+        assert!(Columns::of(&groups(&[4, 5, 6], &[false, false, true])).is_none());
+        assert!(Columns::of(&groups(&[4, 5, 6], &[true, true, false])).is_some());
     }
 
     #[test]

@@ -133,7 +133,7 @@ pub trait Fl:
 }
 
 macro_rules! impl_fl {
-    ($t:ty, $erf:path, $exp:path, $tanh:path) => {
+    ($t:ty, $erf:path, $exp:path, $ln:path, $tanh:path) => {
         impl Fl for $t {
             #[inline(always)]
             fn c(v: f64) -> Self {
@@ -153,7 +153,7 @@ macro_rules! impl_fl {
             }
             #[inline(always)]
             fn ln(self) -> Self {
-                <$t>::ln(self)
+                $ln(self)
             }
             #[inline(always)]
             fn tanh(self) -> Self {
@@ -238,15 +238,16 @@ macro_rules! impl_fl {
         }
     };
 }
-// f32 exp, erf and tanh are `fastmath`'s, as in `kernels::elementwise` (the same function wherever
-// an f32 op computes one: `Erf` and `Gelu`, `Tanh` and `Mish`).
+// f32 exp, ln, erf and tanh are `fastmath`'s, as in `kernels::elementwise` (the same function
+// wherever an f32 op computes one: `Erf` and `Gelu`, `Tanh` and `Mish`, `Log` and `Softplus`).
 impl_fl!(
     f32,
     crate::kernels::fastmath::erf_f32,
     crate::kernels::fastmath::exp_f32,
+    crate::kernels::fastmath::ln_f32,
     crate::kernels::fastmath::tanh_f32
 );
-impl_fl!(f64, libm::erf, f64::exp, f64::tanh);
+impl_fl!(f64, libm::erf, f64::exp, f64::ln, f64::tanh);
 
 #[inline(always)]
 fn maxf<T: Fl>(a: T, b: T) -> T {
@@ -266,13 +267,55 @@ fn minf<T: Fl>(a: T, b: T) -> T {
     }
 }
 
+/// `ln(1 + e^v)` as `v + ln(e^-v + 1)` above zero and `0 + ln(e^v + 1)` elsewhere: one path of
+/// selects (no branch, so that its loop vectorizes), exact where it adds 0.
 #[inline(always)]
 fn softplus<T: Fl>(v: T) -> T {
     let one = T::c(1.0);
-    if v > T::c(0.0) {
-        v + ((-v).exp() + one).ln()
+    let pos = v > T::c(0.0);
+    let (m, a) = if pos { (v, -v) } else { (T::c(0.0), v) };
+    m + (a.exp() + one).ln()
+}
+
+#[inline(always)]
+fn mish<T: Fl>(v: T) -> T {
+    v * softplus(v).tanh()
+}
+
+#[inline(always)]
+fn elu<T: Fl>(v: T, p: &[T; 2]) -> T {
+    if v < T::c(0.0) {
+        p[0] * (v.exp() - T::c(1.0))
     } else {
-        (v.exp() + one).ln()
+        v
+    }
+}
+
+#[inline(always)]
+fn selu<T: Fl>(v: T, p: &[T; 2]) -> T {
+    if v > T::c(0.0) {
+        p[1] * v
+    } else {
+        p[1] * (p[0] * v.exp() - p[0])
+    }
+}
+
+#[inline(always)]
+fn celu<T: Fl>(v: T, p: &[T; 2]) -> T {
+    maxf(T::c(0.0), v) + minf(T::c(0.0), p[0] * ((v / p[0]).exp() - T::c(1.0)))
+}
+
+#[inline(always)]
+fn hard_sigmoid<T: Fl>(v: T, p: &[T; 2]) -> T {
+    maxf(T::c(0.0), minf(T::c(1.0), p[0] * v + p[1]))
+}
+
+#[inline(always)]
+fn leaky_relu<T: Fl>(v: T, p: &[T; 2]) -> T {
+    if v < T::c(0.0) {
+        p[0] * v
+    } else {
+        v
     }
 }
 
@@ -321,7 +364,7 @@ fn unary_fn<T: Fl>(op: &str, gelu_tanh: bool) -> Option<(UnFn<T>, [(&'static str
         "Atanh" => |v, _| v.atanh(),
         "Softsign" => |v, _| v / (T::c(1.0) + v.abs()),
         "Softplus" => |v, _| softplus(v),
-        "Mish" => |v, _| v * softplus(v).tanh(),
+        "Mish" => |v, _| mish(v),
         "HardSwish" => |v, _| v * maxf(T::c(0.0), minf(T::c(1.0), v / T::c(6.0) + T::c(0.5))),
         "Gelu" if gelu_tanh => |v, _| {
             let k0 = (T::c(2.0) / T::c(std::f64::consts::PI)).sqrt();
@@ -330,44 +373,15 @@ fn unary_fn<T: Fl>(op: &str, gelu_tanh: bool) -> Option<(UnFn<T>, [(&'static str
         "Gelu" => |v, _| T::c(0.5) * v * (T::c(1.0) + Fl::erf(v * (T::c(1.0) / T::c(2.0).sqrt()))),
         _ => {
             let (f, attrs): (UnFn<T>, _) = match op {
-                "Elu" => (
-                    |v, p| {
-                        if v < T::c(0.0) {
-                            p[0] * (v.exp() - T::c(1.0))
-                        } else {
-                            v
-                        }
-                    },
-                    [("alpha", 1.0), ("", 0.0)],
-                ),
-                "Selu" => (
-                    |v, p| {
-                        if v > T::c(0.0) {
-                            p[1] * v
-                        } else {
-                            p[1] * (p[0] * v.exp() - p[0])
-                        }
-                    },
-                    [("alpha", 1.673_263_2), ("gamma", 1.050_701)],
-                ),
-                "Celu" => (
-                    |v, p| {
-                        maxf(T::c(0.0), v) + minf(T::c(0.0), p[0] * ((v / p[0]).exp() - T::c(1.0)))
-                    },
-                    [("alpha", 1.0), ("", 0.0)],
-                ),
-                "LeakyRelu" => (
-                    |v, p| if v < T::c(0.0) { p[0] * v } else { v },
-                    [("alpha", 0.01), ("", 0.0)],
-                ),
+                "Elu" => (elu, [("alpha", 1.0), ("", 0.0)]),
+                "Selu" => (selu, [("alpha", 1.673_263_2), ("gamma", 1.050_701)]),
+                "Celu" => (celu, [("alpha", 1.0), ("", 0.0)]),
+                "LeakyRelu" => (leaky_relu, [("alpha", 0.01), ("", 0.0)]),
                 "ThresholdedRelu" => (
                     |v, p| if v > p[0] { v } else { T::c(0.0) },
                     [("alpha", 1.0), ("", 0.0)],
                 ),
-                "HardSigmoid" => (
-                    |v, p| maxf(T::c(0.0), minf(T::c(1.0), p[0] * v + p[1])),
-                    [("alpha", 0.2), ("beta", 0.5)],
-                ),
+                "HardSigmoid" => (hard_sigmoid, [("alpha", 0.2), ("beta", 0.5)]),
                 "Shrink" => (
                     |v, p| {
                         if v < -p[1] {
@@ -405,54 +419,194 @@ fn run_unary<S: crate::kernels::elementwise::Elem, T: Fl>(
     let Some((f, attrs)) = unary_fn::<T>(&ctx.node.op, tanh) else {
         return unsupported(format!("unary op {}", ctx.node.op));
     };
-    let mut p = [T::c(0.0); 2];
-    for (slot, (name, default)) in p.iter_mut().zip(attrs) {
-        if !name.is_empty() {
-            *slot = T::c(ctx.float(name, default)? as f64);
-        }
-    }
+    let p = unary_params(ctx, attrs)?;
     // The scalar function is called through a pointer, most of them libm calls: costly enough
     // per element to spread over threads from a few thousand elements.
     unary_costly(x, out, move |v| store(f(load(v), &p)))?;
     Ok(())
 }
 
-/// Common f32 unary ops with the scalar function inlined into the loop (so that it vectorizes);
-/// the same per-element function as [`unary_fn`], so the same bits. `false` when `op` is not one of
-/// them.
+/// The values of a table entry's two float attributes (`unary_fn`'s names and defaults; an unnamed
+/// slot is 0).
+fn unary_params<T: Fl>(ctx: &OpCtx, attrs: [(&str, f32); 2]) -> Result<[T; 2], OpFail> {
+    let mut p = [T::c(0.0); 2];
+    for (slot, (name, default)) in p.iter_mut().zip(attrs) {
+        if !name.is_empty() {
+            *slot = T::c(ctx.float(name, default)? as f64);
+        }
+    }
+    Ok(p)
+}
+
+/// Common f32 unary ops with the scalar function inlined into the loop, so that it vectorizes:
+/// each is an `#[inline(always)]` closure, since the compiler's own choice left a large body
+/// (`Softplus`: an exp and a log) outside the AVX2 loop, called per element (20 ns an element).
+/// The same per-element function as [`unary_fn`], so the same bits. `false` when `op` is not one
+/// of them.
 fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpFail> {
-    use crate::kernels::fastmath::{erf_f32, exp_f32, sigmoid_f32, tanh_f32};
-    match ctx.node.op.as_str() {
-        "Floor" => unary(x, out, f32::floor)?,
-        "Ceil" => unary(x, out, f32::ceil)?,
-        "Sign" => unary(x, out, |v: f32| {
-            if v > 0.0 {
-                1.0
-            } else if v < 0.0 {
-                -1.0
-            } else {
-                v
-            }
-        })?,
-        "Softsign" => unary(x, out, |v: f32| v / (1.0 + v.abs()))?,
-        "HardSwish" => unary(x, out, |v: f32| v * maxf(0.0, minf(1.0, v / 6.0 + 0.5)))?,
+    use crate::kernels::fastmath::{erf_f32, exp_f32, ln_f32, sigmoid_f32, tanh_f32};
+    let op = ctx.node.op.as_str();
+    // The attributes of the ops that have some, as the table reads them.
+    let p = || match unary_fn::<f32>(op, false) {
+        Some((_, attrs)) => unary_params::<f32>(ctx, attrs),
+        None => Ok([0.0; 2]),
+    };
+    match op {
+        "Floor" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| v.floor(),
+        )?,
+        "Ceil" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| v.ceil(),
+        )?,
+        "Sign" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| {
+                if v > 0.0 {
+                    1.0
+                } else if v < 0.0 {
+                    -1.0
+                } else {
+                    v
+                }
+            },
+        )?,
+        "Softsign" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| v / (1.0 + v.abs()),
+        )?,
+        "HardSwish" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| v * maxf(0.0, minf(1.0, v / 6.0 + 0.5)),
+        )?,
         "HardSigmoid" => {
-            let (a, b) = (ctx.float("alpha", 0.2)?, ctx.float("beta", 0.5)?);
-            unary(x, out, move |v: f32| maxf(0.0, minf(1.0, a * v + b)))?
+            let p = p()?;
+            unary(
+                x,
+                out,
+                #[inline(always)]
+                move |v: f32| hard_sigmoid(v, &p),
+            )?
         }
         "LeakyRelu" => {
-            let a = ctx.float("alpha", 0.01)?;
-            unary(x, out, move |v: f32| if v < 0.0 { a * v } else { v })?
+            let p = p()?;
+            unary(
+                x,
+                out,
+                #[inline(always)]
+                move |v: f32| leaky_relu(v, &p),
+            )?
         }
-        "Sigmoid" => unary(x, out, sigmoid_f32)?,
-        "Exp" => unary(x, out, exp_f32)?,
-        "Erf" => unary(x, out, erf_f32)?,
-        "Tanh" => unary(x, out, tanh_f32)?,
-        "Relu" => unary(x, out, |v: f32| if v < 0.0 { 0.0 } else { v })?,
-        "Neg" => unary(x, out, |v: f32| -v)?,
-        "Abs" => unary(x, out, f32::abs)?,
-        "Sqrt" => unary(x, out, f32::sqrt)?,
-        "Reciprocal" => unary(x, out, |v: f32| 1.0 / v)?,
+        "Elu" => {
+            let p = p()?;
+            unary(
+                x,
+                out,
+                #[inline(always)]
+                move |v: f32| elu(v, &p),
+            )?
+        }
+        "Selu" => {
+            let p = p()?;
+            unary(
+                x,
+                out,
+                #[inline(always)]
+                move |v: f32| selu(v, &p),
+            )?
+        }
+        "Celu" => {
+            let p = p()?;
+            unary(
+                x,
+                out,
+                #[inline(always)]
+                move |v: f32| celu(v, &p),
+            )?
+        }
+        "Sigmoid" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v| sigmoid_f32(v),
+        )?,
+        "Exp" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v| exp_f32(v),
+        )?,
+        "Log" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v| ln_f32(v),
+        )?,
+        "Softplus" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| softplus(v),
+        )?,
+        "Mish" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| mish(v),
+        )?,
+        "Erf" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v| erf_f32(v),
+        )?,
+        "Tanh" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v| tanh_f32(v),
+        )?,
+        "Relu" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| if v < 0.0 { 0.0 } else { v },
+        )?,
+        "Neg" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| -v,
+        )?,
+        "Abs" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| v.abs(),
+        )?,
+        "Sqrt" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| v.sqrt(),
+        )?,
+        "Reciprocal" => unary(
+            x,
+            out,
+            #[inline(always)]
+            |v: f32| 1.0 / v,
+        )?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -1367,6 +1521,10 @@ mod tests {
             ("alpha", AttrValue::Float(0.3)),
             ("beta", AttrValue::Float(0.6)),
         ];
+        let selu = [
+            ("alpha", AttrValue::Float(1.2)),
+            ("gamma", AttrValue::Float(0.9)),
+        ];
         for op in [
             "Floor",
             "Ceil",
@@ -1383,10 +1541,17 @@ mod tests {
             "Exp",
             "Erf",
             "Tanh",
+            "Log",
+            "Softplus",
+            "Mish",
+            "Elu",
+            "Selu",
+            "Celu",
         ] {
             let attrs: &[(&str, AttrValue)] = match op {
                 "HardSigmoid" => &alpha,
-                "LeakyRelu" => &alpha[..1],
+                "LeakyRelu" | "Elu" | "Celu" => &alpha[..1],
+                "Selu" => &selu,
                 _ => &[],
             };
             let got = run_op(op, attrs, &[Some(&x)], 1).unwrap();
