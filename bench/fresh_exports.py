@@ -2,6 +2,10 @@
 Wav2Vec2, BART, Qwen2, Phi, Gemma, SegFormer, CLIP; torch's LSTM/GRU; torchvision's FCN, DeepLabV3,
 an R3D-style video net) with both torch ONNX exporters, for checking memplan on files it has not
 seen (BENCHMARKS.md, "Fresh exports").
+A second batch (written to OUT=target/fresh2): transformers' XLNet, RoFormer, MPNet, OPT,
+Nystromformer, Perceiver (text preprocessor), PatchTST, HuBERT, SqueezeBERT, CvT, PoolFormer,
+ViT-MAE (random masking left in the graph), Reformer (LSH, random rotations); torchvision's
+Swin-V2-T, MaxViT-T, GoogLeNet.
 usage: python bench/fresh_exports.py NAME [legacy|dynamo|both]   (OUT=dir, default target/fresh)
 Writes $OUT/NAME_{legacy,dynamo}.onnx
 """
@@ -193,8 +197,237 @@ def deberta():
             {"input_ids": {1: Dim("S", min=2, max=4096)}})
 
 
+# ---- second batch (OUT=target/fresh2): models/classes not used above ----
+
+class Called(nn.Module):
+    """`keys` of the model output for the one input passed as keyword `names[0]` (plus `kw`)."""
+    def __init__(self, m, names, keys, **kw):
+        super().__init__()
+        self.m = m
+        self.name = names[0]
+        self.keys = keys
+        self.kw = kw
+
+    def forward(self, x):
+        o = self.m(**{self.name: x}, **self.kw)
+        return tuple(getattr(o, k) for k in self.keys)
+
+
+def text_encoder(m, vocab=1000, seq=32, max_s=2000, **kw):
+    """`last_hidden_state` of `m` for `input_ids` [1, S], ids in [0, vocab)."""
+    ids = torch.randint(0, vocab, (1, seq))
+    return (Called(m, ["input_ids"], ["last_hidden_state"], **kw), (ids,), ["input_ids"], ["last_hidden_state"],
+            {"input_ids": {1: "S"}}, {"input_ids": {1: Dim("S", min=2, max=max_s)}})
+
+
+def xlnet():
+    """XLNet: two-stream relative attention (content stream only in eval), sinusoidal relative
+    positions built from arange(S) at run time, no mems."""
+    from transformers import XLNetConfig, XLNetModel
+    cfg = XLNetConfig(vocab_size=1000, d_model=128, n_layer=2, n_head=4, d_inner=256,
+                      use_mems_eval=False, mem_len=None)
+    return text_encoder(XLNetModel(cfg).eval(), use_mems=False)
+
+
+def roformer():
+    """RoFormer: rotary position embedding applied to q/k (sinusoidal table sliced to S)."""
+    from transformers import RoFormerConfig, RoFormerModel
+    cfg = RoFormerConfig(vocab_size=1000, embedding_size=128, hidden_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=256, max_position_embeddings=2048)
+    return text_encoder(RoFormerModel(cfg).eval())
+
+
+def mpnet():
+    """MPNet: T5-style bucketed relative position bias (32 buckets) shared by all layers."""
+    from transformers import MPNetConfig, MPNetModel
+    cfg = MPNetConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=256, max_position_embeddings=2050, relative_attention_num_buckets=32)
+    return text_encoder(MPNetModel(cfg).eval(), max_s=2000)
+
+
+def opt():
+    """OPT decoder (learned positions offset by 2 from a cumsum of the attention mask,
+    embedding projection 64 -> 128 -> 64)."""
+    from transformers import OPTConfig, OPTModel
+    cfg = OPTConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, ffn_dim=256, num_attention_heads=4,
+                    word_embed_proj_dim=64, max_position_embeddings=2048)
+    m = OPTModel(cfg).eval()
+    ids = torch.randint(0, 1000, (1, 32))
+    return (LastHidden(m), (ids,), ["input_ids"], ["last_hidden_state"],
+            {"input_ids": {1: "S"}}, {"input_ids": {1: Dim("S", min=2, max=2000)}})
+
+
+def nystromformer():
+    """Nystromformer: landmark attention (16 landmarks over a fixed 128-token segment, Moore-Penrose
+    iterative inverse, depthwise conv skip). The landmark reshape hard-codes the sequence length,
+    so the sequence is fixed at 128 and the batch is symbolic."""
+    from transformers import NystromformerConfig, NystromformerModel
+    cfg = NystromformerConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=256, segment_means_seq_len=128, num_landmarks=16,
+                              conv_kernel_size=33, inv_coeff_init_option=False, max_position_embeddings=512)
+    m = NystromformerModel(cfg).eval()
+
+    class W(nn.Module):
+        # NystromformerModel builds a 4-D [B,1,S,S] mask that its landmark path cannot add to the
+        # [B,H,16,S] scores (transformers 5.x), so run the embeddings and encoder without a mask.
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m.encoder(self.m.embeddings(input_ids=input_ids), attention_mask=None).last_hidden_state
+    ids = torch.randint(0, 1000, (2, 128))
+    return (W(), (ids,), ["input_ids"], ["last_hidden_state"],
+            {"input_ids": {0: "B"}}, {"input_ids": {0: Dim("B", min=1, max=256)}})
+
+
+def perceiver():
+    """Perceiver IO over text: byte embeddings + learned positions (PerceiverTextPreprocessor),
+    cross-attention from 32 latents to S tokens, 2 latent self-attention layers."""
+    from transformers import PerceiverConfig, PerceiverModel
+    from transformers.models.perceiver.modeling_perceiver import PerceiverTextPreprocessor
+    cfg = PerceiverConfig(num_latents=32, d_latents=128, d_model=64, num_blocks=1, num_self_attends_per_block=2,
+                          num_self_attention_heads=4, num_cross_attention_heads=2, qk_channels=None,
+                          v_channels=None, vocab_size=262, max_position_embeddings=2048)
+    m = PerceiverModel(cfg, input_preprocessor=PerceiverTextPreprocessor(cfg)).eval()
+    ids = torch.randint(0, 262, (1, 64))
+    return (Called(m, ["inputs"], ["last_hidden_state"]), (ids,), ["input_ids"], ["last_hidden_state"],
+            {"input_ids": {1: "S"}}, {"input_ids": {1: Dim("S", min=2, max=2048)}})
+
+
+def patchtst():
+    """PatchTST: mean scaling, patching (unfold) of a fixed 96-step context into 12 patches, channel-
+    independent transformer. The positional encoding fixes the context length and torch.export fixes
+    the channel count, so the batch is the symbolic dim."""
+    from transformers import PatchTSTConfig, PatchTSTModel
+    cfg = PatchTSTConfig(num_input_channels=7, context_length=96, patch_length=8, patch_stride=8, d_model=64,
+                         num_attention_heads=4, num_hidden_layers=2, ffn_dim=128, do_mask_input=False)
+    m = PatchTSTModel(cfg).eval()
+    x = torch.randn(2, 96, 7)
+    # torch.export specializes the channel count to the config's 7, so the batch is the symbolic dim
+    return (Called(m, ["past_values"], ["last_hidden_state"]), (x,), ["past_values"], ["last_hidden_state"],
+            {"past_values": {0: "B"}}, {"past_values": {0: Dim("B", min=1, max=4096)}})
+
+
+def hubert():
+    """HuBERT (conv feature encoder, layer-norm feature extractor, stable layer norm)."""
+    from transformers import HubertConfig, HubertModel
+    cfg = HubertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256,
+                       conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+                       num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, do_stable_layer_norm=True,
+                       feat_extract_norm="layer", apply_spec_augment=False)
+    m = HubertModel(cfg).eval()
+    x = torch.randn(1, 16000)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["audio"], ["last_hidden_state"],
+            {"audio": {1: "L"}}, {"audio": {1: Dim("L", min=400, max=200000)}})
+
+
+def squeezebert():
+    """SqueezeBERT: grouped 1x1 Conv1d projections in [B, C, S] layout."""
+    from transformers import SqueezeBertConfig, SqueezeBertModel
+    cfg = SqueezeBertConfig(vocab_size=1000, embedding_size=128, hidden_size=128, num_hidden_layers=2,
+                            num_attention_heads=4, intermediate_size=256, max_position_embeddings=2048,
+                            q_groups=4, k_groups=4, v_groups=4, post_attention_groups=1,
+                            intermediate_groups=4, output_groups=4)
+    return text_encoder(SqueezeBertModel(cfg).eval())
+
+
+def cvt():
+    """CvT: overlapping conv token embedding, depthwise-conv q/k/v projections (stride-2 k/v), 3 stages."""
+    from transformers import CvtConfig, CvtModel
+    # depth[i] > i: CvtStage indexes its per-layer drop-path list by the stage index
+    cfg = CvtConfig(embed_dim=[32, 64, 128], num_heads=[1, 2, 4], depth=[1, 2, 3],
+                    cls_token=[False, False, True])
+    m = CvtModel(cfg).eval()
+    x = torch.randn(1, 3, 224, 224)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
+            {"pixel_values": {2: "H", 3: "W"}},
+            {"pixel_values": {2: Dim("H", min=64, max=1024), 3: Dim("W", min=64, max=1024)}})
+
+
+def poolformer():
+    """PoolFormer: avg-pool token mixer, group norm, conv MLPs (all convolutional)."""
+    from transformers import PoolFormerConfig, PoolFormerModel
+    cfg = PoolFormerConfig(depths=[1, 1, 2, 1], hidden_sizes=[32, 64, 128, 128])
+    m = PoolFormerModel(cfg).eval()
+    x = torch.randn(1, 3, 224, 224)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
+            {"pixel_values": {2: "H", 3: "W"}},
+            {"pixel_values": {2: Dim("H", min=64, max=2048), 3: Dim("W", min=64, max=2048)}})
+
+
+def vitmae():
+    """ViT-MAE encoder: random masking (torch.rand noise drawn in forward, argsort, gather of 25% of
+    the patches) kept in the eval graph; position embeddings interpolated to H/W."""
+    from transformers import ViTMAEConfig, ViTMAEModel
+    cfg = ViTMAEConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                       image_size=224, patch_size=16, mask_ratio=0.75)
+    m = ViTMAEModel(cfg).eval()
+    x = torch.randn(1, 3, 224, 224)
+    return (Called(m, ["pixel_values"], ["last_hidden_state", "mask", "ids_restore"], interpolate_pos_encoding=True),
+            (x,), ["pixel_values"], ["last_hidden_state", "mask", "ids_restore"],
+            {"pixel_values": {2: "H", 3: "W"}},
+            {"pixel_values": {2: Dim("H", min=32, max=2048), 3: Dim("W", min=32, max=2048)}})
+
+
+def reformer():
+    """Reformer: local + LSH self-attention (random rotations drawn in forward, hash_seed unset),
+    axial position embeddings (16x16 = 256 positions max), chunked feed-forward, reversible residuals."""
+    from transformers import ReformerConfig, ReformerModel
+    cfg = ReformerConfig(vocab_size=320, hidden_size=128, num_attention_heads=2, attention_head_size=64,
+                         attn_layers=["local", "lsh"], feed_forward_size=256, axial_pos_shape=[16, 16],
+                         axial_pos_embds_dim=[64, 64], max_position_embeddings=256, local_attn_chunk_length=32,
+                         lsh_attn_chunk_length=32, num_buckets=4, num_hashes=1, is_decoder=False,
+                         chunk_size_lm_head=0, chunk_size_feed_forward=0)
+    m = ReformerModel(cfg).eval()
+    ids = torch.randint(0, 320, (2, 64))
+    # the chunking pads S in Python, so torch.export specializes S (64): the batch is symbolic instead
+    return (Called(m, ["input_ids"], ["last_hidden_state"]), (ids,), ["input_ids"], ["last_hidden_state"],
+            {"input_ids": {0: "B"}}, {"input_ids": {0: Dim("B", min=1, max=256)}})
+
+
+def tv_model(ctor, size=224, dyn=True, **kw):
+    import torchvision
+    m = getattr(torchvision.models, ctor)(weights=None, **kw).eval()
+    x = torch.randn(1, 3, size, size)
+    if not dyn:
+        return (m, (x,), ["x"], ["logits"], None, None)
+    return (m, (x,), ["x"], ["logits"], {"x": {2: "H", 3: "W"}},
+            {"x": {2: Dim("H", min=64, max=2048), 3: Dim("W", min=64, max=2048)}})
+
+
+def swin_v2_t():
+    """torchvision Swin-V2-T: shifted 8x8 windows with padding to window multiples, log-spaced
+    continuous relative position bias MLP, cosine attention. torch.export guards the window/shift
+    choice on the stage sizes (H/4 .. H/32 against the 8x8 window), so the dynamo export takes
+    H = 256*h, W = 256*w with h, w >= 2 (512x512 example, the last stage larger than a window)."""
+    m, args, inames, onames, dyn_axes, _ = tv_model("swin_v2_t", size=512)
+    h, w = Dim("h", min=2, max=8), Dim("w", min=2, max=8)
+    return m, args, inames, onames, dyn_axes, {"x": {2: 256 * h, 3: 256 * w}}
+
+
+def maxvit_t():
+    """torchvision MaxViT-T: MBConv + block (window) and grid attention, 7x7 partitions (fixed 224x224)."""
+    return tv_model("maxvit_t", dyn=False)
+
+
+def googlenet():
+    """torchvision GoogLeNet (inception v1) without auxiliary heads; ceil-mode max pools. Named
+    H/W Dims fail in torch.export ("Expected op to be '==', got <" on the ceil-mode pool sizes),
+    Dim.AUTO exports with H/W symbolic (named s.. by the exporter)."""
+    # init_weights=False: torchvision's init (std-0.01 truncated normal) makes the features vanish,
+    # the logits then equal the fc bias and a comparison with torch says nothing
+    m, args, inames, onames, dyn_axes, _ = tv_model("googlenet", aux_logits=False, init_weights=False,
+                                                    transform_input=False)
+    return m, args, inames, onames, dyn_axes, {"x": {2: Dim.AUTO, 3: Dim.AUTO}}
+
+
 MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
-              fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip)
+              fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip,
+              xlnet=xlnet, roformer=roformer, mpnet=mpnet, opt=opt, nystromformer=nystromformer,
+              perceiver=perceiver, patchtst=patchtst, hubert=hubert, squeezebert=squeezebert, cvt=cvt,
+              poolformer=poolformer, vitmae=vitmae, reformer=reformer, swin_v2_t=swin_v2_t,
+              maxvit_t=maxvit_t, googlenet=googlenet)
 
 if __name__ == "__main__":
     name = sys.argv[1]
