@@ -439,8 +439,9 @@ fn unary_params<T: Fl>(ctx: &OpCtx, attrs: [(&str, f32); 2]) -> Result<[T; 2], O
 }
 
 /// Common f32 unary ops with the scalar function inlined into the loop, so that it vectorizes:
-/// each is an `#[inline(always)]` closure, since the compiler's own choice left a large body
-/// (`Softplus`: an exp and a log) outside the AVX2 loop, called per element (20 ns an element).
+/// `fastmath`'s functions as they are, the others as `#[inline(always)]` closures, since the
+/// compiler's own choice left a large body (`Softplus`: an exp and a log) outside the AVX2 loop,
+/// called per element (20 ns an element).
 /// The same per-element function as [`unary_fn`], so the same bits. `false` when `op` is not one
 /// of them.
 fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpFail> {
@@ -535,24 +536,9 @@ fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpF
                 move |v: f32| celu(v, &p),
             )?
         }
-        "Sigmoid" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v| sigmoid_f32(v),
-        )?,
-        "Exp" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v| exp_f32(v),
-        )?,
-        "Log" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v| ln_f32(v),
-        )?,
+        "Sigmoid" => unary(x, out, sigmoid_f32)?,
+        "Exp" => unary(x, out, exp_f32)?,
+        "Log" => unary(x, out, ln_f32)?,
         "Softplus" => unary(
             x,
             out,
@@ -565,18 +551,8 @@ fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpF
             #[inline(always)]
             |v: f32| mish(v),
         )?,
-        "Erf" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v| erf_f32(v),
-        )?,
-        "Tanh" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v| tanh_f32(v),
-        )?,
+        "Erf" => unary(x, out, erf_f32)?,
+        "Tanh" => unary(x, out, tanh_f32)?,
         "Relu" => unary(
             x,
             out,
