@@ -893,17 +893,6 @@ mod tests {
     /// block (the last shape is split over threads), NaNs and infinities.
     #[test]
     fn middle_axis_reductions_fold_columns_with_the_bits_of_each_sequence() {
-        let ops = [
-            ReduceOp::Sum,
-            ReduceOp::Mean,
-            ReduceOp::Max,
-            ReduceOp::Min,
-            ReduceOp::Prod,
-            ReduceOp::L1,
-            ReduceOp::L2,
-            ReduceOp::SumSquare,
-            ReduceOp::LogSum,
-        ];
         for &(a, r, w) in &[
             (1, 2, 3),
             (3, 15, 33),
@@ -924,7 +913,8 @@ mod tests {
             }
             let g = groups(&shape, &[false, true, false]);
             assert!(Columns::of(&g).is_some(), "{shape:?}");
-            for op in ops {
+            // LogSumExp, whose second pass reads each column's max, keeps the gathering path.
+            for op in OPS.into_iter().filter(|&o| o != ReduceOp::LogSumExp) {
                 let mut out = vec![0f32; a * w];
                 reduce(op, &x, &shape, &[1], false, false, &mut out).unwrap();
                 for (o, got) in out.iter().enumerate() {

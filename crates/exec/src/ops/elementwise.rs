@@ -452,6 +452,18 @@ fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpF
         Some((_, attrs)) => unary_params::<f32>(ctx, attrs),
         None => Ok([0.0; 2]),
     };
+    // `f(v, &p)` with the op's attributes `p`, inlined into the loop.
+    macro_rules! with_params {
+        ($f:ident) => {{
+            let p = p()?;
+            unary(
+                x,
+                out,
+                #[inline(always)]
+                move |v: f32| $f(v, &p),
+            )?
+        }};
+    }
     match op {
         "Floor" => unary(
             x,
@@ -491,51 +503,11 @@ fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpF
             #[inline(always)]
             |v: f32| v * maxf(0.0, minf(1.0, v / 6.0 + 0.5)),
         )?,
-        "HardSigmoid" => {
-            let p = p()?;
-            unary(
-                x,
-                out,
-                #[inline(always)]
-                move |v: f32| hard_sigmoid(v, &p),
-            )?
-        }
-        "LeakyRelu" => {
-            let p = p()?;
-            unary(
-                x,
-                out,
-                #[inline(always)]
-                move |v: f32| leaky_relu(v, &p),
-            )?
-        }
-        "Elu" => {
-            let p = p()?;
-            unary(
-                x,
-                out,
-                #[inline(always)]
-                move |v: f32| elu(v, &p),
-            )?
-        }
-        "Selu" => {
-            let p = p()?;
-            unary(
-                x,
-                out,
-                #[inline(always)]
-                move |v: f32| selu(v, &p),
-            )?
-        }
-        "Celu" => {
-            let p = p()?;
-            unary(
-                x,
-                out,
-                #[inline(always)]
-                move |v: f32| celu(v, &p),
-            )?
-        }
+        "HardSigmoid" => with_params!(hard_sigmoid),
+        "LeakyRelu" => with_params!(leaky_relu),
+        "Elu" => with_params!(elu),
+        "Selu" => with_params!(selu),
+        "Celu" => with_params!(celu),
         "Sigmoid" => unary(x, out, sigmoid_f32)?,
         "Exp" => unary(x, out, exp_f32)?,
         "Log" => unary(x, out, ln_f32)?,
