@@ -221,6 +221,12 @@ impl Expr {
             return (-self).floor_div(&-d);
         }
         let s = split(self, d);
+        // Cancelling a common factor can leave a divisor whose leading coefficient is negative
+        // (`M // (M*(M//2) - M^2)` is `1 // (M//2 - M)`): the same sign rule as above, so that one
+        // value has one form (the display of one form parses back to it).
+        if leading_negative(&s.div) {
+            return &s.quot + &floor_reduced(&-&s.rem, &-&s.div);
+        }
         &s.quot + &floor_reduced(&s.rem, &s.div)
     }
 
