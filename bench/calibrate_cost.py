@@ -39,6 +39,7 @@ Writes the calibration as JSON (`--out`, default target/cost_model.json) for `me
 
 Usage: .venv/bin/python bench/calibrate_cost.py [--memplan target/release/memplan] [--threads 2]
        [--repeat 1] [--rounds 5] [--out target/cost_model.json] [--no-check] [--per-op-only] [--only STEM,...]
+       [--curves copy,...]
        [--rust]
 """
 
@@ -253,10 +254,12 @@ def calibrate(args, work):
     arena's pages, and a median of nodes does not move with a moment's interference from other work
     on the machine, as a sum does. That first-touch cost is what the 4-node elementwise chain took
     beyond 4 nodes' time, per byte of its arena, at the sizes of at least 1 Mi elements."""
-    points = {k: {} for k in ("elementwise", "copy", "other", "contraction")}
+    kinds = args.curves.split(",") if args.curves else ["elementwise", "copy", "other", "contraction"]
+    points = {k: {} for k in kinds}
     views, faults = [], []
-    cases = [(k, w) for k in ("elementwise", "copy", "other") for w in SIZES]
-    cases += [("contraction", r * MATMUL_K * MATMUL_K) for r in MATMUL_ROWS]
+    cases = [(k, w) for k in ("elementwise", "copy", "other") if k in kinds for w in SIZES]
+    if "contraction" in kinds:
+        cases += [("contraction", r * MATMUL_K * MATMUL_K) for r in MATMUL_ROWS]
     cases += [("view", 0)]
     planned = {}
     for kind, w in cases:
@@ -285,8 +288,10 @@ def calibrate(args, work):
                 faults.append(max(sum(t[(kind, w, short)]) - short * per, 0.0) / arena)
         print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
     curves = {k: [[float(w), statistics.median(v)] for w, v in sorted(p.items())] for k, p in points.items()}
-    return {"threads": args.threads, "view_seconds": statistics.median(views),
-            "fault_seconds_per_byte": statistics.median(faults), **curves}
+    cal = {"threads": args.threads, "view_seconds": statistics.median(views), **curves}
+    if faults:
+        cal["fault_seconds_per_byte"] = statistics.median(faults)
+    return cal
 
 
 def fmt_curve(name, pts):
@@ -353,6 +358,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "cost_model.json"))
     ap.add_argument("--no-check", action="store_true", help="calibrate only")
     ap.add_argument("--check-only", action="store_true", help="check the model in --out, without calibrating")
+    ap.add_argument("--curves", help="measure only these curves (comma-separated kinds: elementwise, copy, "
+                    "other, contraction) into --out, which holds the others; prints them as Rust constants")
     ap.add_argument("--per-op-only", action="store_true",
                     help="measure only the per-op factors against the curves in --out, and add them there")
     ap.add_argument("--only", help="check only these model stems (comma-separated)")
@@ -364,6 +371,15 @@ def main():
             if args.per_op_only:
                 with open(args.out) as f:
                     cal = json.load(f)
+            elif args.curves:
+                # Some curves measured again, the rest (and the per-op factors) kept from --out.
+                with open(args.out) as f:
+                    cal = json.load(f)
+                cal.update(calibrate(args, work))
+                write(args.out, cal)
+                for k in args.curves.split(","):
+                    print(fmt_curve(k, cal[k]))
+                return
             else:
                 cal = calibrate(args, work)
                 write(args.out, cal)

@@ -234,8 +234,8 @@ fn random_input(
         .map_err(|e| anyhow!("input '{name}': {e}"))
 }
 
-/// Symbol values the given inputs' shapes bind (by their declared dims); conflicts are left to the
-/// executor, which names them.
+/// Symbol values the given inputs' shapes bind (by their declared dims): every one that can be
+/// bound; a conflict is left to the executor, which names the input.
 fn bound_dims(graph: &Graph, given: &BTreeMap<String, Tensor>) -> BTreeMap<String, i64> {
     let mut dims = BTreeMap::new();
     let mut pairs: Vec<(&str, i64)> = Vec::new();

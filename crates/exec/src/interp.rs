@@ -74,8 +74,8 @@ pub fn bind_inputs(
     inputs: &BTreeMap<String, Tensor>,
 ) -> Result<BTreeMap<String, i64>, ExecError> {
     let mut dims: BTreeMap<String, i64> = BTreeMap::new();
-    // Dims declared as an expression of names, bound after the names: (input, dim, name, size).
-    let mut derived: Vec<(String, usize, String, i64)> = Vec::new();
+    // (input, dim index, declared dim_param, size) of every symbolic dim given.
+    let mut declared: Vec<(String, usize, String, i64)> = Vec::new();
     for name in inputs.keys() {
         let ok = graph.inputs.iter().any(|&v| &graph.value(v).name == name);
         if !ok {
@@ -153,36 +153,23 @@ pub fn bind_inputs(
                         msg: format!("dim {k} is {have} but the model fixes it to {c}"),
                     });
                 }
-                DeclDim::Param(p) if memplan_ir::dim::declared_dim(p).as_sym() != Some(p) => {
-                    // An exporter's expression of names (`256*h`): bound once the names are.
-                    derived.push((val.name.clone(), k, p.clone(), have as i64));
-                }
-                DeclDim::Param(p) => {
-                    if let Some(&prev) = dims.get(p) {
-                        if prev != have as i64 {
-                            return Err(ExecError::Input {
-                                name: val.name.clone(),
-                                msg: format!(
-                                    "dim {k} ({p}) is {have} but another input sets {p}={prev}"
-                                ),
-                            });
-                        }
-                    } else {
-                        dims.insert(p.clone(), have as i64);
-                    }
-                }
+                DeclDim::Param(p) => declared.push((val.name.clone(), k, p.clone(), have as i64)),
                 _ => {}
             }
         }
     }
-    for (name, k, p, have) in derived {
-        memplan_ir::dim::bind_declared_dim(&p, have, &mut dims).map_err(|msg| {
-            ExecError::Input {
-                name,
-                msg: format!("dim {k} ({p}) {msg}"),
-            }
-        })?;
-    }
+    // Names first, then the exporters' expressions of them (`256*h`).
+    let pairs: Vec<(&str, i64)> = declared
+        .iter()
+        .map(|(_, _, p, have)| (p.as_str(), *have))
+        .collect();
+    memplan_ir::dim::bind_declared_dims(&pairs, &mut dims).map_err(|(i, msg)| {
+        let (name, k, p, _) = &declared[i];
+        ExecError::Input {
+            name: name.clone(),
+            msg: format!("dim {k} ({p}) {msg}"),
+        }
+    })?;
     Ok(dims)
 }
 

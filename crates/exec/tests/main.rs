@@ -5,6 +5,7 @@
 mod assembled;
 mod chunk_conv;
 mod chunk_moves;
+mod chunk_positions;
 mod chunk_random;
 mod control_flow;
 mod data_dependent;

@@ -334,21 +334,30 @@ pub fn bind_declared_dim(
     }
 }
 
+/// Whether a declared `dim_param` is a plain name (a symbol of its own), not an exporter's
+/// expression of names (see [`declared_dim`]).
+pub fn is_declared_name(p: &str) -> bool {
+    declared_dim(p).as_sym() == Some(p)
+}
+
 /// [`bind_declared_dim`] over `(declared name, size)` pairs: the names first, then the
-/// expressions (which may read them). The first failure, with its pair's index.
+/// expressions (which may read them). Every pair that can be bound is; the first failure is
+/// returned with its pair's index.
 pub fn bind_declared_dims(
     pairs: &[(&str, i64)],
     dims: &mut BTreeMap<String, i64>,
 ) -> Result<(), (usize, String)> {
-    let is_name = |p: &str| declared_dim(p).as_sym() == Some(p);
+    let mut first = None;
     for pass_names in [true, false] {
         for (i, &(p, size)) in pairs.iter().enumerate() {
-            if is_name(p) == pass_names {
-                bind_declared_dim(p, size, dims).map_err(|e| (i, e))?;
+            if is_declared_name(p) == pass_names {
+                if let Err(e) = bind_declared_dim(p, size, dims) {
+                    first.get_or_insert((i, e));
+                }
             }
         }
     }
-    Ok(())
+    first.map_or(Ok(()), Err)
 }
 
 impl Expr {

@@ -28,6 +28,7 @@
 //! chunking either one leaves the global peak where it is, but is still progress.
 
 mod freeze;
+mod positions;
 mod predict;
 mod region;
 mod rewrite;
@@ -626,6 +627,16 @@ fn add_reader(lines: &mut Vec<crate::remat::PerReader>, r: crate::remat::PerRead
     }
 }
 
+/// Whether chunking writes `node` as comparisons of positions (`positions`), a form every axis of
+/// which it can split.
+pub(crate) fn splits_as_positions(
+    node: &memplan_ir::graph::Node,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> bool {
+    positions::positional(node, facts, dims).is_some()
+}
+
 /// Chunks `model` at `dims` until its simulated peak fits `opts.budget` or no region lowers it
 /// further.
 pub fn chunk_to_budget(
@@ -639,19 +650,26 @@ pub fn chunk_to_budget(
         facts = rewritten_facts(&m, dims)?;
         cur = m;
     }
-    // Light values several regions read (a position bias every layer reads) are made again for
-    // each reader, so each reader's region computes its slices of them and none is held whole.
     let mut per_reader = Vec::new();
-    if let Some(budget) = opts.budget {
-        let peak = Base::new(&cur.graph, &facts, dims, opts.assemble)?.peak;
-        if peak > budget {
-            if let Some((m, r)) =
-                crate::remat::recompute_per_reader(&cur, &facts, dims, peak / 64, opts.copies)
-            {
-                facts = rewritten_facts(&m, dims)?;
-                cur = m;
-                per_reader = r;
-            }
+    let peak = Base::new(&cur.graph, &facts, dims, opts.assemble)?.peak;
+    if opts.budget.is_none_or(|b| peak > b) {
+        // A large mask made by an op of positions (`Trilu`) as elementwise comparisons of index
+        // constants, so regions grow through it and it is light.
+        if let Some(m) = positions::positions_as_values(&cur, &facts, dims, peak / 64) {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
+        }
+    }
+    if opts.budget.is_some_and(|b| peak > b) {
+        // Light values several regions read (a position bias every layer reads) are made again
+        // for each reader, so each reader's region computes its slices of them and none is held
+        // whole.
+        if let Some((m, r)) =
+            crate::remat::recompute_per_reader(&cur, &facts, dims, peak / 64, opts.copies)
+        {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
+            per_reader = r;
         }
     }
     let mut steps: Vec<ChunkStep> = Vec::new();

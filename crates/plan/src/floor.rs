@@ -26,8 +26,9 @@ pub struct Floor {
     pub values: Vec<String>,
 }
 
-/// Whether chunking can split node `n` along some axis of some output (see the module docs).
-fn splittable(g: &Graph, f: &Facts, n: NodeId) -> bool {
+/// Whether chunking can split node `n` along some axis of some output (see the module docs), or
+/// writes it in a form that it can split (an op of positions, `chunk::positions`).
+fn splittable(g: &Graph, f: &Facts, dims: &BTreeMap<String, i64>, n: NodeId) -> bool {
     let node = g.node(n);
     if node.subgraphs().next().is_some() {
         return false;
@@ -35,6 +36,7 @@ fn splittable(g: &Graph, f: &Facts, n: NodeId) -> bool {
     let (ins, outs) = f.node_io(node);
     axis_flow(node, &ins, &outs)
         .is_some_and(|fl| fl.iter().flatten().any(|a| matches!(a, AxisFlow::Split(_))))
+        || crate::chunk::splits_as_positions(node, f, dims)
 }
 
 /// The bytes output 0 of node `n` can share with an input it may overwrite in place (the largest
@@ -119,7 +121,7 @@ pub fn floor(
             .node(n)
             .output_ids()
             .all(|v| facts.get(v).value.is_some());
-        if known || splittable(graph, facts, n) {
+        if known || splittable(graph, facts, dims, n) {
             continue;
         }
         let node = graph.node(n);

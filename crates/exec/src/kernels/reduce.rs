@@ -277,28 +277,75 @@ impl ReduceOp {
     }
 }
 
+/// What a layout does with an op's fold: `finish(n, fold of map(x) by comb from the lanes)` over the
+/// `n` elements of each output's sequence, `init` being an empty sequence's value. Generic methods,
+/// so each op's parts are inlined into the layout's loop (a body called through a pointer per
+/// element was 5-10x slower).
+trait FoldLayout<T> {
+    fn fold(
+        self,
+        map: impl Fn(T) -> T + Sync,
+        comb: impl Fn(T, T) -> T + Sync,
+        init: T,
+        finish: impl Fn(usize, T) -> T + Sync,
+    );
+}
+
+/// Every op's parts, given once to `layout`; `false` for LogSumExp, which folds twice (its
+/// second pass reads the max) and is not one fold.
+#[inline(always)]
+fn fold_op<T: ReduceElem>(op: ReduceOp, layout: impl FoldLayout<T>) -> bool {
+    let id = |v: T| v;
+    let done = |_: usize, v: T| v;
+    let square = |v: T| v.mul(v);
+    match op {
+        ReduceOp::Sum => layout.fold(id, T::add, T::ZERO, done),
+        ReduceOp::Mean => layout.fold(id, T::add, T::ZERO, |n, v: T| v.div_count(n)),
+        ReduceOp::Max => layout.fold(id, max_nan, T::LOWEST, done),
+        ReduceOp::Min => layout.fold(id, min_nan, T::HIGHEST, done),
+        ReduceOp::Prod => layout.fold(id, T::mul, T::ONE, done),
+        ReduceOp::L1 => layout.fold(T::abs, T::add, T::ZERO, done),
+        ReduceOp::L2 => layout.fold(square, T::add, T::ZERO, |_, v: T| v.sqrt()),
+        ReduceOp::SumSquare => layout.fold(square, T::add, T::ZERO, done),
+        ReduceOp::LogSum => layout.fold(id, T::add, T::ZERO, |_, v: T| v.ln()),
+        ReduceOp::LogSumExp => return false,
+    }
+    true
+}
+
+/// One sequence, its value into `out`.
+struct Seq<'a, T> {
+    xs: &'a [T],
+    out: &'a mut T,
+}
+
+impl<T: ReduceElem> FoldLayout<T> for Seq<'_, T> {
+    #[inline(always)]
+    fn fold(
+        self,
+        map: impl Fn(T) -> T + Sync,
+        comb: impl Fn(T, T) -> T + Sync,
+        init: T,
+        finish: impl Fn(usize, T) -> T + Sync,
+    ) {
+        *self.out = finish(self.xs.len(), fold_lanes(self.xs, map, comb, init));
+    }
+}
+
 /// Reduces one sequence (the reduced elements of one output, in canonical order).
 #[inline]
 pub fn reduce_seq<T: ReduceElem>(op: ReduceOp, xs: &[T]) -> T {
-    match op {
-        ReduceOp::Sum => sum_seq(xs),
-        ReduceOp::Mean => sum_seq(xs).div_count(xs.len()),
-        ReduceOp::Max => max_seq(xs),
-        ReduceOp::Min => fold_lanes(xs, |x| x, min_nan, T::HIGHEST),
-        ReduceOp::Prod => fold_lanes(xs, |x| x, T::mul, T::ONE),
-        ReduceOp::L1 => fold_lanes(xs, T::abs, T::add, T::ZERO),
-        ReduceOp::L2 => fold_lanes(xs, |x| x.mul(x), T::add, T::ZERO).sqrt(),
-        ReduceOp::SumSquare => fold_lanes(xs, |x| x.mul(x), T::add, T::ZERO),
-        ReduceOp::LogSum => sum_seq(xs).ln(),
-        ReduceOp::LogSumExp => {
-            let m = max_seq(xs);
-            if m.is_infinite() || m.is_nan() {
-                // All -inf gives -inf; any +inf gives +inf; NaN propagates.
-                return m;
-            }
-            m.add(fold_lanes(xs, |x| x.sub(m).exp(), T::add, T::ZERO).ln())
-        }
+    let mut r = T::ZERO;
+    if fold_op(op, Seq { xs, out: &mut r }) {
+        return r;
     }
+    // LogSumExp.
+    let m = max_seq(xs);
+    if m.is_infinite() || m.is_nan() {
+        // All -inf gives -inf; any +inf gives +inf; NaN propagates.
+        return m;
+    }
+    m.add(fold_lanes(xs, |x| x.sub(m).exp(), T::add, T::ZERO).ln())
 }
 
 /// Normalizes ONNX axes (negative allowed) to a sorted, deduplicated list.
@@ -456,12 +503,20 @@ fn for_each_output<T: ReduceElem, U: Send>(
             }
         }
     };
-    let total = g.out_len.saturating_mul(g.red_len.max(1));
-    let per_task = PAR_MIN_ELEMS
-        .div_ceil(g.red_len.max(1))
-        .max(g.out_len.div_ceil(rayon::current_num_threads() * 8));
     // One output element a row.
-    super::par::row_blocks(out, 1, (total >= PAR_MIN_ELEMS).then_some(per_task), run);
+    super::par::row_blocks(out, 1, outputs_per_task(g.out_len, g.red_len), run);
+}
+
+/// Outputs per task for `outputs` reductions of `seq_len` elements each: at least
+/// [`PAR_MIN_ELEMS`] input elements a task and about eight tasks a thread; `None` (one thread)
+/// below [`PAR_MIN_ELEMS`] in all.
+fn outputs_per_task(outputs: usize, seq_len: usize) -> Option<usize> {
+    let seq_len = seq_len.max(1);
+    (outputs.saturating_mul(seq_len) >= PAR_MIN_ELEMS).then(|| {
+        PAR_MIN_ELEMS
+            .div_ceil(seq_len)
+            .max(outputs.div_ceil(rayon::current_num_threads() * 8))
+    })
 }
 
 /// A reduction over one group of axes between kept ones, `[outer, rows, width]` with the reduced
@@ -546,61 +601,45 @@ fn fold_strip<T: Copy>(
     }
 }
 
-/// Every output of a [`Columns`] reduction: `post` of the fold of `map` of its column by `comb`.
-fn fold_columns<T: ReduceElem>(
-    x: &[T],
+/// Every output of a [`Columns`] reduction.
+struct ColumnsOf<'a, T> {
+    x: &'a [T],
     c: Columns,
-    out: &mut [T],
-    map: impl Fn(T) -> T + Sync,
-    comb: impl Fn(T, T) -> T + Sync,
-    post: impl Fn(T) -> T + Sync,
-) {
-    let Columns { rows, width } = c;
-    let run = |o0: usize, chunk: &mut [T]| {
-        let mut o = o0;
-        let mut rest = chunk;
-        while !rest.is_empty() {
-            // The part of this task's outputs in one block: columns b0.. of block `o / width`.
-            let (block, b0) = (o / width, o % width);
-            let n = (width - b0).min(rest.len());
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
-            let base = block * rows * width + b0;
-            for (i, strip) in head.chunks_mut(STRIP).enumerate() {
-                fold_strip(&x[base + i * STRIP..], width, rows, strip, &map, &comb);
-            }
-            for v in head.iter_mut() {
-                *v = post(*v);
-            }
-            o += n;
-            rest = tail;
-        }
-    };
-    let total = out.len().saturating_mul(rows);
-    let per_task = PAR_MIN_ELEMS
-        .div_ceil(rows)
-        .max(out.len().div_ceil(rayon::current_num_threads() * 8))
-        .next_multiple_of(STRIP);
-    super::par::row_blocks(out, 1, (total >= PAR_MIN_ELEMS).then_some(per_task), run);
+    out: &'a mut [T],
 }
 
-/// `op` over a [`Columns`] reduction, the same function of each column as [`reduce_seq`];
-/// `false` for an op it does not take (LogSumExp, whose second pass reads each column's max).
-fn reduce_columns<T: ReduceElem>(op: ReduceOp, x: &[T], c: Columns, out: &mut [T]) -> bool {
-    let id = |v: T| v;
-    let square = |v: T| v.mul(v);
-    match op {
-        ReduceOp::Sum => fold_columns(x, c, out, id, T::add, id),
-        ReduceOp::Mean => fold_columns(x, c, out, id, T::add, |v| v.div_count(c.rows)),
-        ReduceOp::Max => fold_columns(x, c, out, id, max_nan, id),
-        ReduceOp::Min => fold_columns(x, c, out, id, min_nan, id),
-        ReduceOp::Prod => fold_columns(x, c, out, id, T::mul, id),
-        ReduceOp::L1 => fold_columns(x, c, out, T::abs, T::add, id),
-        ReduceOp::L2 => fold_columns(x, c, out, square, T::add, T::sqrt),
-        ReduceOp::SumSquare => fold_columns(x, c, out, square, T::add, id),
-        ReduceOp::LogSum => fold_columns(x, c, out, id, T::add, T::ln),
-        ReduceOp::LogSumExp => return false,
+impl<T: ReduceElem> FoldLayout<T> for ColumnsOf<'_, T> {
+    fn fold(
+        self,
+        map: impl Fn(T) -> T + Sync,
+        comb: impl Fn(T, T) -> T + Sync,
+        _init: T,
+        finish: impl Fn(usize, T) -> T + Sync,
+    ) {
+        let ColumnsOf { x, c, out } = self;
+        let Columns { rows, width } = c;
+        let run = |o0: usize, chunk: &mut [T]| {
+            let mut o = o0;
+            let mut rest = chunk;
+            while !rest.is_empty() {
+                // The part of this task's outputs in one block: columns b0.. of block `o / width`.
+                let (block, b0) = (o / width, o % width);
+                let n = (width - b0).min(rest.len());
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
+                let base = block * rows * width + b0;
+                for (i, strip) in head.chunks_mut(STRIP).enumerate() {
+                    fold_strip(&x[base + i * STRIP..], width, rows, strip, &map, &comb);
+                }
+                for v in head.iter_mut() {
+                    *v = finish(rows, *v);
+                }
+                o += n;
+                rest = tail;
+            }
+        };
+        let per_task = outputs_per_task(out.len(), rows).map(|n| n.next_multiple_of(STRIP));
+        super::par::row_blocks(out, 1, per_task, run);
     }
-    true
 }
 
 /// ONNX Reduce* for one element type. `out` holds `reduce_out_shape(..)` elements.
@@ -632,8 +671,16 @@ pub fn reduce<T: ReduceElem>(
             Err(shape_err("Reduce output length mismatch"))
         };
     }
+    // LogSumExp (not one fold) takes the sequences' path.
     if let Some(c) = Columns::of(&g) {
-        if reduce_columns(op, x, c, out) {
+        if fold_op(
+            op,
+            ColumnsOf {
+                x,
+                c,
+                out: &mut *out,
+            },
+        ) {
             return Ok(());
         }
     }

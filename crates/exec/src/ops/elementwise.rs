@@ -278,6 +278,36 @@ fn softplus<T: Fl>(v: T) -> T {
 }
 
 #[inline(always)]
+fn sign<T: Fl>(v: T) -> T {
+    if v > T::c(0.0) {
+        T::c(1.0)
+    } else if v < T::c(0.0) {
+        T::c(-1.0)
+    } else {
+        v
+    }
+}
+
+#[inline(always)]
+fn relu<T: Fl>(v: T) -> T {
+    if v < T::c(0.0) {
+        T::c(0.0)
+    } else {
+        v
+    }
+}
+
+#[inline(always)]
+fn softsign<T: Fl>(v: T) -> T {
+    v / (T::c(1.0) + v.abs())
+}
+
+#[inline(always)]
+fn hard_swish<T: Fl>(v: T) -> T {
+    v * maxf(T::c(0.0), minf(T::c(1.0), v / T::c(6.0) + T::c(0.5)))
+}
+
+#[inline(always)]
 fn mish<T: Fl>(v: T) -> T {
     v * softplus(v).tanh()
 }
@@ -331,16 +361,8 @@ fn unary_fn<T: Fl>(op: &str, gelu_tanh: bool) -> Option<(UnFn<T>, [(&'static str
     let f: UnFn<T> = match op {
         "Abs" => |v, _| v.abs(),
         "Neg" => |v, _| -v,
-        "Sign" => |v, _| {
-            if v > T::c(0.0) {
-                T::c(1.0)
-            } else if v < T::c(0.0) {
-                T::c(-1.0)
-            } else {
-                v
-            }
-        },
-        "Relu" => |v, _| if v < T::c(0.0) { T::c(0.0) } else { v },
+        "Sign" => |v, _| sign(v),
+        "Relu" => |v, _| relu(v),
         "Sqrt" => |v, _| v.sqrt(),
         "Exp" => |v, _| v.exp(),
         "Log" => |v, _| v.ln(),
@@ -362,10 +384,10 @@ fn unary_fn<T: Fl>(op: &str, gelu_tanh: bool) -> Option<(UnFn<T>, [(&'static str
         "Asinh" => |v, _| v.asinh(),
         "Acosh" => |v, _| v.acosh(),
         "Atanh" => |v, _| v.atanh(),
-        "Softsign" => |v, _| v / (T::c(1.0) + v.abs()),
+        "Softsign" => |v, _| softsign(v),
         "Softplus" => |v, _| softplus(v),
         "Mish" => |v, _| mish(v),
-        "HardSwish" => |v, _| v * maxf(T::c(0.0), minf(T::c(1.0), v / T::c(6.0) + T::c(0.5))),
+        "HardSwish" => |v, _| hard_swish(v),
         "Gelu" if gelu_tanh => |v, _| {
             let k0 = (T::c(2.0) / T::c(std::f64::consts::PI)).sqrt();
             T::c(0.5) * v * (T::c(1.0) + (k0 * (v + T::c(0.044715) * v * v * v)).tanh())
@@ -452,6 +474,20 @@ fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpF
         Some((_, attrs)) => unary_params::<f32>(ctx, attrs),
         None => Ok([0.0; 2]),
     };
+    // `f(v)` (or a body of `v`), inlined into the loop.
+    macro_rules! inlined {
+        (|$v:ident| $body:expr) => {
+            unary(
+                x,
+                out,
+                #[inline(always)]
+                |$v: f32| $body,
+            )?
+        };
+        ($f:ident) => {
+            inlined!(|v| $f(v))
+        };
+    }
     // `f(v, &p)` with the op's attributes `p`, inlined into the loop.
     macro_rules! with_params {
         ($f:ident) => {{
@@ -465,44 +501,11 @@ fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpF
         }};
     }
     match op {
-        "Floor" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| v.floor(),
-        )?,
-        "Ceil" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| v.ceil(),
-        )?,
-        "Sign" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| {
-                if v > 0.0 {
-                    1.0
-                } else if v < 0.0 {
-                    -1.0
-                } else {
-                    v
-                }
-            },
-        )?,
-        "Softsign" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| v / (1.0 + v.abs()),
-        )?,
-        "HardSwish" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| v * maxf(0.0, minf(1.0, v / 6.0 + 0.5)),
-        )?,
+        "Floor" => inlined!(|v| v.floor()),
+        "Ceil" => inlined!(|v| v.ceil()),
+        "Sign" => inlined!(sign),
+        "Softsign" => inlined!(softsign),
+        "HardSwish" => inlined!(hard_swish),
         "HardSigmoid" => with_params!(hard_sigmoid),
         "LeakyRelu" => with_params!(leaky_relu),
         "Elu" => with_params!(elu),
@@ -511,50 +514,15 @@ fn unary_f32_inline(ctx: &OpCtx, x: &[f32], out: &mut [f32]) -> Result<bool, OpF
         "Sigmoid" => unary(x, out, sigmoid_f32)?,
         "Exp" => unary(x, out, exp_f32)?,
         "Log" => unary(x, out, ln_f32)?,
-        "Softplus" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| softplus(v),
-        )?,
-        "Mish" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| mish(v),
-        )?,
+        "Softplus" => inlined!(softplus),
+        "Mish" => inlined!(mish),
         "Erf" => unary(x, out, erf_f32)?,
         "Tanh" => unary(x, out, tanh_f32)?,
-        "Relu" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| if v < 0.0 { 0.0 } else { v },
-        )?,
-        "Neg" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| -v,
-        )?,
-        "Abs" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| v.abs(),
-        )?,
-        "Sqrt" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| v.sqrt(),
-        )?,
-        "Reciprocal" => unary(
-            x,
-            out,
-            #[inline(always)]
-            |v: f32| 1.0 / v,
-        )?,
+        "Relu" => inlined!(relu),
+        "Neg" => inlined!(|v| -v),
+        "Abs" => inlined!(|v| v.abs()),
+        "Sqrt" => inlined!(|v| v.sqrt()),
+        "Reciprocal" => inlined!(|v| 1.0 / v),
         _ => return Ok(false),
     }
     Ok(true)

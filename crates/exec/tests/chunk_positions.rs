@@ -1,0 +1,172 @@
+//! Ops of positions (`Trilu`, `EyeLike`) inside chunked regions: chunking writes them as
+//! comparisons of row and column index constants (`plan::chunk::positions`), so a region grows
+//! through them along rows or columns. Each chunked graph runs to the same bits as the original,
+//! plain and from its plan, with the measured peak the planned one, whatever the diagonal offset
+//! (below, on and beyond either edge) and with NaN, infinities and -0 among the kept and the
+//! zeroed elements.
+
+use std::collections::BTreeMap;
+
+use memplan_exec::{run, run_planned, RunOptions, Tensor};
+use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
+use memplan_ir::{DataType, TensorData};
+use memplan_plan::chunk::{chunk_to_budget, ChunkOptions};
+
+fn int_attr(name: &str, v: i64) -> Attribute {
+    Attribute {
+        name: name.into(),
+        value: AttrValue::Int(v),
+        doc: String::new(),
+    }
+}
+
+/// `x [B, S, S]` (`[S, S]` when `batch` is false).
+fn input_x(g: &mut Graph, batch: bool) -> memplan_ir::ValueId {
+    let s = || DeclDim::Param("S".into());
+    let dims = if batch {
+        vec![DeclDim::Param("B".into()), s(), s()]
+    } else {
+        vec![s(), s()]
+    };
+    g.add_input("x", DeclType::tensor(DataType::F32, dims))
+}
+
+/// `y = Softmax(Trilu(x, k)) * x`: the mask's rows are the softmax's rows. (With a batch of 1: the
+/// rows are then the outermost axis that varies, so chunks of them are assembled in place.)
+fn trilu_model(upper: bool, k: Option<i64>, batch: bool) -> Model {
+    let mut g = Graph::default();
+    let x = input_x(&mut g, batch);
+    let k = k.map(|k| g.add_initializer(TensorData::from_i64("k", vec![], &[k])));
+    let (_, t) = g.add_node(
+        "tri",
+        "Trilu",
+        &[Some(x), k],
+        &["t"],
+        vec![int_attr("upper", upper as i64)],
+    );
+    let (_, s) = g.add_node(
+        "soft",
+        "Softmax",
+        &[Some(t[0])],
+        &["s"],
+        vec![int_attr("axis", -1)],
+    );
+    let (_, y) = g.add_node("mul", "Mul", &[Some(s[0]), Some(x)], &["y"], vec![]);
+    g.outputs.push(y[0]);
+    Model {
+        graph: g,
+        ..Model::default()
+    }
+}
+
+/// `y = Softmax(EyeLike(x, k) + x)`.
+fn eye_model(k: i64) -> Model {
+    let mut g = Graph::default();
+    let x = input_x(&mut g, false);
+    let (_, e) = g.add_node("eye", "EyeLike", &[Some(x)], &["e"], vec![int_attr("k", k)]);
+    let (_, a) = g.add_node("add", "Add", &[Some(e[0]), Some(x)], &["a"], vec![]);
+    let (_, y) = g.add_node(
+        "soft",
+        "Softmax",
+        &[Some(a[0])],
+        &["y"],
+        vec![int_attr("axis", -1)],
+    );
+    g.outputs.push(y[0]);
+    Model {
+        graph: g,
+        ..Model::default()
+    }
+}
+
+fn input(shape: &[usize]) -> BTreeMap<String, Tensor> {
+    let n: usize = shape.iter().product();
+    let mut v: Vec<f32> = (0..n)
+        .map(|i| ((i * 31 % 113) as f32) / 40.0 - 1.4)
+        .collect();
+    // Specials on and off the diagonals: kept as they are, or zeroed.
+    for (i, s) in [f32::NAN, f32::INFINITY, -0.0, f32::NEG_INFINITY]
+        .iter()
+        .enumerate()
+    {
+        v[i * 7 + 1] = *s;
+        v[n - 1 - i * 5] = *s;
+    }
+    BTreeMap::from([("x".to_string(), Tensor::from_vec(shape, &v, None).unwrap())])
+}
+
+/// Chunks `model` as low as it goes, 4 chunks a region: no op of positions is left, a region
+/// was cut along an axis of extent `s`, and the chunked graph runs plain and from its plan to the
+/// original's bits, measured = planned.
+fn check(model: &Model, dims: &[(&str, i64)], shape: &[usize], s: i64) {
+    let dims: BTreeMap<String, i64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let facts = memplan_ir::infer_model_for(model, &dims).unwrap();
+    let want = run(&model.graph, &facts, input(shape), &RunOptions::default()).unwrap();
+    let opts = ChunkOptions {
+        chunk_counts: vec![4],
+        ..ChunkOptions::default()
+    };
+    let c = chunk_to_budget(model, &dims, &opts).unwrap();
+    let ops: Vec<&str> = c.model.graph.nodes.iter().map(|n| n.op.as_str()).collect();
+    assert!(
+        !ops.iter().any(|o| matches!(*o, "Trilu" | "EyeLike")),
+        "{ops:?} {:?} {} -> {}",
+        c.steps
+            .iter()
+            .map(|st| (st.nodes, st.extent))
+            .collect::<Vec<_>>(),
+        c.peak_before,
+        c.peak_after
+    );
+    assert!(
+        c.steps.iter().any(|st| st.extent == s),
+        "no region along an axis of {s}: {:?}",
+        c.steps
+            .iter()
+            .map(|st| (st.nodes, st.extent))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        c.peak_after < c.peak_before,
+        "{} -> {}",
+        c.peak_before,
+        c.peak_after
+    );
+    let f = memplan_ir::infer_model_for(&c.model, &dims).unwrap();
+    let plain = run(&c.model.graph, &f, input(shape), &RunOptions::default()).unwrap();
+    let out = memplan_plan::optimize(&c.model.graph, &f, &dims, &Default::default()).unwrap();
+    let planned = run_planned(&c.model.graph, &f, input(shape), &out.plan, 18).unwrap();
+    for got in [&plain, &planned] {
+        assert_eq!(got.outputs[0].1.bytes(), want.outputs[0].1.bytes());
+    }
+    assert_eq!(planned.peak_bytes, out.report.peak_bytes_after);
+}
+
+#[test]
+fn trilu_chunks_along_its_rows_with_the_bits_of_the_whole() {
+    let s = 24;
+    for upper in [true, false] {
+        for k in [None, Some(0), Some(2), Some(-3), Some(s + 5), Some(-s - 5)] {
+            check(
+                &trilu_model(upper, k, false),
+                &[("S", s)],
+                &[s as usize, s as usize],
+                s,
+            );
+            check(
+                &trilu_model(upper, k, true),
+                &[("B", 1), ("S", s)],
+                &[1, s as usize, s as usize],
+                s,
+            );
+        }
+    }
+}
+
+#[test]
+fn eyelike_chunks_along_its_rows_with_the_bits_of_the_whole() {
+    let s = 20;
+    for k in [0, 3, -2, s + 1] {
+        check(&eye_model(k), &[("S", s)], &[s as usize, s as usize], s);
+    }
+}
