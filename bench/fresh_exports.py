@@ -6,6 +6,8 @@ A second batch (written to OUT=target/fresh2): transformers' XLNet, RoFormer, MP
 Nystromformer, Perceiver (text preprocessor), PatchTST, HuBERT, SqueezeBERT, CvT, PoolFormer,
 ViT-MAE (random masking left in the graph), Reformer (LSH, random rotations); torchvision's
 Swin-V2-T, MaxViT-T, GoogLeNet.
+A third batch (OUT=target/fresh3): transformers' GPT-Neo (local + global layers), CodeGen, GPTBigCode
+(multi-query), BioGPT, XGLM, ELECTRA, FNet (Fourier mixing), Mamba (selective scan).
 usage: python bench/fresh_exports.py NAME [legacy|dynamo|both]   (OUT=dir, default target/fresh)
 Writes $OUT/NAME_{legacy,dynamo}.onnx
 """
@@ -422,12 +424,111 @@ def googlenet():
     return m, args, inames, onames, dyn_axes, {"x": {2: Dim.AUTO, 3: Dim.AUTO}}
 
 
+# ---- third batch (OUT=target/fresh3): more transformers text models, input_ids [1, S] ----
+
+class OnesMasked(nn.Module):
+    """`last_hidden_state` of a decoder for `input_ids` with an all-ones `attention_mask`, no cache.
+    (With no mask, transformers' masking utils look for packed sequences with torch.diff over the
+    position ids, which the TorchScript exporter cannot export: "aten::diff ... not supported".)"""
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), use_cache=False).last_hidden_state
+
+
+def masked_decoder(m, seq=32, max_s=4096):
+    """`OnesMasked(m)` over `input_ids` [1, S], ids in [0, 1000)."""
+    ids = torch.randint(0, 1000, (1, seq))
+    return (OnesMasked(m), (ids,), ["input_ids"], ["last_hidden_state"],
+            {"input_ids": {1: "S"}}, {"input_ids": {1: Dim("S", min=2, max=max_s)}})
+
+
+def gpt_neo():
+    """GPT-Neo: alternating global and local (sliding window of 128) causal attention layers,
+    learned absolute positions, no attention scaling."""
+    from transformers import GPTNeoConfig, GPTNeoModel
+    cfg = GPTNeoConfig(vocab_size=1000, hidden_size=128, num_layers=2, num_heads=4, intermediate_size=256,
+                       max_position_embeddings=4096, attention_types=[[["global", "local"], 1]], window_size=128,
+                       attn_implementation="eager")
+    return masked_decoder(GPTNeoModel(cfg).eval())
+
+
+def codegen():
+    """CodeGen: fused qkv split in 4 groups (mp_num), partial rotary (rotary_dim 16 of head 32) from a
+    sin/cos table sliced by position ids, parallel attention + MLP."""
+    from transformers import CodeGenConfig, CodeGenModel
+    cfg = CodeGenConfig(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_inner=256, rotary_dim=16,
+                        n_positions=4096, n_ctx=4096, attn_implementation="eager")
+    return masked_decoder(CodeGenModel(cfg).eval())
+
+
+def gpt_bigcode():
+    """GPTBigCode (SantaCoder/StarCoder): multi-query attention (one shared k/v head, fused c_attn
+    with q 128 + kv 2x32), learned positions."""
+    from transformers import GPTBigCodeConfig, GPTBigCodeModel
+    cfg = GPTBigCodeConfig(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_inner=256, n_positions=4096,
+                           multi_query=True, attn_implementation="eager")
+    return masked_decoder(GPTBigCodeModel(cfg).eval())
+
+
+def biogpt():
+    """BioGPT: causal decoder with learned positions offset by 2 from a cumsum of the attention
+    mask, scaled embeddings."""
+    from transformers import BioGptConfig, BioGptModel
+    cfg = BioGptConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=256, max_position_embeddings=4096, attn_implementation="eager")
+    return text_encoder(BioGptModel(cfg).eval(), max_s=4096, use_cache=False)
+
+
+def xglm():
+    """XGLM: causal decoder with sinusoidal positions (offset 2) taken from a precomputed table that
+    forward regrows when S exceeds it, scaled embeddings."""
+    from transformers import XGLMConfig, XGLMModel
+    cfg = XGLMConfig(vocab_size=1000, d_model=128, num_layers=2, attention_heads=4, ffn_dim=256,
+                     max_position_embeddings=4096, attn_implementation="eager")
+    return text_encoder(XGLMModel(cfg).eval(), max_s=4096, use_cache=False)
+
+
+def electra():
+    """ELECTRA discriminator encoder: embedding 64 projected to hidden 128, bidirectional attention
+    with an all-ones padding mask, absolute learned positions."""
+    from transformers import ElectraConfig, ElectraModel
+    cfg = ElectraConfig(vocab_size=1000, embedding_size=64, hidden_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=256, max_position_embeddings=4096,
+                        attn_implementation="eager")
+    return text_encoder(ElectraModel(cfg).eval(), max_s=4096)
+
+
+def fnet():
+    """FNet: no attention, token mixing by a 2-D FFT over (S, hidden) keeping the real part (dynamo
+    only: the TorchScript exporter has no aten::fft_fftn)."""
+    from transformers import FNetConfig, FNetModel
+    cfg = FNetConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, intermediate_size=256,
+                     max_position_embeddings=4096, use_tpu_fourier_optimizations=False)
+    return text_encoder(FNetModel(cfg).eval(), max_s=4096)
+
+
+def mamba():
+    """Mamba: no attention or positions; causal depthwise conv1d then a selective scan (the slow
+    path: a Python loop over S with input-dependent A/B/C/dt), unrolled at export: the dynamo file
+    is static at S=32; the legacy file keeps a symbolic S but onnxruntime rejects it (Tile with a
+    non-1-D repeats input), so it is not kept."""
+    from transformers import MambaConfig, MambaModel
+    cfg = MambaConfig(vocab_size=1000, hidden_size=64, state_size=16, num_hidden_layers=2, expand=2,
+                      conv_kernel=4, use_cache=False)
+    return text_encoder(MambaModel(cfg).eval(), max_s=4096, use_cache=False)
+
+
 MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
               fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip,
               xlnet=xlnet, roformer=roformer, mpnet=mpnet, opt=opt, nystromformer=nystromformer,
               perceiver=perceiver, patchtst=patchtst, hubert=hubert, squeezebert=squeezebert, cvt=cvt,
               poolformer=poolformer, vitmae=vitmae, reformer=reformer, swin_v2_t=swin_v2_t,
-              maxvit_t=maxvit_t, googlenet=googlenet)
+              maxvit_t=maxvit_t, googlenet=googlenet,
+              gpt_neo=gpt_neo, codegen=codegen, gpt_bigcode=gpt_bigcode, biogpt=biogpt, xglm=xglm,
+              electra=electra, fnet=fnet, mamba=mamba)
 
 if __name__ == "__main__":
     name = sys.argv[1]

@@ -299,6 +299,15 @@ impl Fact {
             .collect()
     }
 
+    /// The dims at the symbols' values `dims`, when every dim evaluates there to a size.
+    pub fn shape_at(&self, dims: &BTreeMap<String, i64>) -> Option<Vec<u64>> {
+        self.shape
+            .as_ref()?
+            .iter()
+            .map(|d| d.eval_map(dims).ok().and_then(|v| u64::try_from(v).ok()))
+            .collect()
+    }
+
     /// Element count as an expression.
     pub fn numel(&self) -> Option<Expr> {
         self.shape.as_ref().map(|s| Expr::product(s.iter()))

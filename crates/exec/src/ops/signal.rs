@@ -1,7 +1,9 @@
 //! Signal ops: the window functions `HannWindow`, `HammingWindow`, `BlackmanWindow`
 //! (`periodic` default 1), `MelWeightMatrix`, `DFT` and `STFT`. Each element is computed in f64
 //! from its index alone; the transforms sum directly over the signal in index order (`O(n^2)` per
-//! line, exact twiddles from `(k * t) mod n`). Scratch: none.
+//! line, exact twiddles from `(k * t) mod n`, looked up in a table of the `n` twiddles made once a
+//! node), each output line's real and imaginary parts together, lines in parallel: the same sum for
+//! an element whichever lines a task or a chunk holds. Scratch: the table.
 
 use half::{bf16, f16};
 use memplan_ir::DataType;
@@ -150,6 +152,73 @@ fn reader<T: Element + Copy + Into<f64>>(d: &[T]) -> impl Fn(usize) -> f64 + '_ 
     move |i| d[i].into()
 }
 
+/// [`twiddle`]`(m, n, sign)` for every `m` in `0..n`, made once for a transform's lines.
+fn twiddles(n: usize, sign: f64) -> Vec<(f64, f64)> {
+    (0..n).map(|m| twiddle(m, n, sign)).collect()
+}
+
+/// `sum_t x(t) e^{sign 2 pi i t k / n}` over `t` in `0..len`, in index order, with the twiddles
+/// `tw` of `n`: (real, imaginary).
+#[inline]
+fn direct_sum(
+    len: usize,
+    k: usize,
+    tw: &[(f64, f64)],
+    x: impl Fn(usize) -> (f64, f64),
+) -> (f64, f64) {
+    let n = tw.len();
+    let step = k % n;
+    let (mut re, mut im, mut m) = (0.0, 0.0, 0);
+    for t in 0..len {
+        let (xr, xi) = x(t);
+        let (wr, wi) = tw[m];
+        re += xr * wr - xi * wi;
+        im += xr * wi + xi * wr;
+        m += step;
+        if m >= n {
+            m -= n;
+        }
+    }
+    (re, im)
+}
+
+/// Writes every line of `c_out` (1 or 2) elements of `out` from `line(i)` (real, imaginary; the
+/// real part alone when `c_out` is 1), lines in parallel where `terms` per line make it worth it.
+fn fill_lines(
+    out: &mut Tensor,
+    c_out: usize,
+    terms: usize,
+    line: impl Fn(usize) -> (f64, f64) + Sync,
+    what: &str,
+) -> Result<(), OpFail> {
+    // About 64 Ki terms a task.
+    let per_task = (1usize << 16).div_ceil(terms.max(1));
+    macro_rules! fill {
+        ($t:ty, $conv:expr) => {{
+            let data = out.data_mut::<$t>()?;
+            let lines = data.len() / c_out.max(1);
+            let par = (lines.saturating_mul(terms) >= 1 << 16).then_some(per_task);
+            crate::kernels::par::row_blocks(data, c_out, par, |l0, chunk| {
+                for (j, row) in chunk.chunks_mut(c_out).enumerate() {
+                    let (re, im) = line(l0 + j);
+                    row[0] = $conv(re);
+                    if let Some(d) = row.get_mut(1) {
+                        *d = $conv(im);
+                    }
+                }
+            });
+        }};
+    }
+    match out.dtype {
+        DataType::F32 => fill!(f32, |v: f64| v as f32),
+        DataType::F64 => fill!(f64, |v: f64| v),
+        DataType::F16 => fill!(f16, f16::from_f64),
+        DataType::BF16 => fill!(bf16, bf16::from_f64),
+        d => return unsupported(format!("{what} of {d}")),
+    }
+    Ok(())
+}
+
 /// Runs `$body` with `$get` reading `$t`'s elements as f64 (f32, f64, f16, bf16).
 macro_rules! with_reader {
     ($t:expr, $get:ident => $body:expr) => {
@@ -226,42 +295,39 @@ fn dft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let (n_out, c_out) = (shape[a], shape[r - 1]);
     let inner: usize = x.shape[a + 1..r - 1].iter().product();
     let mut out = ctx.alloc_for_overwrite(x.dtype, &shape)?;
-    // Output element `idx` = ((o * n_out + k) * inner + i) * c_out + part.
-    let value = |get: &dyn Fn(usize) -> f64, idx: usize| -> f64 {
-        let part = idx % c_out;
-        let i = idx / c_out % inner;
-        let k = idx / c_out / inner % n_out;
-        let o = idx / c_out / inner / n_out;
+    let sign = if inverse { 1.0 } else { -1.0 };
+    let tw = twiddles(len, sign);
+    // Output line `l` = (o * n_out + k) * inner + i, its `c_out` parts last.
+    let line = |get: &(dyn Fn(usize) -> f64 + Sync), l: usize| -> (f64, f64) {
+        let i = l % inner;
+        let k = l / inner % n_out;
+        let o = l / inner / n_out;
         let sample = |t: usize| -> (f64, f64) {
             let at = ((o * n_in + t) * inner + i) * c;
             (get(at), if c == 2 { get(at + 1) } else { 0.0 })
         };
-        let (mut re, mut im) = (0.0, 0.0);
         if inverse && onesided {
             let m = (len / 2 + 1).min(n_in);
+            let mut re = 0.0;
+            let mut tk = 0;
             for q in 0..m {
                 let (xr, xi) = sample(q);
-                let (wr, wi) = twiddle(q * k, len, 1.0);
+                let (wr, wi) = tw[tk];
                 let w = if q == 0 || 2 * q == len { 1.0 } else { 2.0 };
                 re += w * (xr * wr - xi * wi);
+                tk = (tk + k) % len;
             }
-            return re / len as f64;
+            return (re / len as f64, 0.0);
         }
-        let sign = if inverse { 1.0 } else { -1.0 };
-        for t in 0..n_in.min(len) {
-            let (xr, xi) = sample(t);
-            let (wr, wi) = twiddle(t * k, len, sign);
-            re += xr * wr - xi * wi;
-            im += xr * wi + xi * wr;
-        }
-        let v = if part == 0 { re } else { im };
+        let (re, im) = direct_sum(n_in.min(len), k, &tw, sample);
         if inverse {
-            v / len as f64
+            (re / len as f64, im / len as f64)
         } else {
-            v
+            (re, im)
         }
     };
-    with_reader!(x, get => fill_with(&mut out, |idx| value(&get, idx), "DFT")?);
+    let terms = n_in.min(len);
+    with_reader!(x, get => fill_lines(&mut out, c_out, terms, |l| line(&get, l), "DFT")?);
     Ok(vec![out])
 }
 
@@ -306,35 +372,36 @@ fn stft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
     let frames = 1 + (n - fl) / step;
     let bins = if onesided { fl / 2 + 1 } else { fl };
     let mut out = ctx.alloc_for_overwrite(x.dtype, &[batch, frames, bins, 2])?;
-    let value = |get: &dyn Fn(usize) -> f64, win: &dyn Fn(usize) -> f64, idx: usize| -> f64 {
-        let part = idx % 2;
-        let k = idx / 2 % bins;
-        let f = idx / 2 / bins % frames;
-        let b = idx / 2 / bins / frames;
-        let (mut re, mut im) = (0.0, 0.0);
-        for t in 0..fl {
+    let tw = twiddles(fl, -1.0);
+    // Output line `l` = (b * frames + f) * bins + k.
+    let line = |get: &(dyn Fn(usize) -> f64 + Sync),
+                win: &(dyn Fn(usize) -> f64 + Sync),
+                l: usize|
+     -> (f64, f64) {
+        let k = l % bins;
+        let f = l / bins % frames;
+        let b = l / bins / frames;
+        direct_sum(fl, k, &tw, |t| {
             let at = (b * n + f * step + t) * c;
             let w = win(t);
-            let (xr, xi) = (w * get(at), if c == 2 { w * get(at + 1) } else { 0.0 });
-            let (wr, wi) = twiddle(t * k, fl, -1.0);
-            re += xr * wr - xi * wi;
-            im += xr * wi + xi * wr;
-        }
-        if part == 0 {
-            re
-        } else {
-            im
-        }
+            (w * get(at), if c == 2 { w * get(at + 1) } else { 0.0 })
+        })
     };
     match window {
-        Some(w) => with_reader!(w, win => with_reader!(x, get => fill_with(
+        Some(w) => with_reader!(w, win => with_reader!(x, get => fill_lines(
             &mut out,
-            |idx| value(&get, &win, idx),
+            2,
+            fl,
+            |l| line(&get, &win, l),
             "STFT"
         )?)),
-        None => {
-            with_reader!(x, get => fill_with(&mut out, |idx| value(&get, &|_| 1.0, idx), "STFT")?)
-        }
+        None => with_reader!(x, get => fill_lines(
+            &mut out,
+            2,
+            fl,
+            |l| line(&get, &|_| 1.0, l),
+            "STFT"
+        )?),
     }
     Ok(vec![out])
 }

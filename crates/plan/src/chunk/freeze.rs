@@ -44,12 +44,7 @@ pub(crate) fn freeze_shape_values(
         let Some(Known::Int(exprs)) = &f.value else {
             return None;
         };
-        let shape = f
-            .shape
-            .as_ref()?
-            .iter()
-            .map(|d| d.eval_map(dims).ok().and_then(|x| u64::try_from(x).ok()))
-            .collect::<Option<Vec<u64>>>()?;
+        let shape = f.shape_at(dims)?;
         let vals = exprs
             .iter()
             .map(|e| e.eval_map(dims).ok())

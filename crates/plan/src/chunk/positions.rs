@@ -47,12 +47,7 @@ pub(super) fn positional(
     let out = node.outputs.first().copied().flatten()?;
     let of = facts.get(out);
     let dtype = of.dtype.filter(|&d| d != DataType::String)?;
-    let shape = of
-        .shape
-        .as_ref()?
-        .iter()
-        .map(|d| d.eval_map(dims).ok().and_then(|v| u64::try_from(v).ok()))
-        .collect::<Option<Vec<u64>>>()?;
+    let shape = of.shape_at(dims)?;
     let [.., rows, cols] = shape[..] else {
         return None;
     };
