@@ -3,7 +3,7 @@
 //! from its index alone; the transforms sum directly over the signal in index order (`O(n^2)` per
 //! line, exact twiddles from `(k * t) mod n`, looked up in a table of the `n` twiddles made once a
 //! node), each output line's real and imaginary parts together, lines in parallel: the same sum for
-//! an element whichever lines a task or a chunk holds. Scratch: the table.
+//! an element whichever lines a task or a chunk holds. Scratch: the table, `2 n` f64.
 
 use half::{bf16, f16};
 use memplan_ir::DataType;
@@ -152,26 +152,30 @@ fn reader<T: Element + Copy + Into<f64>>(d: &[T]) -> impl Fn(usize) -> f64 + '_ 
     move |i| d[i].into()
 }
 
-/// [`twiddle`]`(m, n, sign)` for every `m` in `0..n`, made once for a transform's lines.
-fn twiddles(n: usize, sign: f64) -> Vec<(f64, f64)> {
-    (0..n).map(|m| twiddle(m, n, sign)).collect()
+/// [`twiddle`]`(m, n, sign)` for every `m` in `0..n`, made once for a transform's lines, in counted
+/// scratch (`2 n` f64: the op table's scratch rule, `ir::ops::signal::transform_scratch`).
+fn twiddles(
+    ctx: &OpCtx,
+    n: usize,
+    sign: f64,
+) -> Result<crate::mem::ScratchBuf<f64>, OpFail> {
+    let mut tw = ctx.scratch::<f64>(2 * n)?;
+    for (m, w) in tw.as_mut_slice().chunks_exact_mut(2).enumerate() {
+        (w[0], w[1]) = twiddle(m, n, sign);
+    }
+    Ok(tw)
 }
 
 /// `sum_t x(t) e^{sign 2 pi i t k / n}` over `t` in `0..len`, in index order, with the twiddles
-/// `tw` of `n`: (real, imaginary).
+/// `tw` of `n` (real and imaginary parts interleaved): (real, imaginary).
 #[inline]
-fn direct_sum(
-    len: usize,
-    k: usize,
-    tw: &[(f64, f64)],
-    x: impl Fn(usize) -> (f64, f64),
-) -> (f64, f64) {
-    let n = tw.len();
+fn direct_sum(len: usize, k: usize, tw: &[f64], x: impl Fn(usize) -> (f64, f64)) -> (f64, f64) {
+    let n = tw.len() / 2;
     let step = k % n;
     let (mut re, mut im, mut m) = (0.0, 0.0, 0);
     for t in 0..len {
         let (xr, xi) = x(t);
-        let (wr, wi) = tw[m];
+        let (wr, wi) = (tw[2 * m], tw[2 * m + 1]);
         re += xr * wr - xi * wi;
         im += xr * wi + xi * wr;
         m += step;
@@ -296,7 +300,8 @@ fn dft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let inner: usize = x.shape[a + 1..r - 1].iter().product();
     let mut out = ctx.alloc_for_overwrite(x.dtype, &shape)?;
     let sign = if inverse { 1.0 } else { -1.0 };
-    let tw = twiddles(len, sign);
+    let tw = twiddles(ctx, len, sign)?;
+    let tw = tw.as_slice();
     // Output line `l` = (o * n_out + k) * inner + i, its `c_out` parts last.
     let line = |get: &(dyn Fn(usize) -> f64 + Sync), l: usize| -> (f64, f64) {
         let i = l % inner;
@@ -312,14 +317,14 @@ fn dft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
             let mut tk = 0;
             for q in 0..m {
                 let (xr, xi) = sample(q);
-                let (wr, wi) = tw[tk];
+                let (wr, wi) = (tw[2 * tk], tw[2 * tk + 1]);
                 let w = if q == 0 || 2 * q == len { 1.0 } else { 2.0 };
                 re += w * (xr * wr - xi * wi);
                 tk = (tk + k) % len;
             }
             return (re / len as f64, 0.0);
         }
-        let (re, im) = direct_sum(n_in.min(len), k, &tw, sample);
+        let (re, im) = direct_sum(n_in.min(len), k, tw, sample);
         if inverse {
             (re / len as f64, im / len as f64)
         } else {
@@ -372,7 +377,8 @@ fn stft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
     let frames = 1 + (n - fl) / step;
     let bins = if onesided { fl / 2 + 1 } else { fl };
     let mut out = ctx.alloc_for_overwrite(x.dtype, &[batch, frames, bins, 2])?;
-    let tw = twiddles(fl, -1.0);
+    let tw = twiddles(ctx, fl, -1.0)?;
+    let tw = tw.as_slice();
     // Output line `l` = (b * frames + f) * bins + k.
     let line = |get: &(dyn Fn(usize) -> f64 + Sync),
                 win: &(dyn Fn(usize) -> f64 + Sync),
@@ -381,7 +387,7 @@ fn stft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
         let k = l % bins;
         let f = l / bins % frames;
         let b = l / bins / frames;
-        direct_sum(fl, k, &tw, |t| {
+        direct_sum(fl, k, tw, |t| {
             let at = (b * n + f * step + t) * c;
             let w = win(t);
             (w * get(at), if c == 2 { w * get(at + 1) } else { 0.0 })

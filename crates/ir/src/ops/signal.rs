@@ -2,11 +2,13 @@
 //! `BlackmanWindow`, `MelWeightMatrix`, `DFT` and `STFT`.
 //!
 //! The kernels (`exec::ops::signal`) compute each element from its index alone (the transforms by
-//! direct summation over the signal, in f64) and hold no scratch.
+//! direct summation over the signal, in f64); the transforms hold a table of their length's
+//! twiddles as scratch (`transform_scratch`), the windows none.
 
 use crate::dim::Expr;
 use crate::dtype::DataType;
-use crate::infer::{invalid, Fact, InferCtx, OpError};
+use crate::graph::Node;
+use crate::infer::{invalid, Fact, InferCtx, Known, OpError};
 
 use super::{Mem, OpDef};
 
@@ -16,10 +18,59 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("BlackmanWindow", (1, 1), window, Mem::NEW),
     OpDef::new("MelWeightMatrix", (5, 5), mel_weight_matrix, Mem::NEW),
     // Inputs: input, dft_length, axis (opset 20+; an attribute before).
-    OpDef::new("DFT", (1, 3), dft, Mem::NEW),
+    OpDef::new("DFT", (1, 3), dft, TRANSFORM),
     // Inputs: signal, frame_step, window, frame_length.
-    OpDef::new("STFT", (2, 4), stft, Mem::NEW),
+    OpDef::new("STFT", (2, 4), stft, TRANSFORM),
 ];
+
+const TRANSFORM: Mem = Mem {
+    scratch: Some(transform_scratch),
+    ..Mem::NEW
+};
+
+/// The one integer input `i` holds, when known.
+fn known_input(inputs: &[Option<&Fact>], i: usize) -> Option<Expr> {
+    match &inputs.get(i).copied().flatten()?.value {
+        Some(Known::Int(v)) if v.len() == 1 => Some(v[0].clone()),
+        _ => None,
+    }
+}
+
+/// The scratch of `DFT` and `STFT`: their transform length's twiddles, two f64 each (the kernels'
+/// table); 0 where the length is not known (inference refuses the node then).
+fn transform_scratch(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&Fact>],
+    _outputs: &[Option<&Fact>],
+) -> Expr {
+    let shape = |i: usize| inputs.get(i).copied().flatten()?.shape.as_deref();
+    let len = if node.op == "STFT" {
+        known_input(inputs, 3).or_else(|| shape(2).and_then(|w| w.first().cloned()))
+    } else {
+        let attr = |name: &str, default: i64| super::axes::attr_int(node, name, default);
+        let axis = if opset >= 20 {
+            match inputs.get(2).copied().flatten() {
+                Some(_) => known_input(inputs, 2).and_then(|a| a.as_const()),
+                None => Some(-2),
+            }
+        } else {
+            Some(attr("axis", 1))
+        };
+        let n_in = shape(0).and_then(|x| Some(x[dft_axis(axis?, x.len())?].clone()));
+        let (inverse, onesided) = (attr("inverse", 0) != 0, attr("onesided", 0) != 0);
+        known_input(inputs, 1).or_else(|| {
+            n_in.map(|n| {
+                if inverse && onesided {
+                    (&n - &Expr::one()) * 2
+                } else {
+                    n
+                }
+            })
+        })
+    };
+    len.map_or_else(Expr::zero, |l| l * 16)
+}
 
 /// A window of `size` (a scalar input) elements of `output_datatype` (default float).
 fn window(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
