@@ -2,8 +2,8 @@
 //! `BlackmanWindow`, `MelWeightMatrix`, `DFT` and `STFT`.
 //!
 //! The kernels (`exec::ops::signal`) compute each element from its index alone (the transforms by
-//! direct summation over the signal, in f64); the transforms hold a table of their length's
-//! twiddles as scratch (`transform_scratch`), the windows none.
+//! an FFT per line, in f64); the transforms hold a table of their length's twiddles and two lines
+//! as scratch (`transform_scratch`), the windows none.
 
 use crate::dim::Expr;
 use crate::dtype::DataType;
@@ -36,8 +36,9 @@ fn known_input(inputs: &[Option<&Fact>], i: usize) -> Option<Expr> {
     }
 }
 
-/// The scratch of `DFT` and `STFT`: their transform length's twiddles, two f64 each (the kernels'
-/// table); 0 where the length is not known (inference refuses the node then).
+/// The scratch of `DFT` and `STFT`: for a transform of length `n`, the kernels' table of its
+/// twiddles and two lines, `6 n` f64 (an inverse onesided DFT, summed directly: the table, `2 n`);
+/// 0 where the length is not known (inference refuses the node then).
 fn transform_scratch(
     node: &Node,
     opset: i64,
@@ -45,10 +46,11 @@ fn transform_scratch(
     _outputs: &[Option<&Fact>],
 ) -> Expr {
     let shape = |i: usize| inputs.get(i).copied().flatten()?.shape.as_deref();
+    let attr = |name: &str, default: i64| super::axes::attr_int(node, name, default);
+    let direct = node.op == "DFT" && attr("inverse", 0) != 0 && attr("onesided", 0) != 0;
     let len = if node.op == "STFT" {
         known_input(inputs, 3).or_else(|| shape(2).and_then(|w| w.first().cloned()))
     } else {
-        let attr = |name: &str, default: i64| super::axes::attr_int(node, name, default);
         let axis = if opset >= 20 {
             match inputs.get(2).copied().flatten() {
                 Some(_) => known_input(inputs, 2).and_then(|a| a.as_const()),
@@ -58,18 +60,10 @@ fn transform_scratch(
             Some(attr("axis", 1))
         };
         let n_in = shape(0).and_then(|x| Some(x[dft_axis(axis?, x.len())?].clone()));
-        let (inverse, onesided) = (attr("inverse", 0) != 0, attr("onesided", 0) != 0);
-        known_input(inputs, 1).or_else(|| {
-            n_in.map(|n| {
-                if inverse && onesided {
-                    (&n - &Expr::one()) * 2
-                } else {
-                    n
-                }
-            })
-        })
+        known_input(inputs, 1)
+            .or_else(|| n_in.map(|n| if direct { (&n - &Expr::one()) * 2 } else { n }))
     };
-    len.map_or_else(Expr::zero, |l| l * 16)
+    len.map_or_else(Expr::zero, |l| l * if direct { 16 } else { 48 })
 }
 
 /// A window of `size` (a scalar input) elements of `output_datatype` (default float).
