@@ -6,7 +6,6 @@
 
 use super::elementwise::{index_err, strides_of};
 use super::matmul::{check_len, shape_err, try_vec, KResult};
-use rayon::prelude::*;
 
 /// Resolves index `i` for an axis of length `len` (negative counts from the end).
 #[inline]
@@ -34,10 +33,10 @@ pub fn gather<T: Copy + Send + Sync>(
         )));
     }
     let d = shape[axis];
-    let resolved: Vec<usize> = idx
-        .iter()
-        .map(|&i| resolve(i, axis, d))
-        .collect::<KResult<_>>()?;
+    // Every index is checked before anything is written.
+    for &i in idx {
+        resolve(i, axis, d)?;
+    }
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
     if dst.len() != outer * idx.len() * inner {
@@ -46,22 +45,27 @@ pub fn gather<T: Copy + Send + Sync>(
     if inner == 0 || dst.is_empty() {
         return Ok(());
     }
-    let per_outer = idx.len() * inner;
-    let fill = |o: usize, row: &mut [T]| {
-        for (j, &r) in resolved.iter().enumerate() {
-            let src = (o * d + r) * inner;
-            row[j * inner..(j + 1) * inner].copy_from_slice(&x[src..src + inner]);
+    let n = idx.len();
+    // Output row `r` (of `inner` elements) is row `(o, idx[j])` of `x`, `(o, j) = (r / n, r % n)`;
+    // rows in parallel, about 16 Ki elements a task, so an embedding lookup (one outer block of
+    // millions of short rows) spreads over the threads too.
+    let rows_per_task = (dst.len() >= 1 << 16).then_some((1usize << 14).div_ceil(inner));
+    super::par::row_blocks(dst, inner, rows_per_task, |r0, chunk| {
+        for (q, row) in chunk.chunks_exact_mut(inner).enumerate() {
+            let (o, j) = ((r0 + q) / n, (r0 + q) % n);
+            let i = idx[j];
+            let at = if i < 0 { i + d as i64 } else { i } as usize;
+            let src = &x[(o * d + at) * inner..(o * d + at + 1) * inner];
+            if inner < 16 {
+                // A short row: element by element rather than a call to memcpy per row.
+                for (y, &v) in row.iter_mut().zip(src) {
+                    *y = v;
+                }
+            } else {
+                row.copy_from_slice(src);
+            }
         }
-    };
-    if dst.len() >= 1 << 16 && outer > 1 {
-        dst.par_chunks_mut(per_outer)
-            .enumerate()
-            .for_each(|(o, r)| fill(o, r));
-    } else {
-        dst.chunks_mut(per_outer)
-            .enumerate()
-            .for_each(|(o, r)| fill(o, r));
-    }
+    });
     Ok(())
 }
 
@@ -292,6 +296,38 @@ mod tests {
         let e = try_vec::<u64>(usize::MAX / 16).unwrap_err();
         assert!(e.to_string().contains("cannot allocate"), "{e}");
         assert_eq!(try_vec::<u8>(10).unwrap().capacity(), 10);
+    }
+
+    /// Gathers split over threads by rows (an embedding lookup: one outer block of many short
+    /// rows; several outer blocks; rows of 1, 4, 20 elements), negative indices among them, against
+    /// a naive gather; a bad index anywhere is an error and nothing is written.
+    #[test]
+    fn gathers_split_by_rows_match_a_naive_gather() {
+        for &(outer, d, inner, n) in &[(1, 50, 4, 40_000), (3, 7, 20, 3000), (2, 9, 1, 50_000)] {
+            let x: Vec<u32> = (0..(outer * d * inner) as u32).collect();
+            let idx: Vec<i64> = (0..n as i64)
+                .map(|j| (j * 7919) % (2 * d as i64) - d as i64)
+                .collect();
+            let mut got = vec![0u32; outer * n * inner];
+            gather(&x, &[outer, d, inner], 1, &idx, &mut got).unwrap();
+            for o in 0..outer {
+                for (j, &i) in idx.iter().enumerate() {
+                    let r = if i < 0 { i + d as i64 } else { i } as usize;
+                    let want = &x[(o * d + r) * inner..(o * d + r + 1) * inner];
+                    let at = (o * n + j) * inner;
+                    assert_eq!(
+                        &got[at..at + inner],
+                        want,
+                        "{outer} {d} {inner} row {o},{j}"
+                    );
+                }
+            }
+            let mut bad = idx.clone();
+            bad[n - 1] = d as i64;
+            let mut untouched = vec![7u32; got.len()];
+            assert!(gather(&x, &[outer, d, inner], 1, &bad, &mut untouched).is_err());
+            assert!(untouched.iter().all(|&v| v == 7));
+        }
     }
 
     #[test]

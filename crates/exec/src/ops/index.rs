@@ -62,7 +62,8 @@ fn gather(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
     let mut oshape = x.shape[..a].to_vec();
     oshape.extend(&it.shape);
     oshape.extend(&x.shape[a + 1..]);
-    let mut out = ctx.alloc(x.dtype, &oshape)?;
+    // Every element is written (or the kernel fails before writing any).
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &oshape)?;
     by_size!(elem_size(x.dtype)?, T => ix::gather(raw::<T>(x)?, &x.shape, a, &idx, raw_mut::<T>(&mut out)?)?);
     Ok(vec![out])
 }
