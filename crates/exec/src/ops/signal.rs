@@ -12,6 +12,22 @@ use memplan_ir::DataType;
 use super::{fail, opt, req, scalar_i64, unsupported, OpCtx, OpFail, OpFn};
 use crate::tensor::{Element, Tensor};
 
+/// `$fill!(T, conv)` for the element type of `$dtype`, `conv` its conversion from f64 (the float
+/// types, int64 and int32); `unsupported`, naming `$what`, for any other.
+macro_rules! by_out_type {
+    ($dtype:expr, $what:expr, $fill:ident) => {
+        match $dtype {
+            DataType::F32 => $fill!(f32, |v: f64| v as f32),
+            DataType::F64 => $fill!(f64, |v: f64| v),
+            DataType::F16 => $fill!(f16, f16::from_f64),
+            DataType::BF16 => $fill!(bf16, bf16::from_f64),
+            DataType::I64 => $fill!(i64, |v: f64| v as i64),
+            DataType::I32 => $fill!(i32, |v: f64| v as i32),
+            d => return unsupported(format!("{} of {d}", $what)),
+        }
+    };
+}
+
 pub const OPS: &[(&str, OpFn)] = &[
     ("HannWindow", window),
     ("HammingWindow", window),
@@ -52,15 +68,7 @@ fn window(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
             }
         }};
     }
-    match dt {
-        DataType::F32 => fill!(f32, |v: f64| v as f32),
-        DataType::F64 => fill!(f64, |v: f64| v),
-        DataType::F16 => fill!(f16, f16::from_f64),
-        DataType::BF16 => fill!(bf16, bf16::from_f64),
-        DataType::I64 => fill!(i64, |v: f64| v as i64),
-        DataType::I32 => fill!(i32, |v: f64| v as i32),
-        d => return unsupported(format!("{op} of {d}")),
-    }
+    by_out_type!(dt, op, fill);
     Ok(vec![out])
 }
 
@@ -73,15 +81,7 @@ fn fill_with(out: &mut Tensor, value: impl Fn(usize) -> f64, what: &str) -> Resu
             }
         }};
     }
-    match out.dtype {
-        DataType::F32 => fill!(f32, |v: f64| v as f32),
-        DataType::F64 => fill!(f64, |v: f64| v),
-        DataType::F16 => fill!(f16, f16::from_f64),
-        DataType::BF16 => fill!(bf16, bf16::from_f64),
-        DataType::I64 => fill!(i64, |v: f64| v as i64),
-        DataType::I32 => fill!(i32, |v: f64| v as i32),
-        d => return unsupported(format!("{what} of {d}")),
-    }
+    by_out_type!(out.dtype, what, fill);
     Ok(())
 }
 
@@ -190,13 +190,7 @@ fn fill_lines(
             });
         }};
     }
-    match out.dtype {
-        DataType::F32 => fill!(f32, |v: f64| v as f32),
-        DataType::F64 => fill!(f64, |v: f64| v),
-        DataType::F16 => fill!(f16, f16::from_f64),
-        DataType::BF16 => fill!(bf16, bf16::from_f64),
-        d => return unsupported(format!("{what} of {d}")),
-    }
+    by_out_type!(out.dtype, what, fill);
     Ok(())
 }
 
@@ -273,13 +267,7 @@ fn fill_transforms(
             }
         }};
     }
-    match out.dtype {
-        DataType::F32 => fill!(f32, |v: f64| v as f32),
-        DataType::F64 => fill!(f64, |v: f64| v),
-        DataType::F16 => fill!(f16, f16::from_f64),
-        DataType::BF16 => fill!(bf16, bf16::from_f64),
-        d => return unsupported(format!("{what} of {d}")),
-    }
+    by_out_type!(out.dtype, what, fill);
     Ok(())
 }
 
