@@ -13,7 +13,7 @@
 //! TorchScript writes a causal mask as `Trilu` of a constant expanded to `[S, S]` (OPT, for one),
 //! where torch's dynamo exporter writes comparisons of `Range`s that already chunk.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use memplan_ir::dtype::DataType;
@@ -118,17 +118,8 @@ pub(crate) fn positions_as_values(
         return None;
     }
     let mut out = g.clone();
-    let mut names: BTreeSet<String> = g.values.iter().map(|v| v.name.clone()).collect();
-    names.extend(g.nodes.iter().map(|n| n.name.clone()));
-    let mut fresh = |base: String| {
-        let mut name = base.clone();
-        let mut k = 1;
-        while !names.insert(name.clone()) {
-            k += 1;
-            name = format!("{base}_{k}");
-        }
-        name
-    };
+    let mut names = super::rewrite::Names::of(g);
+    let mut fresh = |base: String| names.fresh(&base);
     // The comparison of each rewritten node, to go right before it.
     let mut before: BTreeMap<usize, Node> = BTreeMap::new();
     for (i, p) in found {
