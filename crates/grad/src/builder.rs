@@ -1,9 +1,9 @@
 //! Emits backward nodes into the graph: fresh names, constants, and the shape helpers rules share.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use memplan_ir::graph::{AttrValue, Attribute, Graph, ValueId};
+use memplan_ir::graph::{AttrValue, Attribute, Graph, Names, ValueId};
 use memplan_ir::tensor::{DataOrigin, TensorData, TensorStorage};
 use memplan_ir::{DataType, Expr, Facts};
 
@@ -13,7 +13,7 @@ pub struct Builder<'a> {
     /// Facts of the forward graph (values that existed before differentiation).
     pub facts: &'a Facts,
     pub opset: i64,
-    names: BTreeSet<String>,
+    names: Names,
     next: usize,
     shapes: BTreeMap<ValueId, ValueId>,
 }
@@ -67,7 +67,7 @@ pub fn float_tensor(
 
 impl<'a> Builder<'a> {
     pub fn new(g: &'a mut Graph, facts: &'a Facts, opset: i64) -> Builder<'a> {
-        let names = g.values.iter().map(|v| v.name.clone()).collect();
+        let names = Names::of(g);
         Builder {
             g,
             facts,
@@ -80,13 +80,7 @@ impl<'a> Builder<'a> {
 
     /// A name not yet used in the graph, `hint` itself when free.
     pub fn unique_name(&mut self, hint: &str) -> String {
-        let mut name = hint.to_string();
-        while self.names.contains(&name) {
-            self.next += 1;
-            name = format!("{hint}_{}", self.next);
-        }
-        self.names.insert(name.clone());
-        name
+        self.names.fresh(hint)
     }
 
     fn fresh(&mut self, hint: &str) -> String {

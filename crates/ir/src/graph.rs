@@ -4,7 +4,7 @@
 //! (`value_info`), attribute and subgraph is kept so that export can write it back. Identity is by
 //! `ValueId`/`NodeId`; names are labels (unique within one graph, as ONNX requires).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::dtype::DataType;
@@ -255,6 +255,38 @@ pub struct Value {
     pub doc: String,
     /// `metadata_props` of its ValueInfoProto, in file order.
     pub metadata: Vec<(String, String)>,
+}
+
+/// Names taken in a graph, and fresh ones made from a base for what a rewrite adds: `base` itself
+/// when it is free, else `base_2`, `base_3`, ... (the first free one). Every name handed out is
+/// taken from then on.
+#[derive(Clone, Debug, Default)]
+pub struct Names(BTreeSet<String>);
+
+impl Names {
+    /// The names of `g`'s values and nodes, taken.
+    pub fn of(g: &Graph) -> Names {
+        let mut taken: BTreeSet<String> = g.values.iter().map(|v| v.name.clone()).collect();
+        taken.extend(g.nodes.iter().map(|n| n.name.clone()));
+        Names(taken)
+    }
+
+    /// `names`, taken.
+    pub fn taken<I: IntoIterator<Item = String>>(names: I) -> Names {
+        Names(names.into_iter().collect())
+    }
+
+    /// A name not taken yet, made from `base`; taken from now on.
+    pub fn fresh(&mut self, base: &str) -> String {
+        let mut name = base.to_string();
+        let mut k = 1;
+        while self.0.contains(&name) {
+            k += 1;
+            name = format!("{base}_{k}");
+        }
+        self.0.insert(name.clone());
+        name
+    }
 }
 
 /// A graph (the main graph or a control-flow body).

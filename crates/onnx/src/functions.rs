@@ -23,6 +23,7 @@ use crate::error::OnnxError;
 use crate::proto::{
     AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
 };
+use memplan_ir::graph::Names;
 
 type FnKey = (String, String, String);
 
@@ -68,26 +69,10 @@ struct Ctx<'a> {
     keys: Vec<FnKey>,
     by_key: BTreeMap<FnKey, usize>,
     /// Every value name in the model, including the fresh ones handed out so far.
-    used_values: BTreeSet<String>,
-    used_prefixes: BTreeSet<String>,
+    used_values: Names,
+    used_prefixes: Names,
     /// Functions inlined at least once, in order of first use.
     inlined: Vec<usize>,
-}
-
-impl Ctx<'_> {
-    fn fresh(set: &mut BTreeSet<String>, base: String) -> String {
-        if set.insert(base.clone()) {
-            return base;
-        }
-        let mut k = 1usize;
-        loop {
-            let cand = format!("{base}_{k}");
-            if set.insert(cand.clone()) {
-                return cand;
-            }
-            k += 1;
-        }
-    }
 }
 
 /// Inlines every call of a model-local function, in the main graph and all its subgraphs, and removes
@@ -121,8 +106,8 @@ pub fn inline_functions(model: &mut ModelProto) -> Result<(), OnnxError> {
         functions: &functions,
         keys,
         by_key,
-        used_values,
-        used_prefixes: BTreeSet::new(),
+        used_values: Names::taken(used_values),
+        used_prefixes: Names::default(),
         inlined: Vec::new(),
     };
     let result = match model.graph.as_mut() {
@@ -290,7 +275,7 @@ fn instantiate(
     } else {
         call_name.clone()
     };
-    let prefix = Ctx::fresh(&mut ctx.used_prefixes, prefix_base);
+    let prefix = ctx.used_prefixes.fresh(&prefix_base);
 
     let mut map: BTreeMap<String, String> = BTreeMap::new();
     for (i, formal) in f.input.iter().enumerate() {
@@ -337,16 +322,13 @@ fn instantiate(
                 claimed[j] = true;
                 call.output[j].clone()
             }
-            _ => Ctx::fresh(&mut ctx.used_values, format!("{prefix}/{d}")),
+            _ => ctx.used_values.fresh(&format!("{prefix}/{d}")),
         };
         map.insert(d.clone(), target);
     }
     for d in &inner_defs {
         if !d.is_empty() {
-            map.insert(
-                d.clone(),
-                Ctx::fresh(&mut ctx.used_values, format!("{prefix}/{d}")),
-            );
+            map.insert(d.clone(), ctx.used_values.fresh(&format!("{prefix}/{d}")));
         }
     }
 
@@ -786,8 +768,8 @@ mod tests {
             .iter()
             .flat_map(|n| n.output.iter().map(|s| s.as_str()))
             .collect();
-        assert!(outs.contains(&"o1/t_1"), "{outs:?}");
-        assert!(outs.contains(&"o1_1/s"), "{outs:?}");
+        assert!(outs.contains(&"o1/t_2"), "{outs:?}");
+        assert!(outs.contains(&"o1_2/s"), "{outs:?}");
         let mut seen = BTreeSet::new();
         for o in outs {
             assert!(seen.insert(o), "value {o} produced twice");

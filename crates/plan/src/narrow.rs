@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::dtype::DataType;
 use memplan_ir::fold::fact_tensor;
-use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, NodeId, ValueId};
+use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Names, NodeId, ValueId};
 use memplan_ir::infer::{Fact, Facts, Known};
 use memplan_ir::value_set::{explain, value_sets, ValueSet};
 use memplan_ir::Expr;
@@ -280,21 +280,7 @@ fn rewrite(
     }
     let mut g = g0.clone();
     let mut f = facts.clone();
-    let mut names: BTreeSet<String> = g.values.iter().map(|x| x.name.clone()).collect();
-    let mut fresh = |base: String| -> String {
-        let mut k = 0usize;
-        loop {
-            let n = if k == 0 {
-                base.clone()
-            } else {
-                format!("{base}{k}")
-            };
-            if names.insert(n.clone()) {
-                return n;
-            }
-            k += 1;
-        }
-    };
+    let mut names = Names::of(g0);
     let base = g.value(v).name.clone();
     let constant = |g: &mut Graph, f: &mut Facts, name: String, x: f64| -> Option<ValueId> {
         let known = if dtype.is_float() {
@@ -315,11 +301,11 @@ fn rewrite(
         doc: String::new(),
     };
     // Encode right after the producer.
-    let code_name = fresh(format!("{base}/narrow"));
+    let code_name = names.fresh(&format!("{base}/narrow"));
     let (encode, code, code_dtype, consts) = match enc {
         Encoding::Cast { to } => {
             let (n, o) = g.add_node(
-                fresh(format!("{base}/narrow_cast")),
+                names.fresh(&format!("{base}/narrow_cast")),
                 "Cast",
                 &[Some(v)],
                 &[&code_name],
@@ -328,10 +314,10 @@ fn rewrite(
             (n, o[0], to, None)
         }
         Encoding::Two { a, b } => {
-            let ca = constant(&mut g, &mut f, fresh(format!("{base}/narrow_a")), a)?;
-            let cb = constant(&mut g, &mut f, fresh(format!("{base}/narrow_b")), b)?;
+            let ca = constant(&mut g, &mut f, names.fresh(&format!("{base}/narrow_a")), a)?;
+            let cb = constant(&mut g, &mut f, names.fresh(&format!("{base}/narrow_b")), b)?;
             let (n, o) = g.add_node(
-                fresh(format!("{base}/narrow_equal")),
+                names.fresh(&format!("{base}/narrow_equal")),
                 "Equal",
                 &[Some(v), Some(cb)],
                 &[&code_name],
@@ -344,8 +330,8 @@ fn rewrite(
     // Widen before each reader.
     let mut before: BTreeMap<NodeId, NodeId> = BTreeMap::new();
     for &r in &readers {
-        let wide_name = fresh(format!("{base}/widen"));
-        let node_name = fresh(format!("{base}/widen_node"));
+        let wide_name = names.fresh(&format!("{base}/widen"));
+        let node_name = names.fresh(&format!("{base}/widen_node"));
         let (n, o) = match consts {
             None => g.add_node(
                 node_name,

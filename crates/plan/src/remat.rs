@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use memplan_ir::graph::{Graph, Model, NodeId, ValueId, ValueKind};
+use memplan_ir::graph::{Graph, Model, Names, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_sim::{Category, Timeline};
 
@@ -373,7 +373,7 @@ pub(crate) struct Cloner<'a> {
     /// The clones, in creation (topological) order.
     pub(crate) new_nodes: Vec<NodeId>,
     work: u64,
-    names: BTreeSet<String>,
+    names: Names,
     /// The value of the input graph each clone copies (clones of clones included).
     pub(crate) origin: BTreeMap<ValueId, ValueId>,
     /// Whether a value read on two paths of one clone is cloned once (a copy of the computation as
@@ -391,25 +391,14 @@ impl<'a> Cloner<'a> {
             memo: BTreeMap::new(),
             new_nodes: Vec::new(),
             work: 0,
-            names: g.values.iter().map(|x| x.name.clone()).collect(),
+            names: Names::of(g),
             origin: BTreeMap::new(),
             share: true,
         }
     }
 
     fn fresh_name(&mut self, base: &str) -> String {
-        let mut k = 0usize;
-        loop {
-            let n = if k == 0 {
-                format!("{base}/recompute")
-            } else {
-                format!("{base}/recompute{k}")
-            };
-            if self.names.insert(n.clone()) {
-                return n;
-            }
-            k += 1;
-        }
+        self.names.fresh(&format!("{base}/recompute"))
     }
 
     /// The value of the input graph that `v` is (or copies).

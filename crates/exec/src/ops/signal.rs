@@ -231,21 +231,42 @@ fn fft(x: &[f64], s: usize, out: &mut [f64], tw: &[f64], ts: usize) {
     }
 }
 
-/// Fills `out` transform by transform, one after another: `count` transforms of `len` points,
-/// `samples(j, t)` the (real, imaginary) sample `t < used` of transform `j` (zero from `used` on),
-/// its bin `k < bins` times `scale` written to element `at(j, k)` (and the next, the imaginary
-/// part, where `c_out` is 2). Scratch: the twiddles and two lines, `6 len` f64, whatever the count.
-#[allow(clippy::too_many_arguments)]
+/// A batch of transforms for [`fill_transforms`]: `count` transforms of `len` points, of which
+/// the first `used` samples are read (zero from there on), their first `bins` bins kept, times
+/// `scale`; `sign` is the exponent's (-1 forward, 1 inverse); `c_out` is 2 where a bin is written
+/// as (real, imaginary), 1 for the real part alone; `what` names the op in errors.
+struct Transforms<'a> {
+    len: usize,
+    used: usize,
+    bins: usize,
+    sign: f64,
+    scale: f64,
+    count: usize,
+    c_out: usize,
+    what: &'a str,
+}
+
+/// Fills `out` transform by transform, one after another: `samples(j, t)` is the (real,
+/// imaginary) sample `t < used` of transform `j`, and its bin `k < bins` goes to element
+/// `at(j, k)` (and the next, the imaginary part, where `c_out` is 2). Scratch: the twiddles and
+/// two lines, `6 len` f64, whatever the count.
 fn fill_transforms(
     ctx: &OpCtx,
     out: &mut Tensor,
-    (len, used, bins, sign, scale): (usize, usize, usize, f64, f64),
-    count: usize,
-    c_out: usize,
+    t: &Transforms,
     samples: impl Fn(usize, usize) -> (f64, f64),
     at: impl Fn(usize, usize) -> usize,
-    what: &str,
 ) -> Result<(), OpFail> {
+    let Transforms {
+        len,
+        used,
+        bins,
+        sign,
+        scale,
+        count,
+        c_out,
+        what,
+    } = *t;
     let tw = twiddles(ctx, len, sign)?;
     let mut lines = ctx.scratch::<f64>(4 * len)?;
     let (a, b) = lines.as_mut_slice().split_at_mut(2 * len);
@@ -359,15 +380,21 @@ fn dft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
         with_reader!(x, get => fill_transforms(
             ctx,
             &mut out,
-            (len, used, n_out, sign, scale),
-            count,
-            c_out,
+            &Transforms {
+                len,
+                used,
+                bins: n_out,
+                sign,
+                scale,
+                count,
+                c_out,
+                what: "DFT",
+            },
             |j, t| {
                 let e = ((j / inner * n_in + t) * inner + j % inner) * c;
                 (get(e), if c == 2 { get(e + 1) } else { 0.0 })
             },
             at,
-            "DFT",
         )?);
         return Ok(vec![out]);
     }
@@ -443,16 +470,22 @@ fn stft(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
         fill_transforms(
             ctx,
             out,
-            (fl, fl, bins, -1.0, 1.0),
-            batch * frames,
-            2,
+            &Transforms {
+                len: fl,
+                used: fl,
+                bins,
+                sign: -1.0,
+                scale: 1.0,
+                count: batch * frames,
+                c_out: 2,
+                what: "STFT",
+            },
             |j, t| {
                 let e = ((j / frames) * n + (j % frames) * step + t) * c;
                 let w = win(t);
                 (w * get(e), if c == 2 { w * get(e + 1) } else { 0.0 })
             },
             |j, k| (j * bins + k) * 2,
-            "STFT",
         )
     };
     match window {

@@ -4,10 +4,11 @@
 
 use crate::dim::Expr;
 use crate::dtype::DataType;
+use crate::graph::Node;
 use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError};
 
 use super::axes;
-use super::{Mem, OpDef, ONE, TWO};
+use super::{Compare, Mem, Offset, OpDef, Positions, ONE, TWO};
 
 pub const DEFS: &[OpDef] = &[
     OpDef::new("Identity", ONE, identity, Mem::ALIAS)
@@ -32,10 +33,21 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Unsqueeze", (1, 2), unsqueeze, Mem::ALIAS)
         .flow(axes::reshape)
         .selects(&[0]),
-    OpDef::new("EyeLike", ONE, eye_like, Mem::NEW).shapes_only(),
+    OpDef::new("EyeLike", ONE, eye_like, Mem::NEW)
+        .shapes_only()
+        .positions(eye_like_positions),
 ];
 
 /// EyeLike: a 2-D input's shape, of type `dtype` (default: the input's).
+/// `EyeLike` is one where `j - i == k` (attribute `k`), of a rank-2 shape.
+fn eye_like_positions(_node: &Node) -> Positions {
+    Positions {
+        compare: Compare::Equal,
+        offset: Offset::Attr("k"),
+        keeps: None,
+    }
+}
+
 fn eye_like(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
     let s = ctx.shape(0)?.to_vec();
     if s.len() != 2 {

@@ -146,7 +146,54 @@ pub struct OpDef {
     /// For a contraction (`MatMul`, `Gemm`, `Einsum`, `Conv`): the multiply-adds per output element
     /// (the extent of what it sums over), what its run time grows with besides the output size.
     pub contracted: Option<ContractedFn>,
+    /// For an op of positions (`Trilu`, `EyeLike`): how it selects by an element's row and column
+    /// (see [`Positions`]), a form chunking can write with the positions as values.
+    pub positions: Option<PositionsFn>,
 }
+
+/// An op whose output element `[.., i, j]` (row `i`, column `j`: the last two axes) is kept (or
+/// set) where `j` compares with `i + k` as [`Positions::compare`] says, and is zero elsewhere; `k`
+/// is the diagonal offset. Its axis flow mixes the last two axes (a slice of rows moves the
+/// diagonal), but the same op is `Where(j cmp i + k, x, 0)` of index values, which passes both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Positions {
+    pub compare: Compare,
+    pub offset: Offset,
+    /// `Some(i)`: the kept elements are input `i`'s (`Trilu`); `None`: they are set to one, and
+    /// the output has rank 2 (`EyeLike`).
+    pub keeps: Option<usize>,
+}
+
+/// How a column `j` compares with `i + k` where [`Positions`] keeps an element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compare {
+    AtLeast,
+    AtMost,
+    Equal,
+}
+
+impl Compare {
+    /// The ONNX comparison op of `j` with `i + k`.
+    pub fn onnx_op(self) -> &'static str {
+        match self {
+            Compare::AtLeast => "GreaterOrEqual",
+            Compare::AtMost => "LessOrEqual",
+            Compare::Equal => "Equal",
+        }
+    }
+}
+
+/// Where [`Positions`]'s diagonal offset `k` comes from; 0 where it is absent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offset {
+    /// An optional scalar input.
+    Input(usize),
+    /// An integer attribute.
+    Attr(&'static str),
+}
+
+/// See [`OpDef::positions`].
+pub type PositionsFn = fn(&Node) -> Positions;
 
 /// See [`OpDef::contracted`]: `None` when the facts are incomplete.
 pub type ContractedFn = fn(&Node, &[Option<&Fact>]) -> Option<Expr>;
@@ -181,6 +228,15 @@ impl OpDef {
             values: Values::Opaque,
             shape_input: None,
             contracted: None,
+            positions: None,
+        }
+    }
+
+    /// The same op, an op of positions (see [`OpDef::positions`]).
+    pub const fn positions(self, f: PositionsFn) -> OpDef {
+        OpDef {
+            positions: Some(f),
+            ..self
         }
     }
 

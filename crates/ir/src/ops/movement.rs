@@ -2,7 +2,7 @@
 //! `Range`, `ReverseSequence`), folding small known tensors so shape arithmetic stays symbolic.
 
 use crate::dim::Expr;
-use crate::graph::Node;
+use crate::graph::{AttrValue, Node};
 use crate::infer::{broadcast, invalid, normalize_axis, Fact, InferCtx, Known, OpError};
 
 use super::axes::{
@@ -10,7 +10,7 @@ use super::axes::{
 };
 use super::basic::{known_fact, shape_operand};
 use super::elementwise::broadcast_index;
-use super::{Mem, OpDef, View, ONE, THREE, TWO, VARIADIC};
+use super::{Compare, Mem, Offset, OpDef, Positions, View, ONE, THREE, TWO, VARIADIC};
 
 pub const DEFS: &[OpDef] = &[
     OpDef::new("Transpose", ONE, transpose, Mem::NEW)
@@ -31,7 +31,9 @@ pub const DEFS: &[OpDef] = &[
         .selects(&[0]),
     OpDef::new("Tile", TWO, tile, Mem::NEW).selects(&[0]),
     OpDef::new("Pad", (1, 4), pad, Mem::NEW).flow(pad_flow),
-    OpDef::new("Trilu", (1, 2), same_as_input, Mem::OVERWRITE).flow(trilu_flow),
+    OpDef::new("Trilu", (1, 2), same_as_input, Mem::OVERWRITE)
+        .flow(trilu_flow)
+        .positions(trilu_positions),
     OpDef::new("Range", THREE, range, Mem::NEW),
     // Output 0 is the input with each batch entry's first `sequence_lens` steps reversed.
     OpDef::new("ReverseSequence", TWO, same_as_input, Mem::OVERWRITE),
@@ -195,6 +197,21 @@ fn trilu_flow(
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
     passing(inputs, outputs, 1, |r| (r >= 2).then(|| vec![r - 2, r - 1]))
+}
+
+/// `Trilu` keeps `x[.., i, j]` where `j - i >= k` (`upper`, the default) or `j - i <= k`; `k`
+/// is its optional input 1.
+fn trilu_positions(node: &Node) -> Positions {
+    let upper = !matches!(node.attr("upper"), Some(AttrValue::Int(0)));
+    Positions {
+        compare: if upper {
+            Compare::AtLeast
+        } else {
+            Compare::AtMost
+        },
+        offset: Offset::Input(1),
+        keeps: Some(0),
+    }
 }
 
 /// `SpaceToDepth` and `DepthToSpace` move elements between the channels and the spatial axes of

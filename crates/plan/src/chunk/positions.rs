@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use memplan_ir::dtype::DataType;
-use memplan_ir::graph::{AttrValue, Attribute, Model, Node, ValueId};
+use memplan_ir::graph::{AttrValue, Attribute, Model, Names, Node, NodeId, ValueId};
 use memplan_ir::infer::{Facts, Known};
+use memplan_ir::ops::{self, Offset};
 use memplan_ir::TensorData;
 
 /// One node to write with its positions: the comparison of `column` with `row + k` and what the
@@ -37,13 +38,14 @@ pub(super) struct Positional {
     dtype: DataType,
 }
 
-/// The node's positional form at `dims`, when it is one of these ops with a known offset and
-/// known sizes, of a type with a zero (not strings).
+/// The node's positional form at `dims`, when its op's record has one ([`ops::Positions`]) and
+/// its offset and sizes are known, of a type with a zero (not strings).
 pub(super) fn positional(
     node: &Node,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
 ) -> Option<Positional> {
+    let form = (ops::lookup(node)?.positions?)(node);
     let out = node.outputs.first().copied().flatten()?;
     let of = facts.get(out);
     let dtype = of.dtype.filter(|&d| d != DataType::String)?;
@@ -51,38 +53,32 @@ pub(super) fn positional(
     let [.., rows, cols] = shape[..] else {
         return None;
     };
-    let attr = |name: &str, default: i64| match node.attr(name) {
-        Some(AttrValue::Int(v)) => *v,
-        _ => default,
+    if form.keeps.is_none() && shape.len() != 2 {
+        return None;
+    }
+    let k = match form.offset {
+        Offset::Input(i) => match node.inputs.get(i).copied().flatten() {
+            None => 0,
+            Some(kv) => match &facts.get(kv).value {
+                Some(Known::Int(e)) if e.len() == 1 => e[0].eval_map(dims).ok()?,
+                _ => return None,
+            },
+        },
+        Offset::Attr(name) => match node.attr(name) {
+            None => 0,
+            Some(AttrValue::Int(v)) => *v,
+            Some(_) => return None,
+        },
     };
-    // Trilu's `k` is an optional scalar input; EyeLike's an attribute.
-    let (compare, k, keep_from) = match node.op.as_str() {
-        "Trilu" if node.is_onnx_domain() => {
-            let k = match node.inputs.get(1).copied().flatten() {
-                None => 0,
-                Some(kv) => match &facts.get(kv).value {
-                    Some(Known::Int(e)) if e.len() == 1 => e[0].eval_map(dims).ok()?,
-                    _ => return None,
-                },
-            };
-            let upper = attr("upper", 1) != 0;
-            let x = node.inputs.first().copied().flatten()?;
-            let cmp = if upper {
-                "GreaterOrEqual"
-            } else {
-                "LessOrEqual"
-            };
-            (cmp, k, Some(x))
-        }
-        "EyeLike" if node.is_onnx_domain() && shape.len() == 2 => ("Equal", attr("k", 0), None),
-        _ => return None,
+    let keep_from = match form.keeps {
+        Some(i) => Some(node.inputs.get(i).copied().flatten()?),
+        None => None,
     };
-    let k = k.clamp(-(rows as i64), cols as i64);
     Some(Positional {
-        compare,
+        compare: form.compare.onnx_op(),
         rows,
         cols,
-        k,
+        k: k.clamp(-(rows as i64), cols as i64),
         keep_from,
         dtype,
     })
@@ -118,37 +114,35 @@ pub(crate) fn positions_as_values(
         return None;
     }
     let mut out = g.clone();
-    let mut names = super::rewrite::Names::of(g);
-    let mut fresh = |base: String| names.fresh(&base);
+    let mut names = Names::of(g);
     // The comparison of each rewritten node, to go right before it.
-    let mut before: BTreeMap<usize, Node> = BTreeMap::new();
+    let mut before: BTreeMap<usize, NodeId> = BTreeMap::new();
     for (i, p) in found {
         let base = out.nodes[i].name.clone();
         let rows: Vec<i64> = (0..p.rows as i64).map(|r| r + p.k).collect();
         let cols: Vec<i64> = (0..p.cols as i64).collect();
         let row_k = out.add_initializer(TensorData::from_i64(
-            fresh(format!("{base}/rows_plus_k")),
+            names.fresh(&format!("{base}/rows_plus_k")),
             vec![p.rows, 1],
             &rows,
         ));
         let col = out.add_initializer(TensorData::from_i64(
-            fresh(format!("{base}/columns")),
+            names.fresh(&format!("{base}/columns")),
             vec![1, p.cols],
             &cols,
         ));
-        let (_, mask) = out.add_node(
-            fresh(format!("{base}/positions")),
+        let (compare, mask) = out.add_node(
+            names.fresh(&format!("{base}/positions")),
             p.compare,
             &[Some(col), Some(row_k)],
-            &[&fresh(format!("{base}/mask"))],
+            &[&names.fresh(&format!("{base}/mask"))],
             Vec::new(),
         );
-        let compare = out.nodes.pop().expect("the node just added");
         before.insert(i, compare);
         let (op, attrs, inputs) = match p.keep_from {
             Some(x) => {
                 let zero = TensorData::from_raw(
-                    fresh(format!("{base}/zero")),
+                    names.fresh(&format!("{base}/zero")),
                     p.dtype,
                     Vec::new(),
                     Bytes::from(vec![0u8; p.dtype.bytes_for(1) as usize]),
@@ -171,16 +165,17 @@ pub(crate) fn positions_as_values(
         node.attrs = attrs;
         node.inputs = inputs;
     }
-    let nodes = std::mem::take(&mut out.nodes);
-    for (i, n) in nodes.into_iter().enumerate() {
-        if let Some(c) = before.remove(&i) {
-            out.nodes.push(c);
-        }
-        out.nodes.push(n);
-    }
-    super::rewrite::set_producers(&mut out);
+    let schedule: Vec<NodeId> = (0..g.nodes.len())
+        .flat_map(|i| {
+            before
+                .get(&i)
+                .copied()
+                .into_iter()
+                .chain([NodeId::from_index(i)])
+        })
+        .collect();
     Some(Model {
-        graph: out,
+        graph: crate::reorder(&out, &schedule),
         ..model.clone()
     })
 }

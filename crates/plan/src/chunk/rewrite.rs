@@ -8,7 +8,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Node, NodeId, ValueId, ValueKind};
+use memplan_ir::graph::{
+    AttrValue, Attribute, Graph, Model, Names, Node, NodeId, ValueId, ValueKind,
+};
 use memplan_ir::infer::Facts;
 use memplan_ir::TensorData;
 
@@ -204,29 +206,6 @@ pub(crate) fn emit(
         last,
         order,
     })
-}
-
-/// Unique names: a base name, or the base with `_2`, `_3`, ... appended.
-pub(crate) struct Names(BTreeSet<String>);
-
-impl Names {
-    /// The names of `g`'s values and nodes, taken.
-    pub(crate) fn of(g: &Graph) -> Names {
-        let mut taken: BTreeSet<String> = g.values.iter().map(|v| v.name.clone()).collect();
-        taken.extend(g.nodes.iter().map(|n| n.name.clone()));
-        Names(taken)
-    }
-
-    pub(crate) fn fresh(&mut self, base: &str) -> String {
-        let mut name = base.to_string();
-        let mut k = 1;
-        while self.0.contains(&name) {
-            k += 1;
-            name = format!("{base}_{k}");
-        }
-        self.0.insert(name.clone());
-        name
-    }
 }
 
 /// Rewrites `model` so that `region` runs in chunks (see the module docs). The node list of the

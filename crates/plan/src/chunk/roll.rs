@@ -27,12 +27,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::graph::{
-    AttrValue, Attribute, DeclDim, DeclType, Graph, Model, Node, NodeId, ValueId, ValueKind,
+    AttrValue, Attribute, DeclDim, DeclType, Graph, Model, Names, Node, NodeId, ValueId, ValueKind,
 };
 use memplan_ir::infer::Facts;
 use memplan_ir::TensorData;
 
-use super::rewrite::Names;
 use super::ChunkError;
 
 /// The nodes one chunk of an unrolled region is made of, by name.
