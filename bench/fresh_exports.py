@@ -521,6 +521,26 @@ def mamba():
     return text_encoder(MambaModel(cfg).eval(), max_s=4096, use_cache=False)
 
 
+# ---- fourth batch (OUT=target/fresh4): causal masks kept as weights (buffers of tril) ----
+
+def openai_gpt():
+    """OpenAI GPT: its causal mask a float buffer `tril(ones(n, n))` [1, 1, 4096, 4096] (64 MiB),
+    sliced to [S, S] and applied as `w * b - 1e4 * (1 - b)`."""
+    from transformers import OpenAIGPTConfig, OpenAIGPTModel
+    cfg = OpenAIGPTConfig(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_positions=4096,
+                          attn_implementation="eager")
+    return text_encoder(OpenAIGPTModel(cfg).eval(), max_s=4096)
+
+
+def imagegpt():
+    """ImageGPT: GPT-2-like decoder over pixel-cluster ids, its causal mask a bool buffer
+    `tril(ones(n, n))` [1, 1, 4096, 4096]."""
+    from transformers import ImageGPTConfig, ImageGPTModel
+    cfg = ImageGPTConfig(vocab_size=1001, n_embd=128, n_layer=2, n_head=4, n_positions=4096,
+                         attn_implementation="eager")
+    return masked_decoder(ImageGPTModel(cfg).eval())
+
+
 MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
               fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip,
               xlnet=xlnet, roformer=roformer, mpnet=mpnet, opt=opt, nystromformer=nystromformer,
@@ -528,7 +548,7 @@ MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=ph
               poolformer=poolformer, vitmae=vitmae, reformer=reformer, swin_v2_t=swin_v2_t,
               maxvit_t=maxvit_t, googlenet=googlenet,
               gpt_neo=gpt_neo, codegen=codegen, gpt_bigcode=gpt_bigcode, biogpt=biogpt, xglm=xglm,
-              electra=electra, fnet=fnet, mamba=mamba)
+              electra=electra, fnet=fnet, mamba=mamba, openai_gpt=openai_gpt, imagegpt=imagegpt)
 
 if __name__ == "__main__":
     name = sys.argv[1]

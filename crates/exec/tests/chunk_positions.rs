@@ -3,7 +3,9 @@
 //! through them along rows or columns. Each chunked graph runs to the same bits as the original,
 //! plain and from its plan, with the measured peak the planned one, whatever the diagonal offset
 //! (below, on and beyond either edge) and with NaN, infinities and -0 among the kept and the
-//! zeroed elements.
+//! zeroed elements. A weight that is a constant of positions (a causal mask kept as a buffer, a
+//! local-attention window, an additive 0/-inf mask) is made from index constants the same way,
+//! and where only slices of it are read, only the slices are made.
 
 use std::collections::BTreeMap;
 
@@ -168,5 +170,170 @@ fn eyelike_chunks_along_its_rows_with_the_bits_of_the_whole() {
     let s = 20;
     for k in [0, 3, -2, s + 1] {
         check(&eye_model(k), &[("S", s)], &[s as usize, s as usize], s);
+    }
+}
+
+/// A band of diagonals `lo <= j - i <= hi` of an `[m, m]` tensor, `inside` there and `outside`
+/// elsewhere, as little-endian bytes of `[1, 1, m, m]`.
+fn band_bytes(m: usize, lo: i64, hi: i64, inside: &[u8], outside: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for i in 0..m as i64 {
+        for j in 0..m as i64 {
+            b.extend_from_slice(if (lo..=hi).contains(&(j - i)) {
+                inside
+            } else {
+                outside
+            });
+        }
+    }
+    b
+}
+
+/// `y = Softmax(masked)` of `x [S, S]`, the mask a weight `[1, 1, m, m]`: a `bool` mask applied
+/// by `Where(mask, x, -1e9)`, read through `Slice(mask, 0, Shape(x), [2, 3])` (as GPT-Neo's
+/// exports read their `attention.bias`) when `sliced` (then m > S), or an additive float mask
+/// (`x + mask`, m = S).
+fn weight_mask_model(mask: TensorData, sliced: bool) -> Model {
+    let mut g = Graph::default();
+    let x = input_x(&mut g, false);
+    let m = g.add_initializer(mask.clone());
+    let masked = if mask.dtype == DataType::Bool {
+        let mut read = m;
+        if sliced {
+            let (_, shape) = g.add_node("shape", "Shape", &[Some(x)], &["sx"], vec![]);
+            let starts = g.add_initializer(TensorData::from_i64("starts", vec![2], &[0, 0]));
+            let axes = g.add_initializer(TensorData::from_i64("axes", vec![2], &[2, 3]));
+            let (_, sl) = g.add_node(
+                "slice",
+                "Slice",
+                &[Some(m), Some(starts), Some(shape[0]), Some(axes)],
+                &["mask_s"],
+                vec![],
+            );
+            read = sl[0];
+        }
+        let low = g.add_initializer(TensorData::from_f32("low", vec![], &[-1e9]));
+        let (_, w) = g.add_node(
+            "where",
+            "Where",
+            &[Some(read), Some(x), Some(low)],
+            &["w"],
+            vec![],
+        );
+        w[0]
+    } else {
+        let (_, a) = g.add_node("add", "Add", &[Some(x), Some(m)], &["w"], vec![]);
+        a[0]
+    };
+    let (_, y) = g.add_node(
+        "soft",
+        "Softmax",
+        &[Some(masked)],
+        &["y"],
+        vec![int_attr("axis", -1)],
+    );
+    g.outputs.push(y[0]);
+    Model {
+        graph: g,
+        ..Model::default()
+    }
+}
+
+#[test]
+fn weights_of_positions_are_made_from_index_constants_with_the_same_bits() {
+    let s = 24usize;
+    let (t, f) = (&[1u8][..], &[0u8][..]);
+    let inf = f32::NEG_INFINITY.to_le_bytes();
+    let zero = 0f32.to_le_bytes();
+    let big = 4 * 1024;
+    // (mask, read through a slice): a causal mask (tril) larger than S, sliced; a local window
+    // (a band of 3 diagonals) and its complement (true outside: the `Not` path), sliced; an
+    // upper mask (j - i >= 2); an additive float causal mask of 0 and -inf, whole.
+    let cases: Vec<(&str, Vec<u8>, DataType, usize, bool)> = vec![
+        (
+            "tril",
+            band_bytes(s + 8, -big, 0, t, f),
+            DataType::Bool,
+            s + 8,
+            true,
+        ),
+        (
+            "window",
+            band_bytes(s + 8, -2, 0, t, f),
+            DataType::Bool,
+            s + 8,
+            true,
+        ),
+        (
+            "outside",
+            band_bytes(s + 8, -2, 0, f, t),
+            DataType::Bool,
+            s + 8,
+            true,
+        ),
+        (
+            "upper",
+            band_bytes(s, 2, big, t, f),
+            DataType::Bool,
+            s,
+            false,
+        ),
+        (
+            "additive",
+            band_bytes(s, -big, 0, &zero, &inf),
+            DataType::F32,
+            s,
+            false,
+        ),
+    ];
+    for (name, bytes, dtype, m, sliced) in cases {
+        let mask = TensorData::from_raw(
+            "mask",
+            dtype,
+            vec![1, 1, m as u64, m as u64],
+            bytes::Bytes::from(bytes),
+        )
+        .unwrap();
+        let model = weight_mask_model(mask, sliced);
+        let dims: BTreeMap<String, i64> = BTreeMap::from([("S".to_string(), s as i64)]);
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        let want = run(&model.graph, &facts, input(&[s, s]), &RunOptions::default()).unwrap();
+        let opts = ChunkOptions {
+            chunk_counts: vec![4],
+            ..ChunkOptions::default()
+        };
+        let c = chunk_to_budget(&model, &dims, &opts).unwrap();
+        let g = &c.model.graph;
+        // The weight is gone; sliced, neither it nor a slice of it is made whole.
+        assert!(
+            !g.initializers.iter().any(|&v| g.value(v).name == "mask"),
+            "{name}: the mask is still a weight"
+        );
+        if sliced {
+            assert!(
+                g.find_value("mask").is_none() && !g.nodes.iter().any(|n| n.name == "slice"),
+                "{name}: the whole mask or its slice node is left"
+            );
+        }
+        assert!(
+            c.steps.iter().any(|st| st.extent == s as i64),
+            "{name}: no region along S: {:?}",
+            c.steps
+                .iter()
+                .map(|st| (st.nodes, st.extent))
+                .collect::<Vec<_>>()
+        );
+        let f = memplan_ir::infer_model_for(&c.model, &dims).unwrap();
+        let plain = run(g, &f, input(&[s, s]), &RunOptions::default()).unwrap();
+        let out = memplan_plan::optimize(g, &f, &dims, &Default::default()).unwrap();
+        let planned = run_planned(g, &f, input(&[s, s]), &out.plan, 18).unwrap();
+        for got in [&plain, &planned] {
+            assert_eq!(
+                got.outputs[0].1.bytes(),
+                want.outputs[0].1.bytes(),
+                "{name}"
+            );
+        }
+        assert_eq!(planned.peak_bytes, out.report.peak_bytes_after, "{name}");
     }
 }

@@ -637,6 +637,13 @@ pub(crate) fn splits_as_positions(
     positions::positional(node, facts, dims).is_some()
 }
 
+/// Whether chunking makes constant `v` (a weight, or a `Constant` node's output) from index
+/// constants (a constant of positions, see `positions::constants_as_positions`) rather than
+/// holding it.
+pub(crate) fn is_constant_of_positions(g: &memplan_ir::graph::Graph, v: ValueId) -> bool {
+    positions::constant_tensor(g, v).is_some_and(|(t, _)| positions::band_of(t).is_some())
+}
+
 /// Chunks `model` at `dims` until its simulated peak fits `opts.budget` or no region lowers it
 /// further.
 pub fn chunk_to_budget(
@@ -652,12 +659,21 @@ pub fn chunk_to_budget(
     }
     let mut per_reader = Vec::new();
     let peak = Base::new(&cur.graph, &facts, dims, opts.assemble)?.peak;
+    // Whether weights were made from positions: a change of its own, which lowers the peak.
+    let mut constants_made = false;
     if opts.budget.is_none_or(|b| peak > b) {
         // A large mask made by an op of positions (`Trilu`) as elementwise comparisons of index
         // constants, so regions grow through it and it is light.
         if let Some(m) = positions::positions_as_values(&cur, &facts, dims, peak / 64) {
             facts = rewritten_facts(&m, dims)?;
             cur = m;
+        }
+        // The same for a large mask kept as a weight (a causal mask `tril` of ones): made from
+        // index constants, it is no longer resident, and light.
+        if let Some(m) = positions::constants_as_positions(&cur, &facts, dims, peak / 64) {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
+            constants_made = true;
         }
     }
     if opts.budget.is_some_and(|b| peak > b) {
@@ -673,7 +689,7 @@ pub fn chunk_to_budget(
         }
     }
     let mut steps: Vec<ChunkStep> = Vec::new();
-    let mut peak_before = None;
+    let mut peak_before = constants_made.then_some(peak);
     let mut evaluated = 0;
     let mut remakes = 0;
     // Names of the nodes chunking made.
@@ -716,7 +732,7 @@ pub fn chunk_to_budget(
                     continue;
                 }
             }
-            let changed = !steps.is_empty() || remakes > 0;
+            let changed = !steps.is_empty() || remakes > 0 || constants_made;
             if changed {
                 // What it holds was made at `dims`: it is pinned there.
                 cur.pin_dims(dims);

@@ -4,7 +4,8 @@
 //! flow, or every axis of its outputs needs more than the matching part of its inputs) runs whole,
 //! so its inputs and outputs are held at once while it runs (less the input its output 0 may
 //! overwrite in place). Nodes whose outputs are known at inference time (shape arithmetic) are
-//! constants by then and hold nothing.
+//! constants by then and hold nothing, and so does a weight that is a constant of positions (a
+//! causal mask), which chunking makes from index constants.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,7 +28,8 @@ pub struct Floor {
 }
 
 /// Whether chunking can split node `n` along some axis of some output (see the module docs), or
-/// writes it in a form that it can split (an op of positions, `chunk::positions`).
+/// writes it in a form that it can split (an op of positions, or a `Constant` of positions:
+/// `chunk::positions`).
 fn splittable(g: &Graph, f: &Facts, dims: &BTreeMap<String, i64>, n: NodeId) -> bool {
     let node = g.node(n);
     if node.subgraphs().next().is_some() {
@@ -37,6 +39,10 @@ fn splittable(g: &Graph, f: &Facts, dims: &BTreeMap<String, i64>, n: NodeId) -> 
     axis_flow(node, &ins, &outs)
         .is_some_and(|fl| fl.iter().flatten().any(|a| matches!(a, AxisFlow::Split(_))))
         || crate::chunk::splits_as_positions(node, f, dims)
+        || (node.output_ids().next().is_some()
+            && node
+                .output_ids()
+                .all(|v| crate::chunk::is_constant_of_positions(g, v)))
 }
 
 /// The bytes output 0 of node `n` can share with an input it may overwrite in place (the largest
@@ -85,9 +91,18 @@ pub fn floor(
         Ok(bytes.max(0) as u64)
     };
     let resident_buf = |b: BufId| t.buffers[b.0 as usize].alloc.is_none();
+    // A constant of positions (a causal mask kept as a weight) is made from index constants
+    // instead before chunking (`chunk::positions`): it holds nothing.
+    let made: BTreeSet<BufId> = graph
+        .initializers
+        .iter()
+        .filter(|&&v| crate::chunk::is_constant_of_positions(graph, v))
+        .filter_map(|v| t.value_buf.get(v.index()).copied().flatten())
+        .collect();
     let mut resident = 0u64;
     for (k, b) in t.buffers.iter().enumerate() {
-        if b.alloc.is_none() && b.category != Category::Scratch {
+        if b.alloc.is_none() && b.category != Category::Scratch && !made.contains(&BufId(k as u32))
+        {
             resident += size(BufId(k as u32))?;
         }
     }

@@ -13,11 +13,13 @@
 //! TorchScript writes a causal mask as `Trilu` of a constant expanded to `[S, S]` (OPT, for one),
 //! where torch's dynamo exporter writes comparisons of `Range`s that already chunk.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use memplan_ir::dtype::DataType;
-use memplan_ir::graph::{AttrValue, Attribute, Model, Names, Node, NodeId, ValueId};
+use memplan_ir::graph::{
+    AttrValue, Attribute, Graph, Model, Names, Node, NodeId, ValueId, ValueKind,
+};
 use memplan_ir::infer::{Facts, Known};
 use memplan_ir::ops::{self, Offset};
 use memplan_ir::TensorData;
@@ -178,4 +180,445 @@ pub(crate) fn positions_as_values(
         graph: crate::reorder(&out, &schedule),
         ..model.clone()
     })
+}
+
+/// A constant of positions: a tensor `[1, .., 1, R, C]` whose element `[i, j]` is `inside` where
+/// `lo <= j - i <= hi` (a band of diagonals; either bound may be absent) and `outside` elsewhere,
+/// both of one element's bytes. A causal mask kept as a weight (`tril` of ones: GPT-Neo's
+/// `attention.bias`), a local-attention window, an identity.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Band {
+    lo: Option<i64>,
+    hi: Option<i64>,
+    inside: Vec<u8>,
+    outside: Vec<u8>,
+}
+
+/// `t`'s band (see [`Band`]), when it is one: of rank 2 or more with every leading dim 1, of a
+/// type of whole bytes, of two values (one alone is not positional) that change along rows and
+/// columns only at a band's edges. For a `bool` tensor `inside` is `true` where the band's two
+/// ends allow it (no `Not` needed).
+pub(crate) fn band_of(t: &TensorData) -> Option<Band> {
+    let [lead @ .., rows, cols] = &t.dims[..] else {
+        return None;
+    };
+    let (rows, cols) = (*rows, *cols);
+    if lead.iter().any(|&d| d != 1) || rows == 0 || cols == 0 || t.dtype == DataType::String {
+        return None;
+    }
+    let e = t.dtype.bytes_for(1) as usize;
+    let raw = t.raw()?;
+    let (r, c) = (rows as usize, cols as usize);
+    if e == 0 || raw.len() != r * c * e {
+        return None;
+    }
+    let at = |i: usize, j: usize| &raw[(i * c + j) * e..(i * c + j + 1) * e];
+    // The element of diagonal d = j - i, from the first row or the first column.
+    let diag = |d: i64| {
+        if d >= 0 {
+            at(0, d as usize)
+        } else {
+            at((-d) as usize, 0)
+        }
+    };
+    for i in 1..r {
+        for j in 1..c {
+            if at(i, j) != at(i - 1, j - 1) {
+                return None;
+            }
+        }
+    }
+    // Runs of equal diagonals, from d = -(R-1) to C-1: (first d, value).
+    let mut runs: Vec<(i64, &[u8])> = Vec::new();
+    for d in -(r as i64 - 1)..c as i64 {
+        if runs.last().is_none_or(|&(_, v)| v != diag(d)) {
+            runs.push((d, diag(d)));
+        }
+    }
+    let end = |k: usize| runs.get(k + 1).map(|&(d, _)| d - 1);
+    let (lo, hi, inside, outside) = match runs[..] {
+        [(_, a), (_, b)] => {
+            // `a` up to the cut, `b` after it: for a bool, the band is the `true` run.
+            if t.dtype == DataType::Bool && a == [0] {
+                (Some(runs[1].0), None, b, a)
+            } else {
+                (None, end(0), a, b)
+            }
+        }
+        [(_, b), (lo, a), (_, b2)] if b == b2 => (Some(lo), end(1), a, b),
+        _ => return None,
+    };
+    let clamp = |d: i64| d.clamp(-(rows as i64), cols as i64);
+    Some(Band {
+        lo: lo.map(clamp),
+        hi: hi.map(clamp),
+        inside: inside.to_vec(),
+        outside: outside.to_vec(),
+    })
+}
+
+/// The constant that value `v` of `g` is: an initializer that is not also a graph input (a
+/// default a caller may override), or the output of a `Constant` node with a tensor `value`, with
+/// that node.
+pub(crate) fn constant_tensor(g: &Graph, v: ValueId) -> Option<(&TensorData, Option<NodeId>)> {
+    match &g.value(v).kind {
+        ValueKind::Initializer(t) if !g.inputs.contains(&v) => Some((t, None)),
+        ValueKind::Node { node, slot: 0 } => {
+            let n = g.node(*node);
+            match n.attr("value") {
+                Some(AttrValue::Tensor(t)) if n.op == "Constant" && n.is_onnx_domain() => {
+                    Some((t, Some(*node)))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// A `Slice` of a constant of positions, its bounds known: `(axis, start, end, step)` per axis it
+/// cuts, `None` when it is not one this rewrite folds (bounds unknown at `dims`, or a cut of a
+/// leading axis that does not keep its one element).
+fn known_slice(
+    node: &Node,
+    v: ValueId,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    rank: usize,
+) -> Option<Vec<(usize, i64, i64, i64)>> {
+    if node.op != "Slice" || !node.is_onnx_domain() || node.inputs.first() != Some(&Some(v)) {
+        return None;
+    }
+    if node.inputs.iter().skip(1).any(|&i| i == Some(v)) {
+        return None;
+    }
+    let known = |k: usize| -> Option<Option<Vec<i64>>> {
+        match node.inputs.get(k).copied().flatten() {
+            None => Some(None),
+            Some(x) => match &facts.get(x).value {
+                Some(Known::Int(e)) => Some(Some(
+                    e.iter()
+                        .map(|e| e.eval_map(dims).ok())
+                        .collect::<Option<_>>()?,
+                )),
+                _ => None,
+            },
+        }
+    };
+    let starts = known(1)??;
+    let ends = known(2)??;
+    let n = starts.len();
+    let axes = known(3)?.unwrap_or_else(|| (0..n as i64).collect());
+    let steps = known(4)?.unwrap_or_else(|| vec![1; n]);
+    if ends.len() != n || axes.len() != n || steps.len() != n {
+        return None;
+    }
+    let out = node.outputs.first().copied().flatten()?;
+    let out_shape = facts.get(out).shape_at(dims)?;
+    let mut cuts = Vec::new();
+    for i in 0..n {
+        let a = if axes[i] < 0 {
+            axes[i] + rank as i64
+        } else {
+            axes[i]
+        };
+        let a = usize::try_from(a).ok().filter(|&a| a < rank)?;
+        if a + 2 < rank {
+            // A leading axis of one element: kept or the fold does not apply.
+            (out_shape.get(a) == Some(&1)).then_some(())?;
+            continue;
+        }
+        cuts.push((a, starts[i], ends[i], steps[i]));
+    }
+    Some(cuts)
+}
+
+/// `model` with every constant ([`constant_tensor`]: a weight or a `Constant` node) of at least
+/// `min_bytes` that is a constant of positions ([`band_of`]) made by nodes instead, from row and
+/// column index constants: `lo <= j - i` as `GreaterOrEqual(columns, rows + lo)`, `j - i <= hi`
+/// as `LessOrEqual(columns, rows + hi)`, both by `And`, then `Where(band, inside, outside)` of
+/// scalars (a `bool` tensor: the band itself, or its `Not`). Where every reader is a `Slice` with
+/// bounds known at `dims`, each slice is made so instead, from the slices of the index constants
+/// (a pointwise op of a slice is the slice of the pointwise op), and neither the constant nor the
+/// whole band is made. A value made keeps its name and id; the nodes go first (a `Constant` node
+/// and a folded `Slice` are replaced). `None` when there is none.
+pub(crate) fn constants_as_positions(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    min_bytes: u64,
+) -> Option<Model> {
+    let g = &model.graph;
+    let found: Vec<(ValueId, Band)> = g
+        .value_ids()
+        .filter_map(|v| {
+            let (t, _) = constant_tensor(g, v)?;
+            (t.byte_len() >= min_bytes).then_some(())?;
+            Some((v, band_of(t)?))
+        })
+        .collect();
+    if found.is_empty() {
+        return None;
+    }
+    let consumers = g.consumers();
+    let mut out = g.clone();
+    let mut names = Names::of(g);
+    let first_new = out.nodes.len();
+    let mut replaced: BTreeSet<NodeId> = BTreeSet::new();
+    let mut gone = vec![false; g.values.len()];
+    for (v, band) in found {
+        let Some((t, constant_node)) = constant_tensor(g, v) else {
+            continue;
+        };
+        let base = g.value(v).name.clone();
+        let (dtype, rank) = (t.dtype, t.dims.len());
+        let (rows, cols) = (t.dims[rank - 2], t.dims[rank - 1]);
+        // Each reader a slice with known bounds (and `v` no graph output): fold them.
+        let readers = &consumers[v.index()];
+        let slices: Option<Vec<(NodeId, Vec<(usize, i64, i64, i64)>)>> = (!g.outputs.contains(&v)
+            && !readers.is_empty())
+        .then(|| {
+            readers
+                .iter()
+                .map(|&r| Some((r, known_slice(g.node(r), v, facts, dims, rank)?)))
+                .collect()
+        })
+        .flatten();
+        let mut e = BandEmitter {
+            out: &mut out,
+            names: &mut names,
+            base: &base,
+            rank,
+            band: &band,
+            dtype,
+        };
+        let col = e.index("columns", 1, (0..cols as i64).collect());
+        let row_lo = band
+            .lo
+            .map(|k| e.index("rows_plus_lo", 0, (0..rows as i64).map(|i| i + k).collect()));
+        let row_hi = band
+            .hi
+            .map(|k| e.index("rows_plus_hi", 0, (0..rows as i64).map(|i| i + k).collect()));
+        let folded = slices.is_some();
+        match slices {
+            Some(slices) => {
+                for (r, cuts) in slices {
+                    let y = g.node(r).outputs[0]?;
+                    let cut = |e: &mut BandEmitter, x: ValueId, axis: usize| match cuts
+                        .iter()
+                        .find(|c| c.0 + 2 - rank == axis)
+                    {
+                        Some(&(a, s0, e0, st)) => e.slice(x, a, s0, e0, st),
+                        None => x,
+                    };
+                    let c = cut(&mut e, col, 1);
+                    let lo = row_lo.map(|x| cut(&mut e, x, 0));
+                    let hi = row_hi.map(|x| cut(&mut e, x, 0));
+                    e.band_into(c, lo, hi, y)?;
+                    replaced.insert(r);
+                }
+            }
+            None => e.band_into(col, row_lo, row_hi, v)?,
+        }
+        out.initializers.retain(|&x| x != v);
+        if folded {
+            gone[v.index()] = true;
+        }
+        replaced.extend(constant_node);
+    }
+    let schedule: Vec<NodeId> = (first_new..out.nodes.len())
+        .chain(0..first_new)
+        .map(NodeId::from_index)
+        .filter(|n| !replaced.contains(n))
+        .collect();
+    // A constant whose slices were folded is read by nothing: it goes (a `Constant` node's
+    // output with its node).
+    gone.resize(out.values.len(), false);
+    let keep: Vec<bool> = gone.iter().map(|&x| !x).collect();
+    let graph = super::rewrite::retain_values(crate::reorder(&out, &schedule), &keep);
+    Some(Model {
+        graph,
+        ..model.clone()
+    })
+}
+
+/// Writes the nodes of one constant of positions (see [`constants_as_positions`]).
+struct BandEmitter<'a> {
+    out: &'a mut Graph,
+    names: &'a mut Names,
+    base: &'a str,
+    rank: usize,
+    band: &'a Band,
+    dtype: DataType,
+}
+
+impl BandEmitter<'_> {
+    fn name(&mut self, what: &str) -> String {
+        self.names.fresh(&format!("{}/{what}", self.base))
+    }
+
+    /// An int64 constant of `values` along the row (`last` 0) or column (`last` 1) axis, ones
+    /// elsewhere.
+    fn index(&mut self, what: &str, last: usize, values: Vec<i64>) -> ValueId {
+        let mut shape = vec![1u64; self.rank];
+        shape[self.rank - 2 + last] = values.len() as u64;
+        let name = self.name(what);
+        self.out
+            .add_initializer(TensorData::from_i64(name, shape, &values))
+    }
+
+    fn int1(&mut self, what: &str, x: i64) -> Option<ValueId> {
+        let name = self.name(what);
+        Some(
+            self.out
+                .add_initializer(TensorData::from_i64(name, vec![1], &[x])),
+        )
+    }
+
+    /// `Slice(x, [start], [end], [axis], [step])`.
+    fn slice(&mut self, x: ValueId, axis: usize, start: i64, end: i64, step: i64) -> ValueId {
+        let ins: Vec<Option<ValueId>> = vec![
+            Some(x),
+            self.int1("slice_start", start),
+            self.int1("slice_end", end),
+            self.int1("slice_axis", axis as i64),
+            self.int1("slice_step", step),
+        ];
+        let (node, out) = (self.name("slice"), self.name("sliced"));
+        self.out
+            .add_node(node, "Slice", &ins, &[&out], Vec::new())
+            .1[0]
+    }
+
+    fn op(&mut self, op: &str, inputs: &[Option<ValueId>]) -> ValueId {
+        let lower = op.to_lowercase();
+        let (node, out) = (self.name(&lower), self.name(&format!("{lower}_out")));
+        self.out.add_node(node, op, inputs, &[&out], Vec::new()).1[0]
+    }
+
+    /// The band of columns `col` against rows plus `lo` and plus `hi`, its last node writing
+    /// value `y` (which becomes that node's output).
+    fn band_into(
+        &mut self,
+        col: ValueId,
+        lo: Option<ValueId>,
+        hi: Option<ValueId>,
+        y: ValueId,
+    ) -> Option<()> {
+        let mut conds = Vec::new();
+        if let Some(lo) = lo {
+            conds.push(self.op("GreaterOrEqual", &[Some(col), Some(lo)]));
+        }
+        if let Some(hi) = hi {
+            conds.push(self.op("LessOrEqual", &[Some(col), Some(hi)]));
+        }
+        let band = match conds[..] {
+            [m] => m,
+            [a, b] => self.op("And", &[Some(a), Some(b)]),
+            _ => return None,
+        };
+        let (op, inputs) = if self.dtype == DataType::Bool {
+            let op = if self.band.inside == [1] {
+                "Identity"
+            } else {
+                "Not"
+            };
+            (op, vec![Some(band)])
+        } else {
+            let scalar = |e: &mut Self, what: &str, bytes: &[u8]| {
+                let name = e.name(what);
+                let t =
+                    TensorData::from_raw(name, e.dtype, Vec::new(), Bytes::copy_from_slice(bytes));
+                t.ok().map(|t| e.out.add_initializer(t))
+            };
+            let (inside, outside) = (self.band.inside.clone(), self.band.outside.clone());
+            let a = scalar(self, "inside", &inside)?;
+            let b = scalar(self, "outside", &outside)?;
+            ("Where", vec![Some(band), Some(a), Some(b)])
+        };
+        let nid = NodeId::from_index(self.out.nodes.len());
+        let name = self.name("band");
+        self.out
+            .nodes
+            .push(Node::new(name, op, inputs, vec![Some(y)]));
+        self.out.values[y.index()].kind = ValueKind::Node { node: nid, slot: 0 };
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(dtype: DataType, dims: Vec<u64>, f: impl Fn(i64, i64) -> Vec<u8>) -> TensorData {
+        let (r, c) = (dims[dims.len() - 2] as i64, dims[dims.len() - 1] as i64);
+        let lead: u64 = dims[..dims.len() - 2].iter().product();
+        let mut b = Vec::new();
+        for _ in 0..lead {
+            for i in 0..r {
+                for j in 0..c {
+                    b.extend(f(i, j));
+                }
+            }
+        }
+        TensorData::from_raw("t", dtype, dims, Bytes::from(b)).unwrap()
+    }
+
+    fn band(lo: Option<i64>, hi: Option<i64>, inside: &[u8], outside: &[u8]) -> Option<Band> {
+        Some(Band {
+            lo,
+            hi,
+            inside: inside.to_vec(),
+            outside: outside.to_vec(),
+        })
+    }
+
+    #[test]
+    fn bands_of_diagonals_are_found_with_their_bounds_and_values() {
+        let b = |x: bool| vec![x as u8];
+        let (t, f) = (&[1u8][..], &[0u8][..]);
+        // tril: true where j - i <= 0; a bool band is always the `true` run.
+        let tril = tensor(DataType::Bool, vec![1, 1, 5, 7], |i, j| b(j <= i));
+        assert_eq!(band_of(&tril), band(None, Some(0), t, f));
+        let triu = tensor(DataType::Bool, vec![5, 7], |i, j| b(j - i >= 2));
+        assert_eq!(band_of(&triu), band(Some(2), None, t, f));
+        let window = tensor(DataType::Bool, vec![6, 6], |i, j| {
+            b((-2..=0).contains(&(j - i)))
+        });
+        assert_eq!(band_of(&window), band(Some(-2), Some(0), t, f));
+        let outside = tensor(DataType::Bool, vec![6, 6], |i, j| {
+            b(!(-2..=0).contains(&(j - i)))
+        });
+        assert_eq!(band_of(&outside), band(Some(-2), Some(0), f, t));
+        // Two float values: the first run is the band.
+        let (z, n) = (0f32.to_le_bytes(), f32::NEG_INFINITY.to_le_bytes());
+        let additive = tensor(DataType::F32, vec![4, 4], |i, j| {
+            (if j <= i { z } else { n }).to_vec()
+        });
+        assert_eq!(band_of(&additive), band(None, Some(0), &z, &n));
+        // An identity of int64: a band of one diagonal.
+        let eye = tensor(DataType::I64, vec![3, 3], |i, j| {
+            ((i == j) as i64).to_le_bytes().to_vec()
+        });
+        let one = 1i64.to_le_bytes();
+        assert_eq!(
+            band_of(&eye),
+            band(Some(0), Some(0), &one, &0i64.to_le_bytes())
+        );
+        // Not bands: one value, a value off its diagonal, two bands, a leading dim over 1.
+        assert_eq!(
+            band_of(&tensor(DataType::Bool, vec![4, 4], |_, _| b(true))),
+            None
+        );
+        let off = tensor(DataType::Bool, vec![4, 4], |i, j| {
+            b(j <= i && (i, j) != (3, 1))
+        });
+        assert_eq!(band_of(&off), None);
+        let two = tensor(DataType::Bool, vec![6, 6], |i, j| b((j - i).abs() == 2));
+        assert_eq!(band_of(&two), None);
+        assert_eq!(
+            band_of(&tensor(DataType::Bool, vec![2, 4, 4], |i, j| b(j <= i))),
+            None
+        );
+    }
 }
