@@ -3,7 +3,9 @@
 //! graph output is held at once; and a node that no axis lets chunking split (its op has no axis
 //! flow, or every axis of its outputs needs more than the matching part of its inputs) runs whole,
 //! so its inputs and outputs are held at once while it runs (less the input its output 0 may
-//! overwrite in place). Nodes whose outputs are known at inference time (shape arithmetic) are
+//! overwrite in place). A node that only axes of a few elements split (the heads of an attention
+//! whose query and key axes a reshape mixes) runs in at most as many pieces as the product of
+//! their extents, each holding at least its share of those bytes. Nodes whose outputs are known at inference time (shape arithmetic) are
 //! constants by then and hold nothing, and so does a weight that is a constant of positions (a
 //! causal mask), which chunking makes from index constants.
 
@@ -27,22 +29,57 @@ pub struct Floor {
     pub values: Vec<String>,
 }
 
-/// Whether chunking can split node `n` along some axis of some output (see the module docs), or
-/// writes it in a form that it can split (an op of positions, or a `Constant` of positions:
-/// `chunk::positions`).
-fn splittable(g: &Graph, f: &Facts, dims: &BTreeMap<String, i64>, n: NodeId) -> bool {
+/// How finely chunking can cut a node.
+enum Cut {
+    /// Into no more pieces than this: the product of the extents of the axes along which some
+    /// output splits (tiles cut two at once), each piece holding at least its share of the
+    /// node's inputs and outputs.
+    Pieces(u64),
+    /// As finely as it likes: an axis of unknown extent, or a form it writes anew (an op of
+    /// positions, a `Constant` of positions: `chunk::positions`).
+    Free,
+}
+
+/// How finely chunking can cut node `n` (see the module docs); `None`: not at all, it runs whole.
+fn cut(g: &Graph, f: &Facts, dims: &BTreeMap<String, i64>, n: NodeId) -> Option<Cut> {
     let node = g.node(n);
     if node.subgraphs().next().is_some() {
-        return false;
+        return None;
     }
-    let (ins, outs) = f.node_io(node);
-    axis_flow(node, &ins, &outs)
-        .is_some_and(|fl| fl.iter().flatten().any(|a| matches!(a, AxisFlow::Split(_))))
-        || crate::chunk::splits_as_positions(node, f, dims)
+    if crate::chunk::splits_as_positions(node, f, dims)
         || (node.output_ids().next().is_some()
             && node
                 .output_ids()
                 .all(|v| crate::chunk::is_constant_of_positions(g, v)))
+    {
+        return Some(Cut::Free);
+    }
+    let (ins, outs) = f.node_io(node);
+    let flow = axis_flow(node, &ins, &outs)?;
+    let mut most: Option<u64> = None;
+    for (slot, axes) in flow.iter().enumerate() {
+        let split: Vec<usize> = (0..axes.len())
+            .filter(|&a| matches!(axes[a], AxisFlow::Split(_)))
+            .collect();
+        if split.is_empty() {
+            continue;
+        }
+        let shape = node
+            .outputs
+            .get(slot)
+            .copied()
+            .flatten()
+            .and_then(|v| f.get(v).shape_at(dims));
+        let Some(shape) = shape else {
+            return Some(Cut::Free);
+        };
+        let pieces = split
+            .iter()
+            .map(|&a| shape.get(a).copied().unwrap_or(u64::MAX))
+            .fold(1u64, u64::saturating_mul);
+        most = Some(most.map_or(pieces, |m| m.max(pieces)));
+    }
+    most.map(Cut::Pieces)
 }
 
 /// The bytes output 0 of node `n` can share with an input it may overwrite in place (the largest
@@ -136,17 +173,28 @@ pub fn floor(
             .node(n)
             .output_ids()
             .all(|v| facts.get(v).value.is_some());
-        if known || splittable(graph, facts, dims, n) {
+        if known {
             continue;
         }
+        let pieces = match cut(graph, facts, dims, n) {
+            Some(Cut::Free) => continue,
+            Some(Cut::Pieces(p)) => p.max(1),
+            None => 1,
+        };
         let node = graph.node(n);
         let (mut bytes, names) = held(&mut node.input_ids().chain(node.output_ids()))?;
         bytes -= inplace_share(graph, &t, n, &size)?;
+        let bytes = bytes.div_ceil(pieces);
         if resident + bytes > best.bytes {
+            let why = if pieces == 1 {
+                "which no axis splits".to_string()
+            } else {
+                format!("which its axes split into at most {pieces} pieces")
+            };
             best = Floor {
                 bytes: resident + bytes,
                 resident_bytes: resident,
-                held_by: format!("{}, which no axis splits", node.label(n)),
+                held_by: format!("{}, {why}", node.label(n)),
                 values: names,
             };
         }
@@ -185,6 +233,40 @@ mod tests {
         assert_eq!(fl.held_by, "'sum' (ReduceSum), which no axis splits");
         assert_eq!(fl.values, ["t", "s"]);
         // No plan goes below it.
+        let p = crate::optimize(&g, &f, &dims, &crate::Options::default())
+            .unwrap()
+            .plan;
+        assert!(p.arena_bytes + p.resident_bytes >= fl.bytes);
+    }
+
+    /// `s = ReduceSum(Relu(x), axes [1, 2])` of `x [4, N, N]`: only the first axis (4 elements)
+    /// splits the sum, so it runs in at most 4 pieces, each holding a quarter of its values.
+    #[test]
+    fn a_node_only_short_axes_split_holds_its_share_of_each_piece() {
+        let mut g = Graph::default();
+        let n = DeclDim::Param("N".into());
+        let x = input(&mut g, "x", vec![DeclDim::Value(4), n.clone(), n.clone()]);
+        let (_, y) = g.add_node("relu", "Relu", &[Some(x)], &["y"], vec![]);
+        let axes = g.add_initializer(memplan_ir::TensorData::from_i64("axes", vec![2], &[1, 2]));
+        let (_, s) = g.add_node(
+            "sum",
+            "ReduceSum",
+            &[Some(y[0]), Some(axes)],
+            &["s"],
+            vec![],
+        );
+        g.outputs.push(s[0]);
+        let f = memplan_ir::infer_graph(&g, 18).unwrap();
+        let dims = BTreeMap::from([("N".to_string(), 8i64)]);
+        let fl = floor(&g, &f, &dims).unwrap();
+        // x: 1024 B (and the 16 B of axes) resident; the sum holds y (1024 B) and s ([4, 1, 1]:
+        // 16 B) in 4 pieces.
+        assert_eq!(fl.resident_bytes, 1024 + 16);
+        assert_eq!(fl.bytes, 1040 + (1024 + 16) / 4);
+        assert_eq!(
+            fl.held_by,
+            "'sum' (ReduceSum), which its axes split into at most 4 pieces"
+        );
         let p = crate::optimize(&g, &f, &dims, &crate::Options::default())
             .unwrap()
             .plan;
