@@ -121,37 +121,24 @@ pub(crate) fn positions_as_values(
     let mut before: BTreeMap<usize, NodeId> = BTreeMap::new();
     for (i, p) in found {
         let base = out.nodes[i].name.clone();
-        let rows: Vec<i64> = (0..p.rows as i64).map(|r| r + p.k).collect();
-        let cols: Vec<i64> = (0..p.cols as i64).collect();
-        let row_k = out.add_initializer(TensorData::from_i64(
-            names.fresh(&format!("{base}/rows_plus_k")),
-            vec![p.rows, 1],
-            &rows,
-        ));
-        let col = out.add_initializer(TensorData::from_i64(
-            names.fresh(&format!("{base}/columns")),
-            vec![1, p.cols],
-            &cols,
-        ));
-        let (compare, mask) = out.add_node(
-            names.fresh(&format!("{base}/positions")),
-            p.compare,
-            &[Some(col), Some(row_k)],
-            &[&names.fresh(&format!("{base}/mask"))],
-            Vec::new(),
+        let mut e = Emitter {
+            out: &mut out,
+            names: &mut names,
+            base: &base,
+            rank: 2,
+        };
+        let col = e.index("columns", 1, (0..p.cols as i64).collect());
+        let row_k = e.index(
+            "rows_plus_k",
+            0,
+            (0..p.rows as i64).map(|r| r + p.k).collect(),
         );
-        before.insert(i, compare);
+        let mask = e.op(p.compare, &[Some(col), Some(row_k)]);
         let (op, attrs, inputs) = match p.keep_from {
             Some(x) => {
-                let zero = TensorData::from_raw(
-                    names.fresh(&format!("{base}/zero")),
-                    p.dtype,
-                    Vec::new(),
-                    Bytes::from(vec![0u8; p.dtype.bytes_for(1) as usize]),
-                )
-                .ok()?;
-                let z = out.add_initializer(zero);
-                ("Where", Vec::new(), vec![Some(mask[0]), Some(x), Some(z)])
+                let zero = vec![0u8; p.dtype.bytes_for(1) as usize];
+                let z = e.scalar("zero", p.dtype, &zero)?;
+                ("Where", Vec::new(), vec![Some(mask), Some(x), Some(z)])
             }
             None => {
                 let to = Attribute {
@@ -159,9 +146,10 @@ pub(crate) fn positions_as_values(
                     value: AttrValue::Int(p.dtype.onnx_code() as i64),
                     doc: String::new(),
                 };
-                ("Cast", vec![to], vec![Some(mask[0])])
+                ("Cast", vec![to], vec![Some(mask)])
             }
         };
+        before.insert(i, out.producer(mask)?);
         let node = &mut out.nodes[i];
         node.op = op.into();
         node.attrs = attrs;
@@ -384,13 +372,11 @@ pub(crate) fn constants_as_positions(
                 .collect()
         })
         .flatten();
-        let mut e = BandEmitter {
+        let mut e = Emitter {
             out: &mut out,
             names: &mut names,
             base: &base,
             rank,
-            band: &band,
-            dtype,
         };
         let col = e.index("columns", 1, (0..cols as i64).collect());
         let row_lo = band
@@ -404,7 +390,7 @@ pub(crate) fn constants_as_positions(
             Some(slices) => {
                 for (r, cuts) in slices {
                     let y = g.node(r).outputs[0]?;
-                    let cut = |e: &mut BandEmitter, x: ValueId, axis: usize| match cuts
+                    let cut = |e: &mut Emitter, x: ValueId, axis: usize| match cuts
                         .iter()
                         .find(|c| c.0 + 2 - rank == axis)
                     {
@@ -414,11 +400,11 @@ pub(crate) fn constants_as_positions(
                     let c = cut(&mut e, col, 1);
                     let lo = row_lo.map(|x| cut(&mut e, x, 0));
                     let hi = row_hi.map(|x| cut(&mut e, x, 0));
-                    e.band_into(c, lo, hi, y)?;
+                    e.band_into(&band, dtype, (c, lo, hi), y)?;
                     replaced.insert(r);
                 }
             }
-            None => e.band_into(col, row_lo, row_hi, v)?,
+            None => e.band_into(&band, dtype, (col, row_lo, row_hi), v)?,
         }
         out.initializers.retain(|&x| x != v);
         if folded {
@@ -442,29 +428,35 @@ pub(crate) fn constants_as_positions(
     })
 }
 
-/// Writes the nodes of one constant of positions (see [`constants_as_positions`]).
-struct BandEmitter<'a> {
+/// Writes the nodes of positions as values: index constants, slices of them, comparisons, for
+/// one rewritten node or constant (`base` names them).
+struct Emitter<'a> {
     out: &'a mut Graph,
     names: &'a mut Names,
     base: &'a str,
     rank: usize,
-    band: &'a Band,
-    dtype: DataType,
 }
 
-impl BandEmitter<'_> {
+impl Emitter<'_> {
     fn name(&mut self, what: &str) -> String {
         self.names.fresh(&format!("{}/{what}", self.base))
     }
 
-    /// An int64 constant of `values` along the row (`last` 0) or column (`last` 1) axis, ones
-    /// elsewhere.
+    /// An int64 constant of `values` along the row (`last` 0) or column (`last` 1) axis of the
+    /// last two, ones elsewhere.
     fn index(&mut self, what: &str, last: usize, values: Vec<i64>) -> ValueId {
         let mut shape = vec![1u64; self.rank];
         shape[self.rank - 2 + last] = values.len() as u64;
         let name = self.name(what);
         self.out
             .add_initializer(TensorData::from_i64(name, shape, &values))
+    }
+
+    /// A scalar constant of `dtype` from one element's bytes.
+    fn scalar(&mut self, what: &str, dtype: DataType, bytes: &[u8]) -> Option<ValueId> {
+        let name = self.name(what);
+        let t = TensorData::from_raw(name, dtype, Vec::new(), Bytes::copy_from_slice(bytes));
+        Some(self.out.add_initializer(t.ok()?))
     }
 
     fn int1(&mut self, what: &str, x: i64) -> Option<ValueId> {
@@ -490,19 +482,20 @@ impl BandEmitter<'_> {
             .1[0]
     }
 
+    /// A node of `op` with one new output.
     fn op(&mut self, op: &str, inputs: &[Option<ValueId>]) -> ValueId {
         let lower = op.to_lowercase();
         let (node, out) = (self.name(&lower), self.name(&format!("{lower}_out")));
         self.out.add_node(node, op, inputs, &[&out], Vec::new()).1[0]
     }
 
-    /// The band of columns `col` against rows plus `lo` and plus `hi`, its last node writing
-    /// value `y` (which becomes that node's output).
+    /// `band` of `dtype` from columns `col` against rows plus `lo` and plus `hi`, its last node
+    /// writing value `y` (which becomes that node's output).
     fn band_into(
         &mut self,
-        col: ValueId,
-        lo: Option<ValueId>,
-        hi: Option<ValueId>,
+        band: &Band,
+        dtype: DataType,
+        (col, lo, hi): (ValueId, Option<ValueId>, Option<ValueId>),
         y: ValueId,
     ) -> Option<()> {
         let mut conds = Vec::new();
@@ -512,29 +505,22 @@ impl BandEmitter<'_> {
         if let Some(hi) = hi {
             conds.push(self.op("LessOrEqual", &[Some(col), Some(hi)]));
         }
-        let band = match conds[..] {
+        let cond = match conds[..] {
             [m] => m,
             [a, b] => self.op("And", &[Some(a), Some(b)]),
             _ => return None,
         };
-        let (op, inputs) = if self.dtype == DataType::Bool {
-            let op = if self.band.inside == [1] {
+        let (op, inputs) = if dtype == DataType::Bool {
+            let op = if band.inside == [1] {
                 "Identity"
             } else {
                 "Not"
             };
-            (op, vec![Some(band)])
+            (op, vec![Some(cond)])
         } else {
-            let scalar = |e: &mut Self, what: &str, bytes: &[u8]| {
-                let name = e.name(what);
-                let t =
-                    TensorData::from_raw(name, e.dtype, Vec::new(), Bytes::copy_from_slice(bytes));
-                t.ok().map(|t| e.out.add_initializer(t))
-            };
-            let (inside, outside) = (self.band.inside.clone(), self.band.outside.clone());
-            let a = scalar(self, "inside", &inside)?;
-            let b = scalar(self, "outside", &outside)?;
-            ("Where", vec![Some(band), Some(a), Some(b)])
+            let a = self.scalar("inside", dtype, &band.inside)?;
+            let b = self.scalar("outside", dtype, &band.outside)?;
+            ("Where", vec![Some(cond), Some(a), Some(b)])
         };
         let nid = NodeId::from_index(self.out.nodes.len());
         let name = self.name("band");
