@@ -337,3 +337,52 @@ fn weights_of_positions_are_made_from_index_constants_with_the_same_bits() {
         assert_eq!(planned.peak_bytes, out.report.peak_bytes_after, "{name}");
     }
 }
+
+/// A large mask weight and small activations: making the mask from positions alone meets the
+/// budget, with no chunk step. The result keeps no initializer that nothing reads (the shape
+/// values frozen for the slice that is gone) and runs to the original's bits.
+#[test]
+fn a_weight_of_positions_alone_can_meet_the_budget() {
+    let (s, m) = (8usize, 200usize);
+    let mask = TensorData::from_raw(
+        "mask",
+        DataType::Bool,
+        vec![1, 1, m as u64, m as u64],
+        bytes::Bytes::from(band_bytes(m, -(m as i64), 0, &[1], &[0])),
+    )
+    .unwrap();
+    let model = weight_mask_model(mask, true);
+    let dims: BTreeMap<String, i64> = BTreeMap::from([("S".to_string(), s as i64)]);
+    let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+    let want = run(&model.graph, &facts, input(&[s, s]), &RunOptions::default()).unwrap();
+    let opts = ChunkOptions {
+        budget: Some(8 << 10),
+        ..ChunkOptions::default()
+    };
+    let c = chunk_to_budget(&model, &dims, &opts).unwrap();
+    assert!(c.steps.is_empty(), "{} steps", c.steps.len());
+    assert!(
+        c.peak_before > 40_000 && c.peak_after <= 8 << 10,
+        "{} -> {}",
+        c.peak_before,
+        c.peak_after
+    );
+    let g = &c.model.graph;
+    assert!(g.find_value("mask").is_none());
+    let read: std::collections::BTreeSet<_> = g
+        .nodes
+        .iter()
+        .flat_map(|n| n.input_ids())
+        .chain(g.outputs.iter().copied())
+        .collect();
+    let unread: Vec<&str> = g
+        .initializers
+        .iter()
+        .filter(|v| !read.contains(v))
+        .map(|&v| g.value(v).name.as_str())
+        .collect();
+    assert!(unread.is_empty(), "unread: {unread:?}");
+    let f = memplan_ir::infer_model_for(&c.model, &dims).unwrap();
+    let got = run(g, &f, input(&[s, s]), &RunOptions::default()).unwrap();
+    assert_eq!(got.outputs[0].1.bytes(), want.outputs[0].1.bytes());
+}

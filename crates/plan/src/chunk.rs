@@ -734,7 +734,10 @@ pub fn chunk_to_budget(
             }
             let changed = !steps.is_empty() || remakes > 0 || constants_made;
             if changed {
-                // What it holds was made at `dims`: it is pinned there.
+                // What it holds was made at `dims`: it is pinned there. Shape values frozen for
+                // readers that are gone (the slices of a weight made from positions, with no
+                // chunk step after) are dropped, as after each step.
+                cur.graph = rewrite::drop_unread_initializers(cur.graph, &unfrozen.graph);
                 cur.pin_dims(dims);
             }
             return Ok(Chunked {

@@ -451,13 +451,10 @@ pub(crate) fn compact_mapped(g: Graph) -> (Graph, Vec<Option<ValueId>>) {
     (retain_values(g, &keep), map)
 }
 
-/// Drops the initializers that chunking left unread: those `original` does not have (shape values
-/// frozen into constants, per-chunk bounds) that no node, subgraph or graph output reads any more,
-/// because the readers they were frozen for were rewritten per chunk. A written file would carry
-/// them as dead weight (and onnxruntime warns about each).
-pub(crate) fn drop_unread_initializers(g: Graph, original: &Graph) -> Graph {
+/// Whether each value of `g` is read: by a node, a subgraph (by name) or as a graph output or input.
+/// A `value_info` entry is a declaration, not a read.
+fn read_values(g: &Graph) -> Vec<bool> {
     let mut read = vec![false; g.values.len()];
-    // A `value_info` entry is a declaration, not a read: it goes with its value.
     for v in g
         .nodes
         .iter()
@@ -468,11 +465,22 @@ pub(crate) fn drop_unread_initializers(g: Graph, original: &Graph) -> Graph {
     }
     for n in &g.nodes {
         for sub in n.subgraphs() {
-            for v in sub.outer_reads_resolved(&g) {
+            for v in sub.outer_reads_resolved(g) {
                 read[v.index()] = true;
             }
         }
     }
+    read
+}
+
+/// Drops the initializers that chunking left unread: those no node, subgraph or graph output reads
+/// any more, because the readers they were frozen or kept for were rewritten (shape values frozen
+/// into constants, per-chunk bounds, the bounds of a slice of a weight made from positions). An
+/// initializer of `original` that `original` did not read either stays as the model had it. A
+/// written file would carry the others as dead weight (and onnxruntime warns about each).
+pub(crate) fn drop_unread_initializers(g: Graph, original: &Graph) -> Graph {
+    let read = read_values(&g);
+    let read_before = read_values(original);
     let keep: Vec<bool> = g
         .values
         .iter()
@@ -480,9 +488,10 @@ pub(crate) fn drop_unread_initializers(g: Graph, original: &Graph) -> Graph {
         .map(|(i, v)| {
             read[i]
                 || !matches!(v.kind, ValueKind::Initializer(_))
-                || original
-                    .find_value(&v.name)
-                    .is_some_and(|o| matches!(original.value(o).kind, ValueKind::Initializer(_)))
+                || original.find_value(&v.name).is_some_and(|o| {
+                    matches!(original.value(o).kind, ValueKind::Initializer(_))
+                        && !read_before[o.index()]
+                })
         })
         .collect();
     retain_values(g, &keep)
