@@ -59,12 +59,10 @@ pub(super) fn positional(
         return None;
     }
     let k = match form.offset {
-        Offset::Input(i) => match node.inputs.get(i).copied().flatten() {
+        Offset::Input(i) => match known_input(node, i, facts, dims)?.as_deref() {
             None => 0,
-            Some(kv) => match &facts.get(kv).value {
-                Some(Known::Int(e)) if e.len() == 1 => e[0].eval_map(dims).ok()?,
-                _ => return None,
-            },
+            Some(&[k]) => k,
+            Some(_) => return None,
         },
         Offset::Attr(name) => match node.attr(name) {
             None => 0,
@@ -264,6 +262,27 @@ pub(crate) fn constant_tensor(g: &Graph, v: ValueId) -> Option<(&TensorData, Opt
     }
 }
 
+/// Input `k` of `node` as integers known at `dims`: `Some(None)` when the input is absent, `None`
+/// when its contents are not known there.
+fn known_input(
+    node: &Node,
+    k: usize,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> Option<Option<Vec<i64>>> {
+    let Some(x) = node.inputs.get(k).copied().flatten() else {
+        return Some(None);
+    };
+    match &facts.get(x).value {
+        Some(Known::Int(e)) => e
+            .iter()
+            .map(|e| e.eval_map(dims).ok())
+            .collect::<Option<_>>()
+            .map(Some),
+        _ => None,
+    }
+}
+
 /// A `Slice` of a constant of positions, its bounds known: `(axis, start, end, step)` per axis it
 /// cuts, `None` when it is not one this rewrite folds (bounds unknown at `dims`, or a cut of a
 /// leading axis that does not keep its one element).
@@ -280,19 +299,7 @@ fn known_slice(
     if node.inputs.iter().skip(1).any(|&i| i == Some(v)) {
         return None;
     }
-    let known = |k: usize| -> Option<Option<Vec<i64>>> {
-        match node.inputs.get(k).copied().flatten() {
-            None => Some(None),
-            Some(x) => match &facts.get(x).value {
-                Some(Known::Int(e)) => Some(Some(
-                    e.iter()
-                        .map(|e| e.eval_map(dims).ok())
-                        .collect::<Option<_>>()?,
-                )),
-                _ => None,
-            },
-        }
-    };
+    let known = |k: usize| known_input(node, k, facts, dims);
     let starts = known(1)??;
     let ends = known(2)??;
     let n = starts.len();
@@ -337,12 +344,12 @@ pub(crate) fn constants_as_positions(
     min_bytes: u64,
 ) -> Option<Model> {
     let g = &model.graph;
-    let found: Vec<(ValueId, Band)> = g
+    let found: Vec<(ValueId, &TensorData, Option<NodeId>, Band)> = g
         .value_ids()
         .filter_map(|v| {
-            let (t, _) = constant_tensor(g, v)?;
+            let (t, constant_node) = constant_tensor(g, v)?;
             (t.byte_len() >= min_bytes).then_some(())?;
-            Some((v, band_of(t)?))
+            Some((v, t, constant_node, band_of(t)?))
         })
         .collect();
     if found.is_empty() {
@@ -354,10 +361,7 @@ pub(crate) fn constants_as_positions(
     let first_new = out.nodes.len();
     let mut replaced: BTreeSet<NodeId> = BTreeSet::new();
     let mut gone = vec![false; g.values.len()];
-    for (v, band) in found {
-        let Some((t, constant_node)) = constant_tensor(g, v) else {
-            continue;
-        };
+    for (v, t, constant_node, band) in found {
         let base = g.value(v).name.clone();
         let (dtype, rank) = (t.dtype, t.dims.len());
         let (rows, cols) = (t.dims[rank - 2], t.dims[rank - 1]);
