@@ -4,6 +4,7 @@
 
 mod assembled;
 mod chunk_conv;
+mod chunk_gathers;
 mod chunk_moves;
 mod chunk_positions;
 mod chunk_random;

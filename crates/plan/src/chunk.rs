@@ -28,6 +28,7 @@
 //! chunking either one leaves the global peak where it is, but is still progress.
 
 mod freeze;
+mod gathers;
 mod positions;
 mod predict;
 mod region;
@@ -637,6 +638,16 @@ pub(crate) fn splits_as_positions(
     positions::positional(node, facts, dims).is_some()
 }
 
+/// The nodes that chunking writes as one `GatherElements` (a chain of movements that is a gather
+/// along one axis, see `gathers`), which every other axis splits.
+pub(crate) fn nodes_as_gathers(
+    g: &memplan_ir::graph::Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> BTreeSet<NodeId> {
+    gathers::gather_chain_nodes(g, facts, dims)
+}
+
 /// Whether chunking makes constant `v` (a weight, or a `Constant` node's output) from index
 /// constants (a constant of positions, see `positions::constants_as_positions`) rather than
 /// holding it.
@@ -674,6 +685,12 @@ pub fn chunk_to_budget(
             facts = rewritten_facts(&m, dims)?;
             cur = m;
             constants_made = true;
+        }
+        // A large chain of movements that is a gather along one axis (a relative shift), as
+        // `GatherElements`, so regions grow through it along every other axis.
+        if let Some(m) = gathers::movements_as_gathers(&cur, &facts, dims, peak / 64) {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
         }
     }
     if opts.budget.is_some_and(|b| peak > b) {

@@ -36,17 +36,25 @@ enum Cut {
     /// node's inputs and outputs.
     Pieces(u64),
     /// As finely as it likes: an axis of unknown extent, or a form it writes anew (an op of
-    /// positions, a `Constant` of positions: `chunk::positions`).
+    /// positions, a `Constant` of positions: `chunk::positions`; a chain of movements that is a
+    /// gather: `chunk::gathers`).
     Free,
 }
 
 /// How finely chunking can cut node `n` (see the module docs); `None`: not at all, it runs whole.
-fn cut(g: &Graph, f: &Facts, dims: &BTreeMap<String, i64>, n: NodeId) -> Option<Cut> {
+fn cut(
+    g: &Graph,
+    f: &Facts,
+    dims: &BTreeMap<String, i64>,
+    gathered: &BTreeSet<NodeId>,
+    n: NodeId,
+) -> Option<Cut> {
     let node = g.node(n);
     if node.subgraphs().next().is_some() {
         return None;
     }
-    if crate::chunk::splits_as_positions(node, f, dims)
+    if gathered.contains(&n)
+        || crate::chunk::splits_as_positions(node, f, dims)
         || (node.output_ids().next().is_some()
             && node
                 .output_ids()
@@ -166,6 +174,8 @@ pub fn floor(
         held_by: "the graph outputs".into(),
         values: out_names,
     };
+    // Chains of movements that chunking writes as a gather (`chunk::gathers`).
+    let gathered = crate::chunk::nodes_as_gathers(graph, facts, dims);
     for &n in &facts.order {
         // A node whose outputs are all known (shape arithmetic: `Shape`, `Size` and what is
         // computed from them) becomes a constant (`chunk::freeze`) and holds nothing.
@@ -176,7 +186,7 @@ pub fn floor(
         if known {
             continue;
         }
-        let pieces = match cut(graph, facts, dims, n) {
+        let pieces = match cut(graph, facts, dims, &gathered, n) {
             Some(Cut::Free) => continue,
             Some(Cut::Pieces(p)) => p.max(1),
             None => 1,

@@ -69,12 +69,33 @@ pub fn gather<T: Copy + Send + Sync>(
     Ok(())
 }
 
+/// An index element of a gather: `int32` or `int64`, read in place (no widened copy).
+pub trait IndexElem: Copy + Send + Sync {
+    fn get(self) -> i64;
+}
+
+impl IndexElem for i64 {
+    #[inline]
+    fn get(self) -> i64 {
+        self
+    }
+}
+
+impl IndexElem for i32 {
+    #[inline]
+    fn get(self) -> i64 {
+        self as i64
+    }
+}
+
 /// ONNX GatherElements: `out[p] = x[p with p[axis] replaced by idx[p]]`; output has idx's shape.
-pub fn gather_elements<T: Copy>(
+/// Every index is checked before anything is written; output rows (the last axis) in parallel,
+/// each element copied the same way whatever the cut.
+pub fn gather_elements<T: Copy + Send + Sync, I: IndexElem>(
     x: &[T],
     shape: &[usize],
     axis: usize,
-    idx: &[i64],
+    idx: &[I],
     ishape: &[usize],
     dst: &mut [T],
 ) -> KResult<()> {
@@ -96,27 +117,46 @@ pub fn gather_elements<T: Copy>(
             "GatherElements indices {ishape:?} exceed data {shape:?}"
         )));
     }
-    let xs = strides_of(shape);
-    let mut p = vec![0usize; ishape.len()];
-    for (o, &i) in dst.iter_mut().zip(idx) {
-        let mut off = 0;
-        for k in 0..p.len() {
-            let c = if k == axis {
-                resolve(i, axis, shape[axis])?
-            } else {
-                p[k]
-            };
-            off += c * xs[k];
-        }
-        *o = x[off];
-        for k in (0..p.len()).rev() {
-            p[k] += 1;
-            if p[k] < ishape[k] {
-                break;
-            }
-            p[k] = 0;
-        }
+    let d = shape[axis];
+    for &i in idx {
+        resolve(i.get(), axis, d)?;
     }
+    let r = ishape.len();
+    let row = ishape[r - 1];
+    if row == 0 || dst.is_empty() {
+        return Ok(());
+    }
+    let xs = strides_of(shape);
+    let (sa, sl) = (xs[axis], xs[r - 1]);
+    let rows_per_task = (dst.len() >= 1 << 16).then_some((1usize << 14).div_ceil(row));
+    super::par::row_blocks(dst, row, rows_per_task, |r0, chunk| {
+        for (q, out) in chunk.chunks_exact_mut(row).enumerate() {
+            let n = r0 + q;
+            // The offset of the row's leading coordinates, the gathered axis left out.
+            let (mut rem, mut base) = (n, 0usize);
+            for k in (0..r - 1).rev() {
+                let c = rem % ishape[k];
+                rem /= ishape[k];
+                if k != axis {
+                    base += c * xs[k];
+                }
+            }
+            let ix = &idx[n * row..(n + 1) * row];
+            let at = |i: I| {
+                let i = i.get();
+                (if i < 0 { i + d as i64 } else { i }) as usize * sa
+            };
+            if axis == r - 1 {
+                for (y, &i) in out.iter_mut().zip(ix) {
+                    *y = x[base + at(i)];
+                }
+            } else {
+                for (j, (y, &i)) in out.iter_mut().zip(ix).enumerate() {
+                    *y = x[base + j * sl + at(i)];
+                }
+            }
+        }
+    });
     Ok(())
 }
 
@@ -326,6 +366,45 @@ mod tests {
             bad[n - 1] = d as i64;
             let mut untouched = vec![7u32; got.len()];
             assert!(gather(&x, &[outer, d, inner], 1, &bad, &mut untouched).is_err());
+            assert!(untouched.iter().all(|&v| v == 7));
+        }
+    }
+
+    /// GatherElements by rows over threads, along each axis of a rank-3 tensor (indices smaller
+    /// than the data on the other axes, negative ones among them), int32 and int64 indices,
+    /// against the definition element by element; a bad index is an error and nothing is written.
+    #[test]
+    fn gather_elements_by_rows_match_the_definition() {
+        let shape = [5usize, 60, 300];
+        let x: Vec<u32> = (0..shape.iter().product::<usize>() as u32).collect();
+        for axis in 0..3 {
+            let mut ishape = [4usize, 59, 290];
+            ishape[axis] = 70;
+            let n: usize = ishape.iter().product();
+            let d = shape[axis] as i64;
+            let idx: Vec<i64> = (0..n as i64).map(|j| (j * 7919) % (2 * d) - d).collect();
+            let idx32: Vec<i32> = idx.iter().map(|&i| i as i32).collect();
+            let mut want = vec![0u32; n];
+            for (p, w) in want.iter_mut().enumerate() {
+                let o = [
+                    p / (ishape[1] * ishape[2]),
+                    p / ishape[2] % ishape[1],
+                    p % ishape[2],
+                ];
+                let mut at = o;
+                at[axis] = (if idx[p] < 0 { idx[p] + d } else { idx[p] }) as usize;
+                *w = x[(at[0] * shape[1] + at[1]) * shape[2] + at[2]];
+            }
+            let mut got = vec![0u32; n];
+            gather_elements(&x, &shape, axis, &idx, &ishape, &mut got).unwrap();
+            assert_eq!(got, want, "axis {axis}, int64");
+            let mut got = vec![0u32; n];
+            gather_elements(&x, &shape, axis, &idx32, &ishape, &mut got).unwrap();
+            assert_eq!(got, want, "axis {axis}, int32");
+            let mut bad = idx.clone();
+            bad[n - 1] = d;
+            let mut untouched = vec![7u32; n];
+            assert!(gather_elements(&x, &shape, axis, &bad, &ishape, &mut untouched).is_err());
             assert!(untouched.iter().all(|&v| v == 7));
         }
     }

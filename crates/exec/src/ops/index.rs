@@ -71,9 +71,19 @@ fn gather(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail
 fn gather_elements(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let (x, it) = (req(inputs, 0)?, req(inputs, 1)?);
     let a = axis(ctx.int("axis", 0)?, x.rank())?;
-    let idx = indices(it)?;
-    let mut out = ctx.alloc(x.dtype, &it.shape)?;
-    by_size!(elem_size(x.dtype)?, T => ix::gather_elements(raw::<T>(x)?, &x.shape, a, &idx, &it.shape, raw_mut::<T>(&mut out)?)?);
+    // Every element is written (or the kernel fails before writing any).
+    let mut out = ctx.alloc_for_overwrite(x.dtype, &it.shape)?;
+    match it.dtype {
+        DataType::I64 => {
+            let idx = it.data::<i64>()?;
+            by_size!(elem_size(x.dtype)?, T => ix::gather_elements(raw::<T>(x)?, &x.shape, a, idx, &it.shape, raw_mut::<T>(&mut out)?)?);
+        }
+        DataType::I32 => {
+            let idx = it.data::<i32>()?;
+            by_size!(elem_size(x.dtype)?, T => ix::gather_elements(raw::<T>(x)?, &x.shape, a, idx, &it.shape, raw_mut::<T>(&mut out)?)?);
+        }
+        d => return fail(format!("indices must be int32 or int64, got {d}")),
+    }
     Ok(vec![out])
 }
 

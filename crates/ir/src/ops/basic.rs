@@ -8,12 +8,13 @@ use crate::graph::Node;
 use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError};
 
 use super::axes;
-use super::{Compare, Mem, Offset, OpDef, Positions, ONE, TWO};
+use super::{Compare, Mem, Moves, Offset, OpDef, Positions, ONE, TWO};
 
 pub const DEFS: &[OpDef] = &[
     OpDef::new("Identity", ONE, identity, Mem::ALIAS)
         .flow(axes::first_input)
-        .selects(&[0]),
+        .selects(&[0])
+        .moves(Moves::Order),
     OpDef::new("Shape", ONE, shape, Mem::NEW).shapes_only(),
     OpDef::new("Size", ONE, size, Mem::NEW).shapes_only(),
     OpDef::new("Constant", (0, 0), constant, Mem::NEW),
@@ -23,16 +24,20 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Reshape", TWO, reshape, Mem::ALIAS)
         .flow(axes::reshape)
         .shape_input(1)
-        .selects(&[0]),
+        .selects(&[0])
+        .moves(Moves::Order),
     OpDef::new("Flatten", ONE, flatten, Mem::ALIAS)
         .flow(axes::reshape)
-        .selects(&[0]),
+        .selects(&[0])
+        .moves(Moves::Order),
     OpDef::new("Squeeze", (1, 2), squeeze, Mem::ALIAS)
         .flow(axes::reshape)
-        .selects(&[0]),
+        .selects(&[0])
+        .moves(Moves::Order),
     OpDef::new("Unsqueeze", (1, 2), unsqueeze, Mem::ALIAS)
         .flow(axes::reshape)
-        .selects(&[0]),
+        .selects(&[0])
+        .moves(Moves::Order),
     OpDef::new("EyeLike", ONE, eye_like, Mem::NEW)
         .shapes_only()
         .positions(eye_like_positions),

@@ -9,12 +9,13 @@ use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError};
 
 use super::axes::{attr_int, in_shape, norm, out_rank, AxisFlow};
 use super::basic::known_fact;
-use super::{Mem, OpDef, ONE, THREE, TWO};
+use super::{Mem, Moves, OpDef, ONE, THREE, TWO};
 
 pub const DEFS: &[OpDef] = &[
     OpDef::new("Gather", TWO, gather, Mem::NEW)
         .flow(gather_flow)
-        .selects(&[0]),
+        .selects(&[0])
+        .moves(Moves::Indexed),
     OpDef::new("GatherElements", TWO, gather_elements, Mem::NEW)
         .flow(gather_elements_flow)
         .selects(&[0]),

@@ -149,6 +149,26 @@ pub struct OpDef {
     /// For an op of positions (`Trilu`, `EyeLike`): how it selects by an element's row and column
     /// (see [`Positions`]), a form chunking can write with the positions as values.
     pub positions: Option<PositionsFn>,
+    /// For a movement op: how each output element's place in input 0 follows from its own (see
+    /// [`Moves`]), what chunking composes along a chain of them.
+    pub moves: Option<Moves>,
+}
+
+/// How a movement op places each output element at an element of input 0, an affine function of
+/// the output element's index given the node's known inputs: a chain of them is one map, which
+/// chunking proves to be a gather along one axis (`plan::chunk::gathers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moves {
+    /// The same elements in the same order, another shape (`Reshape`, `Flatten`, `Squeeze`,
+    /// `Unsqueeze`, `Identity`).
+    Order,
+    /// Along each axis input 3 names (all when absent), element `start + step * i`: starts,
+    /// ends and steps in inputs 1, 2 and 4 (`Slice`).
+    Strided,
+    /// Output axis `k` is input axis `perm[k]` (`Transpose`; reversed when `perm` is absent).
+    Permuted,
+    /// Along attribute `axis`, the element input 1 names (`Gather`).
+    Indexed,
 }
 
 /// An op whose output element `[.., i, j]` (row `i`, column `j`: the last two axes) is kept (or
@@ -229,6 +249,7 @@ impl OpDef {
             shape_input: None,
             contracted: None,
             positions: None,
+            moves: None,
         }
     }
 
@@ -236,6 +257,14 @@ impl OpDef {
     pub const fn positions(self, f: PositionsFn) -> OpDef {
         OpDef {
             positions: Some(f),
+            ..self
+        }
+    }
+
+    /// The same op, a movement op (see [`OpDef::moves`]).
+    pub const fn moves(self, m: Moves) -> OpDef {
+        OpDef {
+            moves: Some(m),
             ..self
         }
     }

@@ -10,15 +10,17 @@ use super::axes::{
 };
 use super::basic::{known_fact, shape_operand};
 use super::elementwise::broadcast_index;
-use super::{Compare, Mem, Offset, OpDef, Positions, View, ONE, THREE, TWO, VARIADIC};
+use super::{Compare, Mem, Moves, Offset, OpDef, Positions, View, ONE, THREE, TWO, VARIADIC};
 
 pub const DEFS: &[OpDef] = &[
     OpDef::new("Transpose", ONE, transpose, Mem::NEW)
         .flow(transpose_flow)
-        .selects(&[0]),
+        .selects(&[0])
+        .moves(Moves::Permuted),
     OpDef::new("Slice", (3, 5), slice, SLICE_MEM)
         .flow(slice_flow)
-        .selects(&[0]),
+        .selects(&[0])
+        .moves(Moves::Strided),
     OpDef::new("Split", (1, 2), split, Mem::NEW)
         .flow(split_flow)
         .selects(&[0]),

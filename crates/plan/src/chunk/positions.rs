@@ -264,7 +264,7 @@ pub(crate) fn constant_tensor(g: &Graph, v: ValueId) -> Option<(&TensorData, Opt
 
 /// Input `k` of `node` as integers known at `dims`: `Some(None)` when the input is absent, `None`
 /// when its contents are not known there.
-fn known_input(
+pub(super) fn known_input(
     node: &Node,
     k: usize,
     facts: &Facts,

@@ -1,0 +1,160 @@
+//! A chain of movements that is a gather along one axis (XLNet's relative shift: scores
+//! `[.., S, 2S]` reshaped to `[.., 2S, S]`, the first row dropped, reshaped to `[.., S, 2S - 1]`,
+//! the first `S` columns gathered), inside an attention: chunking writes the chain as
+//! `GatherElements` of a light index (`plan::chunk::gathers`), so the attention chunks along its
+//! query rows, where the reshapes let it split only its heads. The chunked graph runs plain and
+//! from its plan to the original's bits, the measured peak the planned one; the reshape targets
+//! and the gathered range come from `Shape`, as TorchScript writes them.
+
+use std::collections::BTreeMap;
+
+use memplan_exec::{run, run_planned, RunOptions, Tensor};
+use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
+use memplan_ir::{DataType, TensorData, ValueId};
+use memplan_plan::chunk::{chunk_to_budget, ChunkOptions};
+
+const H: usize = 2;
+const D: usize = 4;
+
+struct B(Graph);
+
+impl B {
+    fn ints(&mut self, name: &str, dims: Vec<u64>, v: &[i64]) -> ValueId {
+        self.0.add_initializer(TensorData::from_i64(name, dims, v))
+    }
+
+    fn op(&mut self, op: &str, ins: &[ValueId], attrs: Vec<(&str, AttrValue)>) -> ValueId {
+        let name = format!("n{}", self.0.nodes.len());
+        let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
+        let attrs = attrs
+            .into_iter()
+            .map(|(n, value)| Attribute {
+                name: n.into(),
+                value,
+                doc: String::new(),
+            })
+            .collect();
+        self.0.add_node(name.clone(), op, &ins, &[&name], attrs).1[0]
+    }
+
+    fn dim(&mut self, x: ValueId, k: i64) -> ValueId {
+        let s = self.op("Shape", &[x], vec![]);
+        let i = self.ints(&format!("dim{}", self.0.values.len()), vec![1], &[k]);
+        self.op("Gather", &[s, i], vec![])
+    }
+
+    fn input(&mut self, name: &str, len: &str) -> ValueId {
+        let dims = vec![
+            DeclDim::Value(1),
+            DeclDim::Value(H as i64),
+            DeclDim::Param(len.into()),
+            DeclDim::Value(D as i64),
+        ];
+        self.0
+            .add_input(name, DeclType::tensor(DataType::F32, dims))
+    }
+
+    /// `a @ b^T` over the last two axes.
+    fn scores(&mut self, a: ValueId, b: ValueId) -> ValueId {
+        let perm = AttrValue::Ints(vec![0, 1, 3, 2]);
+        let t = self.op("Transpose", &[b], vec![("perm", perm)]);
+        self.op("MatMul", &[a, t], vec![])
+    }
+}
+
+/// `Softmax(q k^T + shift(q r^T)) v` of `q, k, v [1, H, S, D]` and relative keys `r [1, H, T, D]`
+/// (`T = 2S`), `shift(x)[.., i, j] = x[.., i, S - i + j]`.
+fn relative_attention() -> Model {
+    let mut b = B(Graph::default());
+    let (q, k, r, v) = (
+        b.input("q", "S"),
+        b.input("k", "S"),
+        b.input("r", "T"),
+        b.input("v", "S"),
+    );
+    let ac = b.scores(q, k);
+    let bd = b.scores(q, r);
+    let d: Vec<ValueId> = (0..4).map(|i| b.dim(bd, i)).collect();
+    let axis0 = || vec![("axis", AttrValue::Int(0))];
+    let swapped = b.op("Concat", &[d[0], d[1], d[3], d[2]], axis0());
+    let r1 = b.op("Reshape", &[bd, swapped], vec![]);
+    let (one, big, two) = (
+        b.ints("one", vec![1], &[1]),
+        b.ints("big", vec![1], &[i64::MAX]),
+        b.ints("two", vec![1], &[2]),
+    );
+    let cut = b.op("Slice", &[r1, one, big, two], vec![]);
+    let t1 = b.op("Sub", &[d[3], one], vec![]);
+    let back = b.op("Concat", &[d[0], d[1], d[2], t1], axis0());
+    let r2 = b.op("Reshape", &[cut, back], vec![]);
+    let (zero, step) = (b.ints("zero", vec![], &[0]), b.ints("step", vec![], &[1]));
+    let axes0 = b.ints("axes0", vec![1], &[0]);
+    let s = b.op("Squeeze", &[d[2], axes0], vec![]);
+    let range = b.op("Range", &[zero, s, step], vec![]);
+    let shifted = b.op("Gather", &[r2, range], vec![("axis", AttrValue::Int(3))]);
+    let sum = b.op("Add", &[ac, shifted], vec![]);
+    let p = b.op("Softmax", &[sum], vec![("axis", AttrValue::Int(-1))]);
+    let y = b.op("MatMul", &[p, v], vec![]);
+    b.0.outputs.push(y);
+    Model {
+        graph: b.0,
+        ..Model::default()
+    }
+}
+
+fn inputs(s: usize) -> BTreeMap<String, Tensor> {
+    let t = |len: usize, seed: usize| {
+        let n = H * len * D;
+        let v: Vec<f32> = (0..n)
+            .map(|i| (((i + seed) * 37 % 101) as f32) / 50.0 - 1.0)
+            .collect();
+        Tensor::from_vec(&[1, H, len, D], &v, None).unwrap()
+    };
+    BTreeMap::from([
+        ("q".to_string(), t(s, 1)),
+        ("k".to_string(), t(s, 2)),
+        ("r".to_string(), t(2 * s, 3)),
+        ("v".to_string(), t(s, 4)),
+    ])
+}
+
+#[test]
+fn a_relative_shift_is_chunked_along_query_rows_as_a_gather() {
+    for s in [16usize, 21, 40] {
+        let dims = BTreeMap::from([("S".to_string(), s as i64), ("T".to_string(), 2 * s as i64)]);
+        let model = relative_attention();
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        let want = run(&model.graph, &facts, inputs(s), &RunOptions::default()).unwrap();
+        let opts = ChunkOptions {
+            chunk_counts: vec![8],
+            ..ChunkOptions::default()
+        };
+        let c = chunk_to_budget(&model, &dims, &opts).unwrap();
+        let ops: Vec<&str> = c.model.graph.nodes.iter().map(|n| n.op.as_str()).collect();
+        let steps: Vec<(usize, i64)> = c.steps.iter().map(|st| (st.nodes, st.extent)).collect();
+        assert!(ops.contains(&"GatherElements"), "S={s}: {ops:?}");
+        assert!(
+            !ops.iter()
+                .any(|o| matches!(*o, "Reshape" | "Range" | "Shape")),
+            "S={s}: the shift's reshapes, and the range only they read, are gone: {ops:?}"
+        );
+        assert!(
+            steps.iter().any(|&(_, e)| e == s as i64),
+            "S={s}: no region along the query rows: {steps:?}"
+        );
+        assert!(
+            c.peak_after < c.peak_before,
+            "{} -> {}",
+            c.peak_before,
+            c.peak_after
+        );
+        let f = memplan_ir::infer_model_for(&c.model, &dims).unwrap();
+        let plain = run(&c.model.graph, &f, inputs(s), &RunOptions::default()).unwrap();
+        let out = memplan_plan::optimize(&c.model.graph, &f, &dims, &Default::default()).unwrap();
+        let planned = run_planned(&c.model.graph, &f, inputs(s), &out.plan, 18).unwrap();
+        for got in [&plain, &planned] {
+            assert_eq!(got.outputs[0].1.bytes(), want.outputs[0].1.bytes(), "S={s}");
+        }
+        assert_eq!(planned.peak_bytes, out.report.peak_bytes_after, "S={s}");
+    }
+}

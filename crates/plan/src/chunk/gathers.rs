@@ -1,0 +1,737 @@
+//! Movements as gathers: a chain of movement ops ([`Moves`]: reshapes, slices, transposes,
+//! gathers of arithmetic progressions) copies each output element from an element of the chain's
+//! input `x` whose flat offset is, at the dims, an affine function of the output element's index.
+//! Where that function keeps every axis of `x` but one, `c`, and reads along `c` at
+//! `a + sum_k b_k * o_k` (always inside `c`), the chain is `GatherElements(x, index, axis = c)` of
+//! that index. When the index moves with another axis than `c` (a skew), the chain mixes axes in
+//! the axis flow, but the gather passes every axis but `c`.
+//!
+//! XLNet's and Transformer-XL's relative shift is such a chain: `[.., S, 2S]` scores reshaped to
+//! `[.., 2S, S]`, the first row dropped, reshaped back to `[.., S, 2S - 1]` and cut to `S`
+//! columns, which is `out[.., i, j] = x[.., i, S - i + j]`. Written as a gather, a region grows
+//! along the query rows through it: the whole attention chunks along rows, where the reshapes let
+//! it split only its heads.
+//!
+//! The index is `Add(P, Q)` of two constants: `Q` the term of one long axis, `P` the rest (of the
+//! output's size over that axis's extent), so it is made per chunk from slices of light values,
+//! like positions (`positions`). The same elements are copied: the bits are the same.
+//!
+//! The proof is exact at the dims: each step's map is composed in closed form (a reshape needs the
+//! map to be proportional to the strides within each group of axes it merges or splits; a gather
+//! needs its indices to be an arithmetic progression), and the gather's index range is bounded
+//! over the whole output box by the signs of its coefficients.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use memplan_ir::dtype::DataType;
+use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Names, Node, NodeId, ValueId};
+use memplan_ir::infer::Facts;
+use memplan_ir::ops::axes::{attr_int, attr_ints, norm};
+use memplan_ir::ops::{self, Moves};
+use memplan_ir::TensorData;
+
+use super::positions::known_input;
+
+/// A map from an element index of a value (of `shape`) to the flat offset, in the chain's input,
+/// of the element it copies: `offset + sum_k coef[k] * o[k]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Affine {
+    offset: i64,
+    coef: Vec<i64>,
+    shape: Vec<u64>,
+}
+
+impl Affine {
+    /// The identity of a value of `shape`: its own flat offset.
+    fn identity(shape: &[u64]) -> Affine {
+        Affine {
+            offset: 0,
+            coef: strides(shape),
+            shape: shape.to_vec(),
+        }
+    }
+
+    /// The least and greatest value over the whole index box (every extent at least 1).
+    fn range(&self) -> (i64, i64) {
+        let (mut lo, mut hi) = (self.offset, self.offset);
+        for (&c, &d) in self.coef.iter().zip(&self.shape) {
+            let far = c * (d as i64 - 1);
+            lo += far.min(0);
+            hi += far.max(0);
+        }
+        (lo, hi)
+    }
+
+    /// The same map read through a reshape to `to` (same elements, same order): within each
+    /// group of axes whose extents multiply to the same on both sides, the map must be one
+    /// coefficient times the offset within the group. Axes of one element take no part.
+    fn reshaped(&self, to: &[u64]) -> Option<Affine> {
+        let a: Vec<usize> = (0..self.shape.len())
+            .filter(|&k| self.shape[k] != 1)
+            .collect();
+        let b: Vec<usize> = (0..to.len()).filter(|&k| to[k] != 1).collect();
+        let mut coef = vec![0i64; to.len()];
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            let (i0, j0) = (i, j);
+            let (mut pa, mut pb) = (self.shape[*a.get(i)?], to[*b.get(j)?]);
+            (i, j) = (i + 1, j + 1);
+            while pa != pb {
+                if pa < pb {
+                    pa = pa.checked_mul(self.shape[*a.get(i)?])?;
+                    i += 1;
+                } else {
+                    pb = pb.checked_mul(to[*b.get(j)?])?;
+                    j += 1;
+                }
+            }
+            // The group's coefficient: its innermost axis's; every axis of it proportional.
+            let gamma = self.coef[a[i - 1]];
+            let mut inner = 1i64;
+            for &k in a[i0..i].iter().rev() {
+                (self.coef[k] == gamma.checked_mul(inner)?).then_some(())?;
+                inner = inner.checked_mul(self.shape[k] as i64)?;
+            }
+            let mut inner = 1i64;
+            for &k in b[j0..j].iter().rev() {
+                coef[k] = gamma.checked_mul(inner)?;
+                inner = inner.checked_mul(to[k] as i64)?;
+            }
+        }
+        Some(Affine {
+            offset: self.offset,
+            coef,
+            shape: to.to_vec(),
+        })
+    }
+}
+
+/// Row-major strides of `shape`, in elements.
+fn strides(shape: &[u64]) -> Vec<i64> {
+    let mut s = vec![1i64; shape.len()];
+    for k in (0..shape.len().saturating_sub(1)).rev() {
+        s[k] = s[k + 1] * shape[k + 1] as i64;
+    }
+    s
+}
+
+/// The output shape of `node` at `dims`, every extent at least 1.
+fn out_shape(node: &Node, facts: &Facts, dims: &BTreeMap<String, i64>) -> Option<Vec<u64>> {
+    let v = node.outputs.first().copied().flatten()?;
+    let s = facts.get(v).shape_at(dims)?;
+    s.iter().all(|&d| d > 0).then_some(s)
+}
+
+/// Integer value `v`'s contents as an affine map of its element index: known at `dims` (checked
+/// element by element), or made by `Range` of known scalars, through reshapes.
+fn progression(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    v: ValueId,
+) -> Option<Affine> {
+    let shape = facts.get(v).shape_at(dims)?;
+    if let Some(Some(vals)) = facts_ints(facts, dims, v) {
+        return fit(&shape, &vals);
+    }
+    let node = g.node(g.producer(v)?);
+    if !node.is_onnx_domain() {
+        return None;
+    }
+    match ops::lookup(node)?.moves {
+        Some(Moves::Order) => {
+            progression(g, facts, dims, node.inputs.first().copied().flatten()?)?.reshaped(&shape)
+        }
+        // `Range(start, limit, delta)` is the progression `start + delta * i`.
+        _ if node.op == "Range" && shape.len() == 1 => {
+            let scalar = |k| match known_input(node, k, facts, dims)?.as_deref() {
+                Some(&[x]) => Some(x),
+                _ => None,
+            };
+            Some(Affine {
+                offset: scalar(0)?,
+                coef: vec![scalar(2)?],
+                shape,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// `v`'s integer contents at `dims`, when the facts know them.
+fn facts_ints(facts: &Facts, dims: &BTreeMap<String, i64>, v: ValueId) -> Option<Option<Vec<i64>>> {
+    match &facts.get(v).value {
+        Some(memplan_ir::infer::Known::Int(e)) => {
+            Some(e.iter().map(|e| e.eval_map(dims).ok()).collect())
+        }
+        _ => None,
+    }
+}
+
+/// The affine map that `vals` (row-major over `shape`) is, when it is one.
+fn fit(shape: &[u64], vals: &[i64]) -> Option<Affine> {
+    let n: u64 = shape.iter().product();
+    if n == 0 || vals.len() as u64 != n {
+        return None;
+    }
+    let st = strides(shape);
+    let offset = vals[0];
+    let coef: Vec<i64> = (0..shape.len())
+        .map(|k| {
+            if shape[k] > 1 {
+                vals[st[k] as usize] - offset
+            } else {
+                0
+            }
+        })
+        .collect();
+    let mut idx = vec![0u64; shape.len()];
+    for &x in vals {
+        let want: i64 = offset
+            + idx
+                .iter()
+                .zip(&coef)
+                .map(|(&i, &c)| i as i64 * c)
+                .sum::<i64>();
+        (x == want).then_some(())?;
+        for k in (0..idx.len()).rev() {
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    Some(Affine {
+        offset,
+        coef,
+        shape: shape.to_vec(),
+    })
+}
+
+/// `m` (the map of `node`'s input 0) composed with `node`'s own move, at its output shape.
+fn step(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    node: &Node,
+    m: &Affine,
+) -> Option<Affine> {
+    let to = out_shape(node, facts, dims)?;
+    let rank = m.shape.len();
+    match ops::lookup(node)?.moves? {
+        Moves::Order => m.reshaped(&to),
+        Moves::Permuted => {
+            let perm = attr_ints(node, "perm").unwrap_or_else(|| (0..rank as i64).rev().collect());
+            let coef = perm
+                .iter()
+                .map(|&p| m.coef.get(usize::try_from(p).ok()?).copied())
+                .collect::<Option<Vec<i64>>>()?;
+            (coef.len() == to.len()).then_some(Affine {
+                offset: m.offset,
+                coef,
+                shape: to,
+            })
+        }
+        Moves::Strided => {
+            let known = |k| known_input(node, k, facts, dims);
+            let starts = known(1)??;
+            let n = starts.len();
+            let axes = known(3)?.unwrap_or_else(|| (0..n as i64).collect());
+            let steps = known(4)?.unwrap_or_else(|| vec![1; n]);
+            if axes.len() != n || steps.len() != n || to.len() != rank {
+                return None;
+            }
+            let mut out = Affine {
+                shape: to,
+                ..m.clone()
+            };
+            for ((&a, &s), &st) in axes.iter().zip(&starts).zip(&steps) {
+                let a = norm(a, rank)?;
+                let d = m.shape[a] as i64;
+                let s = if s < 0 { s.saturating_add(d) } else { s };
+                let s = if st > 0 {
+                    s.clamp(0, d)
+                } else {
+                    s.clamp(-1, d - 1)
+                };
+                out.offset = out.offset.checked_add(m.coef[a].checked_mul(s)?)?;
+                out.coef[a] = m.coef[a].checked_mul(st)?;
+            }
+            Some(out)
+        }
+        Moves::Indexed => {
+            let a = norm(attr_int(node, "axis", 0), rank)?;
+            let idx = progression(g, facts, dims, node.inputs.get(1).copied().flatten()?)?;
+            let d = m.shape[a] as i64;
+            // Every index inside the axis, all counted from its start or all from its end.
+            let (lo, hi) = idx.range();
+            let shift = if lo >= 0 && hi < d {
+                0
+            } else if lo >= -d && hi < 0 {
+                d
+            } else {
+                return None;
+            };
+            let mut coef = m.coef[..a].to_vec();
+            coef.extend(idx.coef.iter().map(|&c| m.coef[a] * c));
+            coef.extend(&m.coef[a + 1..]);
+            (coef.len() == to.len()).then_some(Affine {
+                offset: m.offset + m.coef[a] * (idx.offset + shift),
+                coef,
+                shape: to,
+            })
+        }
+    }
+}
+
+/// A chain proved a gather: `GatherElements(x, a + sum_k b[k] * o[k], axis)`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Gather {
+    /// The chain's nodes, first to last; the last one's output is the gather's.
+    pub(crate) nodes: Vec<NodeId>,
+    x: ValueId,
+    axis: usize,
+    offset: i64,
+    coef: Vec<i64>,
+    shape: Vec<u64>,
+    /// `x`'s extent along `axis`.
+    extent: u64,
+}
+
+/// Whether `node` moves elements of its input 0 ([`Moves`]) in a form [`step`] can read.
+fn moves(node: &Node) -> bool {
+    node.is_onnx_domain() && ops::lookup(node).is_some_and(|d| d.moves.is_some())
+}
+
+/// The gather that map `m` (over the chain's output) of input `x` (of `xs` at `dims`) is, when
+/// it keeps every axis but one and moves along that one with another axis (a skew).
+fn as_gather(m: &Affine, xs: &[u64]) -> Option<(usize, i64, Vec<i64>)> {
+    let r = xs.len();
+    if m.shape.len() != r {
+        return None;
+    }
+    let st = strides(xs);
+    'axis: for c in 0..r {
+        let mut coef = vec![0i64; r];
+        for k in 0..r {
+            if k != c && m.shape[k] > xs[k] {
+                continue 'axis;
+            }
+            if m.shape[k] == 1 {
+                continue;
+            }
+            let own = if k == c { 0 } else { st[k] };
+            let rest = m.coef[k] - own;
+            if rest % st[c] != 0 {
+                continue 'axis;
+            }
+            coef[k] = rest / st[c];
+        }
+        if m.offset % st[c] != 0 {
+            continue;
+        }
+        let g = Affine {
+            offset: m.offset / st[c],
+            coef,
+            shape: m.shape.clone(),
+        };
+        let (lo, hi) = g.range();
+        let skew = (0..r).any(|k| k != c && g.coef[k] != 0);
+        if lo >= 0 && hi < xs[c] as i64 && skew {
+            return Some((c, g.offset, g.coef));
+        }
+    }
+    None
+}
+
+/// Every chain of movement ops of `g` that is a gather ([`as_gather`]) whose output is of at
+/// least `min_bytes`: the longest such chain ending at each node whose output no movement op
+/// alone reads. Chains are disjoint: each value inside one has its next node as its one reader.
+pub(crate) fn gather_chains(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    min_bytes: u64,
+) -> Vec<Gather> {
+    let consumers = g.consumers();
+    let only_reader = |v: ValueId| match consumers[v.index()][..] {
+        [r] if !g.outputs.contains(&v) => Some(r),
+        _ => None,
+    };
+    let mut found = Vec::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let end = NodeId::from_index(i);
+        let Some(out) = node.outputs.first().copied().flatten() else {
+            continue;
+        };
+        if !moves(node) || only_reader(out).is_some_and(|r| moves(g.node(r))) {
+            continue;
+        }
+        let big = facts
+            .get(out)
+            .bytes()
+            .and_then(|b| b.eval_map(dims).ok())
+            .is_some_and(|b| b >= min_bytes as i64);
+        if !big {
+            continue;
+        }
+        // The chain back from `end`: each node's input 0 read by it alone, made by a move.
+        let mut chain = vec![end];
+        loop {
+            let first = g.node(chain[0]);
+            let Some(x) = first.inputs.first().copied().flatten() else {
+                break;
+            };
+            match g.producer(x) {
+                Some(p) if moves(g.node(p)) && only_reader(x) == Some(chain[0]) => {
+                    chain.insert(0, p)
+                }
+                _ => break,
+            }
+        }
+        // The longest suffix that is a gather.
+        for s in 0..chain.len() {
+            if let Some(found_one) = prove(g, facts, dims, &chain[s..]) {
+                found.push(found_one);
+                break;
+            }
+        }
+    }
+    found
+}
+
+/// The gather that `chain` is, when it is one.
+fn prove(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    chain: &[NodeId],
+) -> Option<Gather> {
+    let x = g.node(chain[0]).inputs.first().copied().flatten()?;
+    let xs = facts.get(x).shape_at(dims)?;
+    if xs.contains(&0) {
+        return None;
+    }
+    let mut m = Affine::identity(&xs);
+    for &n in chain {
+        m = step(g, facts, dims, g.node(n), &m)?;
+    }
+    let (axis, offset, coef) = as_gather(&m, &xs)?;
+    Some(Gather {
+        nodes: chain.to_vec(),
+        x,
+        axis,
+        offset,
+        coef,
+        shape: m.shape,
+        extent: xs[axis],
+    })
+}
+
+/// The nodes of every chain [`gather_chains`] finds (of any size): chunking writes them as a
+/// gather that every axis but one splits.
+pub(crate) fn gather_chain_nodes(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> BTreeSet<NodeId> {
+    gather_chains(g, facts, dims, 0)
+        .into_iter()
+        .flat_map(|c| c.nodes)
+        .collect()
+}
+
+/// `model` with every chain of [`gather_chains`] of at least `min_bytes` written as its
+/// `GatherElements`, or `None` when there is none. The last node of a chain becomes the gather
+/// (its name and output kept), the others go; the index is `Add(P, Q)` of two constants (see the
+/// module docs), placed right before it.
+pub(crate) fn movements_as_gathers(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    min_bytes: u64,
+) -> Option<Model> {
+    let g = &model.graph;
+    let chains: Vec<Gather> = gather_chains(g, facts, dims, min_bytes)
+        .into_iter()
+        .filter(|c| light_terms(c).is_some())
+        .collect();
+    if chains.is_empty() {
+        return None;
+    }
+    let mut out = g.clone();
+    let mut names = Names::of(g);
+    let mut before: BTreeMap<usize, NodeId> = BTreeMap::new();
+    let mut gone: BTreeSet<NodeId> = BTreeSet::new();
+    // Values the chains' nodes read before: their makers may be read by nothing now.
+    let mut unread: Vec<ValueId> = Vec::new();
+    for c in &chains {
+        let (long, p, q) = light_terms(c)?;
+        let end = *c.nodes.last()?;
+        let base = out.node(end).name.clone();
+        let dtype = if c.extent <= i32::MAX as u64 {
+            DataType::I32
+        } else {
+            DataType::I64
+        };
+        let mut constant = |what: &str, shape: Vec<u64>, vals: Vec<i64>| {
+            let name = names.fresh(&format!("{base}/{what}"));
+            let t = match dtype {
+                DataType::I32 => {
+                    let raw: Vec<u8> = vals
+                        .iter()
+                        .flat_map(|&x| (x as i32).to_le_bytes())
+                        .collect();
+                    TensorData::from_raw(name, dtype, shape, Bytes::from(raw)).ok()
+                }
+                _ => Some(TensorData::from_i64(name, shape, &vals)),
+            };
+            t.map(|t| out.add_initializer(t))
+        };
+        let mut q_shape = vec![1u64; c.shape.len()];
+        q_shape[long] = c.shape[long];
+        let mut p_shape = c.shape.clone();
+        p_shape[long] = 1;
+        let pv = constant("gather_rest", p_shape, p)?;
+        let qv = constant("gather_along", q_shape, q)?;
+        let (add, idx) = (
+            names.fresh(&format!("{base}/gather_index_add")),
+            names.fresh(&format!("{base}/gather_index")),
+        );
+        let (add_id, outs) = out.add_node(add, "Add", &[Some(pv), Some(qv)], &[&idx], Vec::new());
+        before.insert(end.index(), add_id);
+        let node = &mut out.nodes[end.index()];
+        unread.extend(node.input_ids());
+        node.op = "GatherElements".into();
+        node.domain = String::new();
+        node.inputs = vec![Some(c.x), Some(outs[0])];
+        node.attrs = vec![Attribute {
+            name: "axis".into(),
+            value: AttrValue::Int(c.axis as i64),
+            doc: String::new(),
+        }];
+        for &n in &c.nodes[..c.nodes.len() - 1] {
+            unread.extend(g.node(n).input_ids());
+            gone.insert(n);
+        }
+    }
+    drop_made_dead(&out, &mut gone, unread);
+    let schedule: Vec<NodeId> = (0..g.nodes.len())
+        .filter(|&i| !gone.contains(&NodeId::from_index(i)))
+        .flat_map(|i| {
+            before
+                .get(&i)
+                .copied()
+                .into_iter()
+                .chain([NodeId::from_index(i)])
+        })
+        .collect();
+    // The chain's inner values are read by nothing now: they go with their nodes.
+    let mut keep = vec![true; out.values.len()];
+    for &n in &gone {
+        for v in out.node(n).output_ids() {
+            keep[v.index()] = false;
+        }
+    }
+    let graph = super::rewrite::retain_values(crate::reorder(&out, &schedule), &keep);
+    Some(Model {
+        graph,
+        ..model.clone()
+    })
+}
+
+/// Adds to `gone` every node of `g` that only nodes in `gone` read (its outputs no graph output),
+/// from the makers of `read_before` up: a `Range` of the gathered columns, the shape arithmetic of
+/// a reshape target. Nodes that nothing read before stay as they were.
+fn drop_made_dead(g: &Graph, gone: &mut BTreeSet<NodeId>, mut read_before: Vec<ValueId>) {
+    let mut readers = vec![0usize; g.values.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !gone.contains(&NodeId::from_index(i)) {
+            for v in n.input_ids() {
+                readers[v.index()] += 1;
+            }
+        }
+    }
+    while let Some(v) = read_before.pop() {
+        let Some(p) = g.producer(v) else { continue };
+        let node = g.node(p);
+        let dead = !gone.contains(&p)
+            && node.subgraphs().next().is_none()
+            && node
+                .output_ids()
+                .all(|o| readers[o.index()] == 0 && !g.outputs.contains(&o));
+        if dead {
+            gone.insert(p);
+            for i in node.input_ids() {
+                readers[i.index()] -= 1;
+                read_before.push(i);
+            }
+        }
+    }
+}
+
+/// The index's two constants: the axis `long` with the most elements among those it moves
+/// with, `Q` its term (`b[long] * o`), `P` the rest (`a + sum_k b[k] * o[k]` over the other axes,
+/// broadcast to the output's extents): `None` when `P` would not be at most a sixteenth of the
+/// output's elements.
+fn light_terms(c: &Gather) -> Option<(usize, Vec<i64>, Vec<i64>)> {
+    let r = c.shape.len();
+    let long = (0..r)
+        .filter(|&k| c.coef[k] != 0)
+        .max_by_key(|&k| (c.shape[k], k))?;
+    let total: u64 = c.shape.iter().product();
+    let rest = total / c.shape[long];
+    (rest.checked_mul(16)? <= total).then_some(())?;
+    let q: Vec<i64> = (0..c.shape[long] as i64)
+        .map(|o| c.coef[long] * o)
+        .collect();
+    let mut p_shape = c.shape.clone();
+    p_shape[long] = 1;
+    let mut idx = vec![0u64; r];
+    let mut p = Vec::with_capacity(rest as usize);
+    for _ in 0..rest {
+        p.push(
+            c.offset
+                + (0..r)
+                    .filter(|&k| k != long)
+                    .map(|k| c.coef[k] * idx[k] as i64)
+                    .sum::<i64>(),
+        );
+        for k in (0..r).rev() {
+            idx[k] += 1;
+            if idx[k] < p_shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    Some((long, p, q))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_ir::graph::{DeclDim, DeclType};
+
+    /// Builds a graph node by node: each node has one output, named after it.
+    struct B(Graph);
+
+    impl B {
+        fn ints(&mut self, name: &str, dims: Vec<u64>, v: &[i64]) -> ValueId {
+            self.0.add_initializer(TensorData::from_i64(name, dims, v))
+        }
+
+        fn op(&mut self, op: &str, ins: &[ValueId], attrs: &[(&str, i64)]) -> ValueId {
+            let name = format!("n{}", self.0.nodes.len());
+            let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
+            let attrs = attrs
+                .iter()
+                .map(|&(n, v)| Attribute {
+                    name: n.into(),
+                    value: AttrValue::Int(v),
+                    doc: String::new(),
+                })
+                .collect();
+            self.0.add_node(name.clone(), op, &ins, &[&name], attrs).1[0]
+        }
+
+        /// Dim `k` of `x`'s shape, as a `[1]` tensor.
+        fn dim(&mut self, x: ValueId, k: i64) -> ValueId {
+            let s = self.op("Shape", &[x], &[]);
+            let i = self.ints(&format!("dim{}", self.0.values.len()), vec![1], &[k]);
+            self.op("Gather", &[s, i], &[])
+        }
+    }
+
+    /// `x [1, H, S, T]` with `T = 2S`, and the graph builder holding it.
+    fn scores() -> (B, ValueId) {
+        let mut b = B(Graph::default());
+        let p = |s: &str| DeclDim::Param(s.into());
+        let dims = vec![DeclDim::Value(1), DeclDim::Value(3), p("S"), p("T")];
+        let x = b.0.add_input("x", DeclType::tensor(DataType::F32, dims));
+        (b, x)
+    }
+
+    fn chains(b: B, y: ValueId, s: i64) -> Vec<Gather> {
+        let mut g = b.0;
+        g.outputs = vec![y];
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let dims = BTreeMap::from([("S".to_string(), s), ("T".to_string(), 2 * s)]);
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        gather_chains(&model.graph, &facts, &dims, 0)
+    }
+
+    /// XLNet's relative shift, its reshape targets and the index range computed from `Shape`
+    /// (as TorchScript writes them): `out[0, h, i, j] = x[0, h, i, S - i + j]`.
+    #[test]
+    fn a_relative_shift_is_a_gather_along_its_last_axis() {
+        let (mut b, x) = scores();
+        let d: Vec<ValueId> = (0..4).map(|k| b.dim(x, k)).collect();
+        let swapped = b.op("Concat", &[d[0], d[1], d[3], d[2]], &[("axis", 0)]);
+        let r1 = b.op("Reshape", &[x, swapped], &[]);
+        let (one, big, two) = (
+            b.ints("one", vec![1], &[1]),
+            b.ints("big", vec![1], &[i64::MAX]),
+            b.ints("two", vec![1], &[2]),
+        );
+        let cut = b.op("Slice", &[r1, one, big, two], &[]);
+        let t1 = b.op("Sub", &[d[3], one], &[]);
+        let back = b.op("Concat", &[d[0], d[1], d[2], t1], &[("axis", 0)]);
+        let r2 = b.op("Reshape", &[cut, back], &[]);
+        let (zero, step) = (b.ints("zero", vec![], &[0]), b.ints("step", vec![], &[1]));
+        let axes0 = b.ints("axes0", vec![1], &[0]);
+        let s = b.op("Squeeze", &[d[2], axes0], &[]);
+        let range = b.op("Range", &[zero, s, step], &[]);
+        let y = b.op("Gather", &[r2, range], &[("axis", 3)]);
+        for s in [2, 5, 16] {
+            let found = chains(B(b.0.clone()), y, s);
+            assert_eq!(found.len(), 1, "S={s}");
+            let c = &found[0];
+            assert_eq!(
+                c.nodes.len(),
+                4,
+                "S={s}: the reshapes, the slice and the gather"
+            );
+            assert_eq!(
+                (c.axis, c.offset, &c.coef[..], &c.shape[..], c.extent),
+                (
+                    3,
+                    s,
+                    &[0, 0, -1, 1][..],
+                    &[1, 3, s as u64, s as u64][..],
+                    2 * s as u64
+                ),
+                "S={s}"
+            );
+        }
+    }
+
+    /// Not gathers: a reshape that reads a row's elements from two rows of its input (rows mix,
+    /// the map is not affine in the row), and a slice (no skew: the chunker splits it already).
+    #[test]
+    fn maps_that_mix_rows_or_do_not_skew_are_not_gathers() {
+        let (mut b, x) = scores();
+        let shape = b.ints("halves", vec![4], &[1, 3, 32, 8]);
+        let r = b.op("Reshape", &[x, shape], &[]);
+        let (zero, sixteen, two) = (
+            b.ints("zero", vec![1], &[0]),
+            b.ints("sixteen", vec![1], &[16]),
+            b.ints("two", vec![1], &[2]),
+        );
+        let y = b.op("Slice", &[r, zero, sixteen, two], &[]);
+        assert_eq!(chains(b, y, 8), vec![]);
+        let (mut b, x) = scores();
+        let (one, four, three) = (
+            b.ints("one", vec![1], &[1]),
+            b.ints("four", vec![1], &[4]),
+            b.ints("three", vec![1], &[3]),
+        );
+        let y = b.op("Slice", &[x, one, four, three], &[]);
+        assert_eq!(chains(b, y, 8), vec![]);
+    }
+}
