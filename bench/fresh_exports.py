@@ -541,6 +541,18 @@ def imagegpt():
     return masked_decoder(ImageGPTModel(cfg).eval())
 
 
+def funnel():
+    """Funnel Transformer: relative attention with the relative shift done by reshapes and a
+    slice (`_relative_shift_gather`), the sequence pooled by half between its two blocks."""
+    from transformers import FunnelBaseModel, FunnelConfig
+    cfg = FunnelConfig(vocab_size=1000, block_sizes=[1, 1], num_decoder_layers=0, d_model=128,
+                       n_head=4, d_head=32, d_inner=256, max_position_embeddings=4096)
+    # Its relative-position tensors are sized with Python ints: both exporters bake the traced
+    # length in, so it is exported at the length it runs at (env FUNNEL_S, default 1024).
+    return text_encoder(FunnelBaseModel(cfg).eval(), seq=int(os.environ.get("FUNNEL_S", "1024")),
+                        max_s=4096)
+
+
 MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
               fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip,
               xlnet=xlnet, roformer=roformer, mpnet=mpnet, opt=opt, nystromformer=nystromformer,
@@ -548,7 +560,7 @@ MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=ph
               poolformer=poolformer, vitmae=vitmae, reformer=reformer, swin_v2_t=swin_v2_t,
               maxvit_t=maxvit_t, googlenet=googlenet,
               gpt_neo=gpt_neo, codegen=codegen, gpt_bigcode=gpt_bigcode, biogpt=biogpt, xglm=xglm,
-              electra=electra, fnet=fnet, mamba=mamba, openai_gpt=openai_gpt, imagegpt=imagegpt)
+              electra=electra, fnet=fnet, mamba=mamba, openai_gpt=openai_gpt, imagegpt=imagegpt, funnel=funnel)
 
 if __name__ == "__main__":
     name = sys.argv[1]

@@ -674,6 +674,19 @@ mod tests {
                     check_chunks("GatherElements", &attrs, &[&x, idx], &axes, out_axis, &cuts).unwrap();
                 }
             }
+            // ScatterND of whole rows (repeated rows among them, so the order of updates shows),
+            // chunked along the columns as its record's flow says; the rows are mixed.
+            let k = k_pick % 4 + 1;
+            let at: Vec<i64> = (0..k).map(|i| ((i * 3).wrapping_add(seed as usize) % rows) as i64).collect();
+            let at = t_i64(&[k, 1], &at);
+            let upd = t_f32(&[k, n], &rand_f32(k * n, seed ^ 7));
+            for red in ["none", "add", "max"] {
+                let attrs = [("reduction", AttrValue::String(red.as_bytes().to_vec()))];
+                prop_assert!(flow_axes("ScatterND", &attrs, &[&x, &at, &upd], 0).is_none());
+                let axes = flow_axes("ScatterND", &attrs, &[&x, &at, &upd], 1).unwrap();
+                prop_assert_eq!(&axes, &vec![Some(1), None, Some(1)]);
+                check_chunks("ScatterND", &attrs, &[&x, &at, &upd], &axes, 1, &cuts).unwrap();
+            }
         }
     }
 }

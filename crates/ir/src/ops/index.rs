@@ -20,7 +20,7 @@ pub const DEFS: &[OpDef] = &[
         .flow(gather_elements_flow)
         .selects(&[0]),
     OpDef::new("GatherND", TWO, gather_nd, Mem::NEW).selects(&[0]),
-    OpDef::new("ScatterND", THREE, scatter, Mem::OVERWRITE),
+    OpDef::new("ScatterND", THREE, scatter, Mem::OVERWRITE).flow(scatter_nd_flow),
     OpDef::new("ScatterElements", THREE, scatter, Mem::OVERWRITE),
     // The deprecated name of ScatterElements (before opset 11).
     OpDef::new("Scatter", THREE, scatter, Mem::NEW),
@@ -178,6 +178,32 @@ fn gather_elements_flow(
                 AxisFlow::Split(vec![None, Some(o)])
             } else {
                 AxisFlow::Split(vec![Some(o), Some(o)])
+            }
+        })
+        .collect()])
+}
+
+/// ScatterND: index tuples of length `q` (the indices' last extent, known) address the first `q`
+/// axes of the data, so those are mixed; along every later axis the output, the data and the
+/// updates (their axis `o - q + r_i - 1`, `r_i` the indices' rank) slice alike, each element
+/// updated by the same updates in the same order, and the indices are read whole. (A slice
+/// assignment `x[.., a:b] = y` as torch's dynamo exporter writes it: a `ScatterND` of the rows
+/// `a..b` of a transposed `x`.)
+fn scatter_nd_flow(
+    _node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let r0 = out_rank(outputs, 0)?;
+    let idx = in_shape(inputs, 1)?;
+    let q = usize::try_from(idx.last()?.as_const()?).ok()?;
+    let ri = idx.len();
+    Some(vec![(0..r0)
+        .map(|o| {
+            if o < q {
+                AxisFlow::Mixed
+            } else {
+                AxisFlow::Split(vec![Some(o), None, Some(o - q + ri - 1)])
             }
         })
         .collect()])
