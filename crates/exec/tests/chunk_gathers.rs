@@ -8,10 +8,12 @@
 
 use std::collections::BTreeMap;
 
-use memplan_exec::{run, run_planned, RunOptions, Tensor};
+use memplan_exec::{run, RunOptions, Tensor};
 use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
 use memplan_ir::{DataType, TensorData, ValueId};
 use memplan_plan::chunk::{chunk_to_budget, ChunkOptions};
+
+use super::same_bits::runs_to_the_bits_of;
 
 const H: usize = 2;
 const D: usize = 4;
@@ -148,13 +150,7 @@ fn a_relative_shift_is_chunked_along_query_rows_as_a_gather() {
             c.peak_before,
             c.peak_after
         );
-        let f = memplan_ir::infer_model_for(&c.model, &dims).unwrap();
-        let plain = run(&c.model.graph, &f, inputs(s), &RunOptions::default()).unwrap();
-        let out = memplan_plan::optimize(&c.model.graph, &f, &dims, &Default::default()).unwrap();
-        let planned = run_planned(&c.model.graph, &f, inputs(s), &out.plan, 18).unwrap();
-        for got in [&plain, &planned] {
-            assert_eq!(got.outputs[0].1.bytes(), want.outputs[0].1.bytes(), "S={s}");
-        }
-        assert_eq!(planned.peak_bytes, out.report.peak_bytes_after, "S={s}");
+        let want = want.outputs[0].1.bytes();
+        runs_to_the_bits_of(&c.model, &dims, || inputs(s), want, &format!("S={s}"));
     }
 }

@@ -9,10 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use memplan_exec::{run, run_planned, RunOptions, Tensor};
+use memplan_exec::{run, RunOptions, Tensor};
 use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
 use memplan_ir::{DataType, TensorData};
 use memplan_plan::chunk::{chunk_to_budget, ChunkOptions};
+
+use super::same_bits::runs_to_the_bits_of;
 
 fn int_attr(name: &str, v: i64) -> Attribute {
     Attribute {
@@ -134,14 +136,8 @@ fn check(model: &Model, dims: &[(&str, i64)], shape: &[usize], s: i64) {
         c.peak_before,
         c.peak_after
     );
-    let f = memplan_ir::infer_model_for(&c.model, &dims).unwrap();
-    let plain = run(&c.model.graph, &f, input(shape), &RunOptions::default()).unwrap();
-    let out = memplan_plan::optimize(&c.model.graph, &f, &dims, &Default::default()).unwrap();
-    let planned = run_planned(&c.model.graph, &f, input(shape), &out.plan, 18).unwrap();
-    for got in [&plain, &planned] {
-        assert_eq!(got.outputs[0].1.bytes(), want.outputs[0].1.bytes());
-    }
-    assert_eq!(planned.peak_bytes, out.report.peak_bytes_after);
+    let want = want.outputs[0].1.bytes();
+    runs_to_the_bits_of(&c.model, &dims, || input(shape), want, "");
 }
 
 #[test]
@@ -323,18 +319,8 @@ fn weights_of_positions_are_made_from_index_constants_with_the_same_bits() {
                 .map(|st| (st.nodes, st.extent))
                 .collect::<Vec<_>>()
         );
-        let f = memplan_ir::infer_model_for(&c.model, &dims).unwrap();
-        let plain = run(g, &f, input(&[s, s]), &RunOptions::default()).unwrap();
-        let out = memplan_plan::optimize(g, &f, &dims, &Default::default()).unwrap();
-        let planned = run_planned(g, &f, input(&[s, s]), &out.plan, 18).unwrap();
-        for got in [&plain, &planned] {
-            assert_eq!(
-                got.outputs[0].1.bytes(),
-                want.outputs[0].1.bytes(),
-                "{name}"
-            );
-        }
-        assert_eq!(planned.peak_bytes, out.report.peak_bytes_after, "{name}");
+        let want = want.outputs[0].1.bytes();
+        runs_to_the_bits_of(&c.model, &dims, || input(&[s, s]), want, name);
     }
 }
 

@@ -14,4 +14,5 @@ mod float_shape_arithmetic;
 mod inplace_staged;
 mod narrow;
 mod offload;
+mod same_bits;
 mod sequences;

@@ -518,16 +518,7 @@ pub(crate) fn movements_as_gathers(
         }
     }
     drop_made_dead(&out, &mut gone, unread);
-    let schedule: Vec<NodeId> = (0..g.nodes.len())
-        .filter(|&i| !gone.contains(&NodeId::from_index(i)))
-        .flat_map(|i| {
-            before
-                .get(&i)
-                .copied()
-                .into_iter()
-                .chain([NodeId::from_index(i)])
-        })
-        .collect();
+    let schedule = super::rewrite::order_with_before(g.nodes.len(), &before, &gone);
     // The chain's inner values are read by nothing now: they go with their nodes.
     let mut keep = vec![true; out.values.len()];
     for &n in &gone {

@@ -153,15 +153,7 @@ pub(crate) fn positions_as_values(
         node.attrs = attrs;
         node.inputs = inputs;
     }
-    let schedule: Vec<NodeId> = (0..g.nodes.len())
-        .flat_map(|i| {
-            before
-                .get(&i)
-                .copied()
-                .into_iter()
-                .chain([NodeId::from_index(i)])
-        })
-        .collect();
+    let schedule = super::rewrite::order_with_before(g.nodes.len(), &before, &BTreeSet::new());
     Some(Model {
         graph: crate::reorder(&out, &schedule),
         ..model.clone()

@@ -531,6 +531,21 @@ pub(crate) fn retain_values(g: Graph, keep: &[bool]) -> Graph {
     }
 }
 
+/// The order of a graph's first `n` nodes with each node's new node in `before` right before it
+/// and the nodes in `gone` left out: a schedule for `crate::reorder` after a rewrite that
+/// replaces a node by a new node feeding it.
+pub(crate) fn order_with_before(
+    n: usize,
+    before: &BTreeMap<usize, NodeId>,
+    gone: &BTreeSet<NodeId>,
+) -> Vec<NodeId> {
+    (0..n)
+        .map(NodeId::from_index)
+        .filter(|i| !gone.contains(i))
+        .flat_map(|i| before.get(&i.index()).copied().into_iter().chain([i]))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::bounds;
