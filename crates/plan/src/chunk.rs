@@ -34,6 +34,7 @@ mod predict;
 mod region;
 mod rewrite;
 pub mod roll;
+mod scatters;
 mod tile;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -685,6 +686,12 @@ pub fn chunk_to_budget(
             facts = rewritten_facts(&m, dims)?;
             cur = m;
             constants_made = true;
+        }
+        // A large value read back, through moves, from the region a scatter wrote (an in-place
+        // op on a view, as dynamo writes it) is the update itself.
+        if let Some(m) = scatters::forward_scattered_reads(&cur, &facts, dims, peak / 64) {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
         }
         // A large chain of movements that is a gather along one axis (a relative shift), as
         // `GatherElements`, so regions grow through it along every other axis.

@@ -20,7 +20,9 @@ pub const DEFS: &[OpDef] = &[
         .flow(gather_elements_flow)
         .selects(&[0]),
     OpDef::new("GatherND", TWO, gather_nd, Mem::NEW).selects(&[0]),
-    OpDef::new("ScatterND", THREE, scatter, Mem::OVERWRITE).flow(scatter_nd_flow),
+    OpDef::new("ScatterND", THREE, scatter, Mem::OVERWRITE)
+        .flow(scatter_nd_flow)
+        .moves(Moves::Scatters),
     OpDef::new("ScatterElements", THREE, scatter, Mem::OVERWRITE),
     // The deprecated name of ScatterElements (before opset 11).
     OpDef::new("Scatter", THREE, scatter, Mem::NEW),

@@ -169,6 +169,9 @@ pub enum Moves {
     Permuted,
     /// Along attribute `axis`, the element input 1 names (`Gather`).
     Indexed,
+    /// Input 0, where the index tuples of input 1 (of its last extent, addressing the leading
+    /// axes) name, replaced by the matching slices of input 2 (`ScatterND`, without a reduction).
+    Scatters,
 }
 
 /// An op whose output element `[.., i, j]` (row `i`, column `j`: the last two axes) is kept (or

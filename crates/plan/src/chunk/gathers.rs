@@ -36,10 +36,10 @@ use super::positions::known_input;
 /// A map from an element index of a value (of `shape`) to the flat offset, in the chain's input,
 /// of the element it copies: `offset + sum_k coef[k] * o[k]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Affine {
-    offset: i64,
-    coef: Vec<i64>,
-    shape: Vec<u64>,
+pub(super) struct Affine {
+    pub(super) offset: i64,
+    pub(super) coef: Vec<i64>,
+    pub(super) shape: Vec<u64>,
 }
 
 impl Affine {
@@ -53,7 +53,7 @@ impl Affine {
     }
 
     /// The least and greatest value over the whole index box (every extent at least 1).
-    fn range(&self) -> (i64, i64) {
+    pub(super) fn range(&self) -> (i64, i64) {
         let (mut lo, mut hi) = (self.offset, self.offset);
         for (&c, &d) in self.coef.iter().zip(&self.shape) {
             let far = c * (d as i64 - 1);
@@ -108,7 +108,7 @@ impl Affine {
 }
 
 /// Row-major strides of `shape`, in elements.
-fn strides(shape: &[u64]) -> Vec<i64> {
+pub(super) fn strides(shape: &[u64]) -> Vec<i64> {
     let mut s = vec![1i64; shape.len()];
     for k in (0..shape.len().saturating_sub(1)).rev() {
         s[k] = s[k + 1] * shape[k + 1] as i64;
@@ -117,7 +117,11 @@ fn strides(shape: &[u64]) -> Vec<i64> {
 }
 
 /// The output shape of `node` at `dims`, every extent at least 1.
-fn out_shape(node: &Node, facts: &Facts, dims: &BTreeMap<String, i64>) -> Option<Vec<u64>> {
+pub(super) fn out_shape(
+    node: &Node,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> Option<Vec<u64>> {
     let v = node.outputs.first().copied().flatten()?;
     let s = facts.get(v).shape_at(dims)?;
     s.iter().all(|&d| d > 0).then_some(s)
@@ -125,7 +129,7 @@ fn out_shape(node: &Node, facts: &Facts, dims: &BTreeMap<String, i64>) -> Option
 
 /// Integer value `v`'s contents as an affine map of its element index: known at `dims` (checked
 /// element by element), or made by `Range` of known scalars, through reshapes.
-fn progression(
+pub(super) fn progression(
     g: &Graph,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
@@ -261,6 +265,9 @@ fn step(
             }
             Some(out)
         }
+        // An element of a scatter's output comes from one input or another by where it lies:
+        // not one map (`scatters` reads through them backwards, over a known output box).
+        Moves::Scatters => None,
         Moves::Indexed => {
             let a = norm(attr_int(node, "axis", 0), rank)?;
             let idx = progression(g, facts, dims, node.inputs.get(1).copied().flatten()?)?;
@@ -302,7 +309,8 @@ pub(crate) struct Gather {
 
 /// Whether `node` moves elements of its input 0 ([`Moves`]) in a form [`step`] can read.
 fn moves(node: &Node) -> bool {
-    node.is_onnx_domain() && ops::lookup(node).is_some_and(|d| d.moves.is_some())
+    node.is_onnx_domain()
+        && ops::lookup(node).is_some_and(|d| d.moves.is_some_and(|m| m != Moves::Scatters))
 }
 
 /// The gather that map `m` (over the chain's output) of input `x` (of `xs` at `dims`) is, when
@@ -536,7 +544,11 @@ pub(crate) fn movements_as_gathers(
 /// Adds to `gone` every node of `g` that only nodes in `gone` read (its outputs no graph output),
 /// from the makers of `read_before` up: a `Range` of the gathered columns, the shape arithmetic of
 /// a reshape target. Nodes that nothing read before stay as they were.
-fn drop_made_dead(g: &Graph, gone: &mut BTreeSet<NodeId>, mut read_before: Vec<ValueId>) {
+pub(super) fn drop_made_dead(
+    g: &Graph,
+    gone: &mut BTreeSet<NodeId>,
+    mut read_before: Vec<ValueId>,
+) {
     let mut readers = vec![0usize; g.values.len()];
     for (i, n) in g.nodes.iter().enumerate() {
         if !gone.contains(&NodeId::from_index(i)) {

@@ -1,0 +1,400 @@
+//! Reads of a region just scattered: a value read back, through movement ops, from the region a
+//! `ScatterND` wrote is the update itself. torch's dynamo exporter writes an in-place op on a view
+//! (Funnel's `positional_attn *= cls_mask`, where `positional_attn` is a view of a shifted score
+//! tensor) as `slice_scatter`s of the updated view back into its base, then reads the view again
+//! from the scattered base. Written so, the region's elements pass through two scatters and their
+//! transposes, and the shift before them is no longer one chain of moves (`gathers`).
+//!
+//! Each element of value `f` is traced backwards at the dims, in closed form: the current value's
+//! coordinates are affine functions of `f`'s index over its whole box. A slice, a transpose and a
+//! gather of an arithmetic progression map coordinates to coordinates; a reshape goes through the
+//! flat offset and splits it into the input's coordinates, digit by digit, each digit checked to
+//! stay inside its axis over the whole box (so the split is the offset's only one); a `ScatterND`
+//! without a reduction, its indices an arithmetic progression, is entered through its updates
+//! where every traced element lies on a scattered tuple, and through its data where none does.
+//! Where the trace reaches a value of `f`'s shape at the identity, `f` is that value element for
+//! element, and `f`'s node becomes an `Identity` of it: the same bits.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use memplan_ir::graph::{Graph, Model, Node, NodeId, ValueId};
+use memplan_ir::infer::Facts;
+use memplan_ir::ops::axes::{attr_int, attr_ints, norm};
+use memplan_ir::ops::{self, Moves};
+
+use super::gathers::{out_shape, progression, strides, Affine};
+use super::positions::known_input;
+
+/// Each coordinate of a value as an affine function of an index over `shape` (the traced value's
+/// box).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Coords(Vec<Affine>);
+
+impl Coords {
+    fn identity(shape: &[u64]) -> Coords {
+        Coords(
+            (0..shape.len())
+                .map(|k| {
+                    let mut coef = vec![0; shape.len()];
+                    coef[k] = 1;
+                    Affine {
+                        offset: 0,
+                        coef,
+                        shape: shape.to_vec(),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    fn is_identity(&self, shape: &[u64]) -> bool {
+        self.0.len() == shape.len() && *self == Coords::identity(shape)
+    }
+
+    /// The flat offset into a value of `shape` these coordinates name.
+    fn flat(&self, shape: &[u64]) -> Option<Affine> {
+        let st = strides(shape);
+        let first = self.0.first()?;
+        let mut f = Affine {
+            offset: 0,
+            coef: vec![0; first.coef.len()],
+            shape: first.shape.clone(),
+        };
+        for (c, &s) in self.0.iter().zip(&st) {
+            f.offset = f.offset.checked_add(c.offset.checked_mul(s)?)?;
+            for (a, &b) in f.coef.iter_mut().zip(&c.coef) {
+                *a = a.checked_add(b.checked_mul(s)?)?;
+            }
+        }
+        Some(f)
+    }
+
+    /// Flat offset `f` split into the coordinates of a value of `shape`: outermost first, each
+    /// digit's coefficients rounded to the nearest multiple of its stride, the innermost taking
+    /// the rest; `None` unless every digit stays inside its axis over the whole box (then the
+    /// split is exact and the only one).
+    fn split(f: &Affine, shape: &[u64]) -> Option<Coords> {
+        let st = strides(shape);
+        let mut rest = f.clone();
+        let mut out = Vec::with_capacity(shape.len());
+        for (k, &s) in st.iter().enumerate() {
+            let digit = if k + 1 == shape.len() {
+                rest.clone()
+            } else {
+                let d = Affine {
+                    offset: rest.offset.div_euclid(s),
+                    coef: rest
+                        .coef
+                        .iter()
+                        .map(|&c| (c + s / 2).div_euclid(s))
+                        .collect(),
+                    shape: rest.shape.clone(),
+                };
+                rest.offset -= d.offset * s;
+                for (r, &c) in rest.coef.iter_mut().zip(&d.coef) {
+                    *r -= c * s;
+                }
+                d
+            };
+            let (lo, hi) = digit.range();
+            (lo >= 0 && hi < shape[k] as i64).then_some(())?;
+            out.push(digit);
+        }
+        Some(Coords(out))
+    }
+}
+
+/// The coordinates in the input that `node` (making a value of `to`, these coordinates `c` in
+/// it) reads each traced element from, with that input's slot: one of its inputs alone.
+fn back(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    node: &Node,
+    c: &Coords,
+) -> Option<(usize, Coords)> {
+    let input = |k: usize| node.inputs.get(k).copied().flatten();
+    let shape_of = |k: usize| facts.get(input(k)?).shape_at(dims);
+    let from = shape_of(0)?;
+    let rank = from.len();
+    match ops::lookup(node)?.moves? {
+        Moves::Order => {
+            let to = out_shape(node, facts, dims)?;
+            Some((0, Coords::split(&c.flat(&to)?, &from)?))
+        }
+        Moves::Permuted => {
+            let perm = attr_ints(node, "perm").unwrap_or_else(|| (0..rank as i64).rev().collect());
+            let mut w = c.0.clone();
+            for (k, &p) in perm.iter().enumerate() {
+                w[usize::try_from(p).ok().filter(|&p| p < rank)?] = c.0.get(k)?.clone();
+            }
+            (perm.len() == rank).then_some((0, Coords(w)))
+        }
+        Moves::Strided => {
+            let known = |k| known_input(node, k, facts, dims);
+            let starts = known(1)??;
+            let n = starts.len();
+            let axes = known(3)?.unwrap_or_else(|| (0..n as i64).collect());
+            let steps = known(4)?.unwrap_or_else(|| vec![1; n]);
+            if axes.len() != n || steps.len() != n || c.0.len() != rank {
+                return None;
+            }
+            let mut w = c.clone();
+            for ((&a, &s), &st) in axes.iter().zip(&starts).zip(&steps) {
+                let a = norm(a, rank)?;
+                let d = from[a] as i64;
+                let s = if s < 0 { s.saturating_add(d) } else { s };
+                let s = if st > 0 {
+                    s.clamp(0, d)
+                } else {
+                    s.clamp(-1, d - 1)
+                };
+                let x = &mut w.0[a];
+                x.offset = x.offset.checked_mul(st)?.checked_add(s)?;
+                for v in x.coef.iter_mut() {
+                    *v = v.checked_mul(st)?;
+                }
+            }
+            Some((0, w))
+        }
+        Moves::Indexed => {
+            let a = norm(attr_int(node, "axis", 0), rank)?;
+            let idx = progression(g, facts, dims, input(1)?)?;
+            let (lo, hi) = idx.range();
+            let d = from[a] as i64;
+            let shift = if lo >= 0 && hi < d {
+                0
+            } else if lo >= -d && hi < 0 {
+                d
+            } else {
+                return None;
+            };
+            let q = idx.shape.len();
+            let mut w: Vec<Affine> = c.0[..a].to_vec();
+            // The index's value at the traced coordinates a..a+q of the output.
+            let mut at = Affine {
+                offset: idx.offset + shift,
+                coef: vec![0; c.0.first()?.coef.len()],
+                shape: c.0.first()?.shape.clone(),
+            };
+            for (t, &ic) in idx.coef.iter().enumerate() {
+                let x = c.0.get(a + t)?;
+                at.offset += ic * x.offset;
+                for (v, &xc) in at.coef.iter_mut().zip(&x.coef) {
+                    *v += ic * xc;
+                }
+            }
+            w.push(at);
+            w.extend_from_slice(c.0.get(a + q..)?);
+            (w.len() == rank).then_some((0, Coords(w)))
+        }
+        Moves::Scatters => scatter_back(g, facts, dims, node, c, rank),
+    }
+}
+
+/// [`back`] through a `ScatterND` without a reduction whose index tuples are one coordinate each,
+/// an arithmetic progression `a + s r`: its updates where every traced element's first
+/// coordinate is `a + s r` for a row `r` inside the indices (row `r` of the updates), its data
+/// where none is.
+fn scatter_back(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    node: &Node,
+    c: &Coords,
+    rank: usize,
+) -> Option<(usize, Coords)> {
+    if node
+        .attr("reduction")
+        .is_some_and(|r| !matches!(r, memplan_ir::graph::AttrValue::String(s) if s == b"none"))
+    {
+        return None;
+    }
+    let idx = progression(g, facts, dims, node.inputs.get(1).copied().flatten()?)?;
+    // Index tuples of one coordinate: indices `[K, 1]`.
+    let [k, 1] = idx.shape[..] else {
+        return None;
+    };
+    let (a, s) = (idx.offset, idx.coef[0]);
+    let first = c.0.first()?;
+    let (lo, hi) = first.range();
+    let (ilo, ihi) = idx.range();
+    if hi < ilo || lo > ihi {
+        return Some((0, c.clone()));
+    }
+    if s == 0 || c.0.len() != rank {
+        return None;
+    }
+    // r = (first - a) / s, exact for every element and inside the rows.
+    let exact = (first.offset - a) % s == 0 && first.coef.iter().all(|&x| x % s == 0);
+    exact.then_some(())?;
+    let r = Affine {
+        offset: (first.offset - a) / s,
+        coef: first.coef.iter().map(|&x| x / s).collect(),
+        shape: first.shape.clone(),
+    };
+    let (rlo, rhi) = r.range();
+    (rlo >= 0 && rhi < k as i64).then_some(())?;
+    let mut w = vec![r];
+    w.extend_from_slice(&c.0[1..]);
+    Some((2, Coords(w)))
+}
+
+/// For value `f` (made by a movement op), the value it equals element for element, traced
+/// backwards through movement ops and scatters ([`back`]), when there is one other than `f`'s
+/// own input chain of plain moves (only a trace through a scatter is worth the rewrite).
+fn read_back(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    f: ValueId,
+) -> Option<ValueId> {
+    let shape = facts.get(f).shape_at(dims)?;
+    if shape.contains(&0) {
+        return None;
+    }
+    let mut c = Coords::identity(&shape);
+    let mut v = f;
+    let mut scattered = false;
+    // At most as many steps as nodes: each step goes to an earlier node.
+    for _ in 0..g.nodes.len() {
+        let node = g.node(g.producer(v)?);
+        if !node.is_onnx_domain() || node.subgraphs().next().is_some() {
+            return None;
+        }
+        let (slot, w) = back(g, facts, dims, node, &c)?;
+        scattered |= slot == 2;
+        v = node.inputs.get(slot).copied().flatten()?;
+        c = w;
+        let vs = facts.get(v).shape_at(dims)?;
+        if scattered && vs == shape && c.is_identity(&shape) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// `model` with every value of at least `min_bytes` that reads back a region a scatter wrote
+/// ([`read_back`]) made an `Identity` of the update (its name and value kept), and the nodes only
+/// the old reads needed dropped; `None` when there is none.
+pub(crate) fn forward_scattered_reads(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    min_bytes: u64,
+) -> Option<Model> {
+    let g = &model.graph;
+    let mut found: Vec<(NodeId, ValueId)> = Vec::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        let is_move = ops::lookup(node).is_some_and(|d| d.moves.is_some());
+        let Some(f) = node.outputs.first().copied().flatten() else {
+            continue;
+        };
+        let big = facts
+            .get(f)
+            .bytes()
+            .and_then(|b| b.eval_map(dims).ok())
+            .is_some_and(|b| b >= min_bytes as i64);
+        if is_move && big && node.is_onnx_domain() {
+            if let Some(u) = read_back(g, facts, dims, f) {
+                found.push((NodeId::from_index(i), u));
+            }
+        }
+    }
+    if found.is_empty() {
+        return None;
+    }
+    let mut out = g.clone();
+    let mut unread = Vec::new();
+    for &(n, u) in &found {
+        let node = &mut out.nodes[n.index()];
+        unread.extend(node.input_ids());
+        node.op = "Identity".into();
+        node.attrs.clear();
+        node.inputs = vec![Some(u)];
+    }
+    let mut gone = BTreeSet::new();
+    super::gathers::drop_made_dead(&out, &mut gone, unread);
+    let schedule = super::rewrite::order_with_before(g.nodes.len(), &BTreeMap::new(), &gone);
+    let mut keep = vec![true; out.values.len()];
+    for &n in &gone {
+        for v in out.node(n).output_ids() {
+            keep[v.index()] = false;
+        }
+    }
+    let graph = super::rewrite::retain_values(crate::reorder(&out, &schedule), &keep);
+    Some(Model {
+        graph,
+        ..model.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType};
+    use memplan_ir::{DataType, TensorData};
+
+    fn op(g: &mut Graph, op: &str, ins: &[ValueId], perm: Option<Vec<i64>>) -> ValueId {
+        let name = format!("n{}", g.nodes.len());
+        let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
+        let attrs = perm
+            .map(|p| Attribute {
+                name: "perm".into(),
+                value: AttrValue::Ints(p),
+                doc: String::new(),
+            })
+            .into_iter()
+            .collect();
+        g.add_node(name.clone(), op, &ins, &[&name], attrs).1[0]
+    }
+
+    fn ints(g: &mut Graph, name: &str, dims: Vec<u64>, v: &[i64]) -> ValueId {
+        g.add_initializer(TensorData::from_i64(name, dims, v))
+    }
+
+    /// `x[:, a:b] *= 2` as dynamo writes it: the view `v = x[:, a:b]` updated to `u = 2 v`, put
+    /// back by a `ScatterND` of rows `a..b` of `x` transposed, then read again: `y = x'[:, a:b]`
+    /// (and `z = x'[:, a-1:b]`, which straddles the scattered rows). `y` is `u` itself, `z` is
+    /// neither the update nor the data alone.
+    #[test]
+    fn a_region_read_back_from_its_scatter_is_the_update() {
+        let (r, c, a, b) = (6i64, 10i64, 3i64, 7i64);
+        let mut g = Graph::default();
+        let dims = vec![DeclDim::Value(r), DeclDim::Value(c)];
+        let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
+        let (sa, sb, one) = (
+            ints(&mut g, "a", vec![1], &[a]),
+            ints(&mut g, "b", vec![1], &[b]),
+            ints(&mut g, "one", vec![1], &[1]),
+        );
+        let am1 = ints(&mut g, "am1", vec![1], &[a - 1]);
+        let v = op(&mut g, "Slice", &[x, sa, sb, one], None);
+        let u = op(&mut g, "Add", &[v, v], None);
+        let xt = op(&mut g, "Transpose", &[x], Some(vec![1, 0]));
+        let ut = op(&mut g, "Transpose", &[u], Some(vec![1, 0]));
+        let rows: Vec<i64> = (a..b).collect();
+        let idx = ints(&mut g, "rows", vec![(b - a) as u64, 1], &rows);
+        let s = op(&mut g, "ScatterND", &[xt, idx, ut], None);
+        let back = op(&mut g, "Transpose", &[s], Some(vec![1, 0]));
+        let y = op(&mut g, "Slice", &[back, sa, sb, one], None);
+        let z = op(&mut g, "Slice", &[back, am1, sb, one], None);
+        g.outputs = vec![y, z];
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let dims = BTreeMap::new();
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        let g = &model.graph;
+        assert_eq!(read_back(g, &facts, &dims, y), Some(u));
+        assert_eq!(read_back(g, &facts, &dims, z), None);
+        // Written: `y` an `Identity` of `u`; the scatter stays, `z` reads it.
+        let m = forward_scattered_reads(&model, &facts, &dims, 0).unwrap();
+        let yn = m.graph.producer(m.graph.outputs[0]).unwrap();
+        let node = m.graph.node(yn);
+        assert_eq!(node.op, "Identity");
+        assert_eq!(m.graph.value(node.inputs[0].unwrap()).name, g.value(u).name);
+        assert!(m.graph.nodes.iter().any(|n| n.op == "ScatterND"));
+    }
+}
