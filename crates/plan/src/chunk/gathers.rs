@@ -525,54 +525,8 @@ pub(crate) fn movements_as_gathers(
             gone.insert(n);
         }
     }
-    drop_made_dead(&out, &mut gone, unread);
-    let schedule = super::rewrite::order_with_before(g.nodes.len(), &before, &gone);
     // The chain's inner values are read by nothing now: they go with their nodes.
-    let mut keep = vec![true; out.values.len()];
-    for &n in &gone {
-        for v in out.node(n).output_ids() {
-            keep[v.index()] = false;
-        }
-    }
-    let graph = super::rewrite::retain_values(crate::reorder(&out, &schedule), &keep);
-    Some(Model {
-        graph,
-        ..model.clone()
-    })
-}
-
-/// Adds to `gone` every node of `g` that only nodes in `gone` read (its outputs no graph output),
-/// from the makers of `read_before` up: a `Range` of the gathered columns, the shape arithmetic of
-/// a reshape target. Nodes that nothing read before stay as they were.
-pub(super) fn drop_made_dead(
-    g: &Graph,
-    gone: &mut BTreeSet<NodeId>,
-    mut read_before: Vec<ValueId>,
-) {
-    let mut readers = vec![0usize; g.values.len()];
-    for (i, n) in g.nodes.iter().enumerate() {
-        if !gone.contains(&NodeId::from_index(i)) {
-            for v in n.input_ids() {
-                readers[v.index()] += 1;
-            }
-        }
-    }
-    while let Some(v) = read_before.pop() {
-        let Some(p) = g.producer(v) else { continue };
-        let node = g.node(p);
-        let dead = !gone.contains(&p)
-            && node.subgraphs().next().is_none()
-            && node
-                .output_ids()
-                .all(|o| readers[o.index()] == 0 && !g.outputs.contains(&o));
-        if dead {
-            gone.insert(p);
-            for i in node.input_ids() {
-                readers[i.index()] -= 1;
-                read_before.push(i);
-            }
-        }
-    }
+    Some(super::rewrite::finish(model, &out, &before, gone, unread))
 }
 
 /// The index's two constants: the axis `long` with the most elements among those it moves

@@ -531,6 +531,61 @@ pub(crate) fn retain_values(g: Graph, keep: &[bool]) -> Graph {
     }
 }
 
+/// Adds to `gone` every node of `g` that only nodes in `gone` read (its outputs no graph output),
+/// from the makers of `read_before` up: a `Range` of the gathered columns, the shape arithmetic of
+/// a reshape target. Nodes that nothing read before stay as they were.
+fn drop_made_dead(g: &Graph, gone: &mut BTreeSet<NodeId>, mut read_before: Vec<ValueId>) {
+    let mut readers = vec![0usize; g.values.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !gone.contains(&NodeId::from_index(i)) {
+            for v in n.input_ids() {
+                readers[v.index()] += 1;
+            }
+        }
+    }
+    while let Some(v) = read_before.pop() {
+        let Some(p) = g.producer(v) else { continue };
+        let node = g.node(p);
+        let dead = !gone.contains(&p)
+            && node.subgraphs().next().is_none()
+            && node
+                .output_ids()
+                .all(|o| readers[o.index()] == 0 && !g.outputs.contains(&o));
+        if dead {
+            gone.insert(p);
+            for i in node.input_ids() {
+                readers[i.index()] -= 1;
+                read_before.push(i);
+            }
+        }
+    }
+}
+
+/// The model of `out`, a rewrite of `model`'s graph (its first nodes the model's own, in order),
+/// with each new node in `before` right before the node it feeds, and the nodes in `gone` and
+/// every node only they read (from the makers of `read_before` up, see [`drop_made_dead`])
+/// dropped with their outputs.
+pub(crate) fn finish(
+    model: &Model,
+    out: &Graph,
+    before: &BTreeMap<usize, NodeId>,
+    mut gone: BTreeSet<NodeId>,
+    read_before: Vec<ValueId>,
+) -> Model {
+    drop_made_dead(out, &mut gone, read_before);
+    let schedule = order_with_before(model.graph.nodes.len(), before, &gone);
+    let mut keep = vec![true; out.values.len()];
+    for &n in &gone {
+        for v in out.node(n).output_ids() {
+            keep[v.index()] = false;
+        }
+    }
+    Model {
+        graph: retain_values(crate::reorder(out, &schedule), &keep),
+        ..model.clone()
+    }
+}
+
 /// The order of a graph's first `n` nodes with each node's new node in `before` right before it
 /// and the nodes in `gone` left out: a schedule for `crate::reorder` after a rewrite that
 /// replaces a node by a new node feeding it.

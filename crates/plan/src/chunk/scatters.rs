@@ -313,20 +313,13 @@ pub(crate) fn forward_scattered_reads(
         node.attrs.clear();
         node.inputs = vec![Some(u)];
     }
-    let mut gone = BTreeSet::new();
-    super::gathers::drop_made_dead(&out, &mut gone, unread);
-    let schedule = super::rewrite::order_with_before(g.nodes.len(), &BTreeMap::new(), &gone);
-    let mut keep = vec![true; out.values.len()];
-    for &n in &gone {
-        for v in out.node(n).output_ids() {
-            keep[v.index()] = false;
-        }
-    }
-    let graph = super::rewrite::retain_values(crate::reorder(&out, &schedule), &keep);
-    Some(Model {
-        graph,
-        ..model.clone()
-    })
+    Some(super::rewrite::finish(
+        model,
+        &out,
+        &BTreeMap::new(),
+        BTreeSet::new(),
+        unread,
+    ))
 }
 
 #[cfg(test)]
