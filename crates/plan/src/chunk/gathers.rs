@@ -377,12 +377,7 @@ pub(crate) fn gather_chains(
         if !moves(node) || only_reader(out).is_some_and(|r| moves(g.node(r))) {
             continue;
         }
-        let big = facts
-            .get(out)
-            .bytes()
-            .and_then(|b| b.eval_map(dims).ok())
-            .is_some_and(|b| b >= min_bytes as i64);
-        if !big {
+        if !super::rewrite::holds_at_least(facts, dims, out, min_bytes) {
             continue;
         }
         // The chain back from `end`: each node's input 0 read by it alone, made by a move.

@@ -95,13 +95,11 @@ pub(crate) fn positions_as_values(
 ) -> Option<Model> {
     let g = &model.graph;
     let big = |n: &Node| {
-        n.outputs.first().copied().flatten().is_some_and(|v| {
-            facts
-                .get(v)
-                .bytes()
-                .and_then(|b| b.eval_map(dims).ok())
-                .is_some_and(|b| b >= min_bytes as i64)
-        })
+        n.outputs
+            .first()
+            .copied()
+            .flatten()
+            .is_some_and(|v| super::rewrite::holds_at_least(facts, dims, v, min_bytes))
     };
     let found: Vec<(usize, Positional)> = g
         .nodes

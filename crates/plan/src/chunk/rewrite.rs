@@ -586,6 +586,21 @@ pub(crate) fn finish(
     }
 }
 
+/// Whether value `v` holds at least `min_bytes` at `dims` (what a rewrite before chunking takes:
+/// the values large enough to matter to the peak).
+pub(crate) fn holds_at_least(
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    v: ValueId,
+    min_bytes: u64,
+) -> bool {
+    facts
+        .get(v)
+        .bytes()
+        .and_then(|b| b.eval_map(dims).ok())
+        .is_some_and(|b| b >= min_bytes as i64)
+}
+
 /// The order of a graph's first `n` nodes with each node's new node in `before` right before it
 /// and the nodes in `gone` left out: a schedule for `crate::reorder` after a rewrite that
 /// replaces a node by a new node feeding it.

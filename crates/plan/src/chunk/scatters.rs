@@ -290,11 +290,7 @@ pub(crate) fn forward_scattered_reads(
         let Some(f) = node.outputs.first().copied().flatten() else {
             continue;
         };
-        let big = facts
-            .get(f)
-            .bytes()
-            .and_then(|b| b.eval_map(dims).ok())
-            .is_some_and(|b| b >= min_bytes as i64);
+        let big = super::rewrite::holds_at_least(facts, dims, f, min_bytes);
         if is_move && big && node.is_onnx_domain() {
             if let Some(u) = read_back(g, facts, dims, f) {
                 found.push((NodeId::from_index(i), u));
