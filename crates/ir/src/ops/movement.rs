@@ -98,6 +98,12 @@ const SLICE_MEM: Mem = Mem {
     ..Mem::NEW
 };
 
+/// A `Transpose` node's `perm` for an input of `rank` axes: output axis `o` is input axis
+/// `perm[o]`; the axes reversed when the attribute is absent.
+pub fn transpose_perm(node: &Node, rank: usize) -> Vec<i64> {
+    attr_ints(node, "perm").unwrap_or_else(|| (0..rank as i64).rev().collect())
+}
+
 /// Output axis `o` is input axis `perm[o]`.
 fn transpose_flow(
     node: &Node,
@@ -105,7 +111,7 @@ fn transpose_flow(
     outputs: &[Option<&Fact>],
 ) -> Option<Vec<Vec<AxisFlow>>> {
     let r0 = out_rank(outputs, 0)?;
-    let perm = attr_ints(node, "perm").unwrap_or_else(|| (0..r0 as i64).rev().collect());
+    let perm = transpose_perm(node, r0);
     Some(vec![perm
         .iter()
         .map(|&p| AxisFlow::Split(vec![Some(p as usize)]))

@@ -27,11 +27,12 @@ use bytes::Bytes;
 use memplan_ir::dtype::DataType;
 use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Names, Node, NodeId, ValueId};
 use memplan_ir::infer::Facts;
-use memplan_ir::ops::axes::{attr_int, attr_ints, norm};
+use memplan_ir::ops::axes::{attr_int, norm};
+use memplan_ir::ops::movement::transpose_perm;
 use memplan_ir::ops::{self, Moves};
 use memplan_ir::TensorData;
 
-use super::positions::known_input;
+use super::positions::{known_input, known_ints, slice_bounds};
 
 /// A map from an element index of a value (of `shape`) to the flat offset, in the chain's input,
 /// of the element it copies: `offset + sum_k coef[k] * o[k]`.
@@ -50,6 +51,29 @@ impl Affine {
             coef: strides(shape),
             shape: shape.to_vec(),
         }
+    }
+
+    /// Its value at every index of the box, row-major.
+    fn values(&self) -> Vec<i64> {
+        let mut idx = vec![0u64; self.shape.len()];
+        let n: u64 = self.shape.iter().product();
+        let mut out = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let at: i64 = idx
+                .iter()
+                .zip(&self.coef)
+                .map(|(&i, &c)| i as i64 * c)
+                .sum();
+            out.push(self.offset + at);
+            for k in (0..idx.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < self.shape[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        out
     }
 
     /// The least and greatest value over the whole index box (every extent at least 1).
@@ -136,7 +160,7 @@ pub(super) fn progression(
     v: ValueId,
 ) -> Option<Affine> {
     let shape = facts.get(v).shape_at(dims)?;
-    if let Some(Some(vals)) = facts_ints(facts, dims, v) {
+    if let Some(vals) = known_ints(facts, dims, v) {
         return fit(&shape, &vals);
     }
     let node = g.node(g.producer(v)?);
@@ -163,16 +187,6 @@ pub(super) fn progression(
     }
 }
 
-/// `v`'s integer contents at `dims`, when the facts know them.
-fn facts_ints(facts: &Facts, dims: &BTreeMap<String, i64>, v: ValueId) -> Option<Option<Vec<i64>>> {
-    match &facts.get(v).value {
-        Some(memplan_ir::infer::Known::Int(e)) => {
-            Some(e.iter().map(|e| e.eval_map(dims).ok()).collect())
-        }
-        _ => None,
-    }
-}
-
 /// The affine map that `vals` (row-major over `shape`) is, when it is one.
 fn fit(shape: &[u64], vals: &[i64]) -> Option<Affine> {
     let n: u64 = shape.iter().product();
@@ -190,28 +204,56 @@ fn fit(shape: &[u64], vals: &[i64]) -> Option<Affine> {
             }
         })
         .collect();
-    let mut idx = vec![0u64; shape.len()];
-    for &x in vals {
-        let want: i64 = offset
-            + idx
-                .iter()
-                .zip(&coef)
-                .map(|(&i, &c)| i as i64 * c)
-                .sum::<i64>();
-        (x == want).then_some(())?;
-        for k in (0..idx.len()).rev() {
-            idx[k] += 1;
-            if idx[k] < shape[k] {
-                break;
-            }
-            idx[k] = 0;
-        }
-    }
-    Some(Affine {
+    let m = Affine {
         offset,
         coef,
         shape: shape.to_vec(),
-    })
+    };
+    (m.values() == vals).then_some(m)
+}
+
+/// A `Slice` node's cuts of an input of shape `from`: `(axis, start, step)`, the start resolved
+/// and clamped as ONNX says (to `[0, d]` for a positive step, `[-1, d - 1]` for a negative one).
+pub(super) fn strided(
+    node: &Node,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    from: &[u64],
+) -> Option<Vec<(usize, i64, i64)>> {
+    slice_bounds(node, facts, dims)?
+        .into_iter()
+        .map(|(a, s, _, st)| {
+            let a = norm(a, from.len())?;
+            let d = from[a] as i64;
+            let s = if s < 0 { s.saturating_add(d) } else { s };
+            let s = if st > 0 {
+                s.clamp(0, d)
+            } else {
+                s.clamp(-1, d - 1)
+            };
+            Some((a, s, st))
+        })
+        .collect()
+}
+
+/// The indices `v` of a gather along an axis of extent `d` as a progression counted from the
+/// axis's start: all inside it, all counted from its start or all from its end.
+pub(super) fn index_in_axis(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    v: ValueId,
+    d: u64,
+) -> Option<Affine> {
+    let mut idx = progression(g, facts, dims, v)?;
+    let d = d as i64;
+    let (lo, hi) = idx.range();
+    if lo >= -d && hi < 0 {
+        idx.offset += d;
+    } else if lo < 0 || hi >= d {
+        return None;
+    }
+    Some(idx)
 }
 
 /// `m` (the map of `node`'s input 0) composed with `node`'s own move, at its output shape.
@@ -227,8 +269,7 @@ fn step(
     match ops::lookup(node)?.moves? {
         Moves::Order => m.reshaped(&to),
         Moves::Permuted => {
-            let perm = attr_ints(node, "perm").unwrap_or_else(|| (0..rank as i64).rev().collect());
-            let coef = perm
+            let coef = transpose_perm(node, rank)
                 .iter()
                 .map(|&p| m.coef.get(usize::try_from(p).ok()?).copied())
                 .collect::<Option<Vec<i64>>>()?;
@@ -239,27 +280,14 @@ fn step(
             })
         }
         Moves::Strided => {
-            let known = |k| known_input(node, k, facts, dims);
-            let starts = known(1)??;
-            let n = starts.len();
-            let axes = known(3)?.unwrap_or_else(|| (0..n as i64).collect());
-            let steps = known(4)?.unwrap_or_else(|| vec![1; n]);
-            if axes.len() != n || steps.len() != n || to.len() != rank {
+            if to.len() != rank {
                 return None;
             }
             let mut out = Affine {
                 shape: to,
                 ..m.clone()
             };
-            for ((&a, &s), &st) in axes.iter().zip(&starts).zip(&steps) {
-                let a = norm(a, rank)?;
-                let d = m.shape[a] as i64;
-                let s = if s < 0 { s.saturating_add(d) } else { s };
-                let s = if st > 0 {
-                    s.clamp(0, d)
-                } else {
-                    s.clamp(-1, d - 1)
-                };
+            for (a, s, st) in strided(node, facts, dims, &m.shape)? {
                 out.offset = out.offset.checked_add(m.coef[a].checked_mul(s)?)?;
                 out.coef[a] = m.coef[a].checked_mul(st)?;
             }
@@ -270,22 +298,18 @@ fn step(
         Moves::Scatters => None,
         Moves::Indexed => {
             let a = norm(attr_int(node, "axis", 0), rank)?;
-            let idx = progression(g, facts, dims, node.inputs.get(1).copied().flatten()?)?;
-            let d = m.shape[a] as i64;
-            // Every index inside the axis, all counted from its start or all from its end.
-            let (lo, hi) = idx.range();
-            let shift = if lo >= 0 && hi < d {
-                0
-            } else if lo >= -d && hi < 0 {
-                d
-            } else {
-                return None;
-            };
+            let idx = index_in_axis(
+                g,
+                facts,
+                dims,
+                node.inputs.get(1).copied().flatten()?,
+                m.shape[a],
+            )?;
             let mut coef = m.coef[..a].to_vec();
             coef.extend(idx.coef.iter().map(|&c| m.coef[a] * c));
             coef.extend(&m.coef[a + 1..]);
             (coef.len() == to.len()).then_some(Affine {
-                offset: m.offset + m.coef[a] * (idx.offset + shift),
+                offset: m.offset + m.coef[a] * idx.offset,
                 coef,
                 shape: to,
             })
@@ -457,9 +481,9 @@ pub(crate) fn movements_as_gathers(
     min_bytes: u64,
 ) -> Option<Model> {
     let g = &model.graph;
-    let chains: Vec<Gather> = gather_chains(g, facts, dims, min_bytes)
+    let chains: Vec<(Gather, (Affine, Affine))> = gather_chains(g, facts, dims, min_bytes)
         .into_iter()
-        .filter(|c| light_terms(c).is_some())
+        .filter_map(|c| light_terms(&c).map(|t| (c, t)))
         .collect();
     if chains.is_empty() {
         return None;
@@ -470,8 +494,7 @@ pub(crate) fn movements_as_gathers(
     let mut gone: BTreeSet<NodeId> = BTreeSet::new();
     // Values the chains' nodes read before: their makers may be read by nothing now.
     let mut unread: Vec<ValueId> = Vec::new();
-    for c in &chains {
-        let (long, p, q) = light_terms(c)?;
+    for (c, (p, q)) in chains {
         let end = *c.nodes.last()?;
         let base = out.node(end).name.clone();
         let dtype = if c.extent <= i32::MAX as u64 {
@@ -479,26 +502,24 @@ pub(crate) fn movements_as_gathers(
         } else {
             DataType::I64
         };
-        let mut constant = |what: &str, shape: Vec<u64>, vals: Vec<i64>| {
+        // A term's values over its own box, as a constant of the index's type.
+        let mut constant = |what: &str, term: Affine| {
             let name = names.fresh(&format!("{base}/{what}"));
+            let vals = term.values();
             let t = match dtype {
                 DataType::I32 => {
                     let raw: Vec<u8> = vals
                         .iter()
                         .flat_map(|&x| (x as i32).to_le_bytes())
                         .collect();
-                    TensorData::from_raw(name, dtype, shape, Bytes::from(raw)).ok()
+                    TensorData::from_raw(name, dtype, term.shape, Bytes::from(raw)).ok()
                 }
-                _ => Some(TensorData::from_i64(name, shape, &vals)),
+                _ => Some(TensorData::from_i64(name, term.shape, &vals)),
             };
             t.map(|t| out.add_initializer(t))
         };
-        let mut q_shape = vec![1u64; c.shape.len()];
-        q_shape[long] = c.shape[long];
-        let mut p_shape = c.shape.clone();
-        p_shape[long] = 1;
-        let pv = constant("gather_rest", p_shape, p)?;
-        let qv = constant("gather_along", q_shape, q)?;
+        let pv = constant("gather_rest", p)?;
+        let qv = constant("gather_along", q)?;
         let (add, idx) = (
             names.fresh(&format!("{base}/gather_index_add")),
             names.fresh(&format!("{base}/gather_index")),
@@ -524,11 +545,12 @@ pub(crate) fn movements_as_gathers(
     Some(super::rewrite::finish(model, &out, &before, gone, unread))
 }
 
-/// The index's two constants: the axis `long` with the most elements among those it moves
-/// with, `Q` its term (`b[long] * o`), `P` the rest (`a + sum_k b[k] * o[k]` over the other axes,
-/// broadcast to the output's extents): `None` when `P` would not be at most a sixteenth of the
-/// output's elements.
-fn light_terms(c: &Gather) -> Option<(usize, Vec<i64>, Vec<i64>)> {
+/// The index's two terms `(P, Q)`, each over its own box: with `long` the axis of the most
+/// elements among those the index moves with, `Q` its term (`b[long] * o`, extent 1 elsewhere),
+/// `P` the rest (`a + sum_k b[k] * o[k]` over the other axes, extent 1 along `long`); their sum
+/// broadcasts to the output. `None` when `P` would not be at most a sixteenth of the output's
+/// elements.
+fn light_terms(c: &Gather) -> Option<(Affine, Affine)> {
     let r = c.shape.len();
     let long = (0..r)
         .filter(|&k| c.coef[k] != 0)
@@ -536,30 +558,25 @@ fn light_terms(c: &Gather) -> Option<(usize, Vec<i64>, Vec<i64>)> {
     let total: u64 = c.shape.iter().product();
     let rest = total / c.shape[long];
     (rest.checked_mul(16)? <= total).then_some(())?;
-    let q: Vec<i64> = (0..c.shape[long] as i64)
-        .map(|o| c.coef[long] * o)
-        .collect();
+    let mut q_coef = vec![0; r];
+    q_coef[long] = c.coef[long];
+    let mut q_shape = vec![1u64; r];
+    q_shape[long] = c.shape[long];
+    let q = Affine {
+        offset: 0,
+        coef: q_coef,
+        shape: q_shape,
+    };
+    let mut p_coef = c.coef.clone();
+    p_coef[long] = 0;
     let mut p_shape = c.shape.clone();
     p_shape[long] = 1;
-    let mut idx = vec![0u64; r];
-    let mut p = Vec::with_capacity(rest as usize);
-    for _ in 0..rest {
-        p.push(
-            c.offset
-                + (0..r)
-                    .filter(|&k| k != long)
-                    .map(|k| c.coef[k] * idx[k] as i64)
-                    .sum::<i64>(),
-        );
-        for k in (0..r).rev() {
-            idx[k] += 1;
-            if idx[k] < p_shape[k] {
-                break;
-            }
-            idx[k] = 0;
-        }
-    }
-    Some((long, p, q))
+    let p = Affine {
+        offset: c.offset,
+        coef: p_coef,
+        shape: p_shape,
+    };
+    Some((p, q))
 }
 
 #[cfg(test)]

@@ -252,6 +252,18 @@ pub(crate) fn constant_tensor(g: &Graph, v: ValueId) -> Option<(&TensorData, Opt
     }
 }
 
+/// Value `v`'s integer contents at `dims`, when the facts know them.
+pub(super) fn known_ints(
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    v: ValueId,
+) -> Option<Vec<i64>> {
+    match &facts.get(v).value {
+        Some(Known::Int(e)) => e.iter().map(|e| e.eval_map(dims).ok()).collect(),
+        _ => None,
+    }
+}
+
 /// Input `k` of `node` as integers known at `dims`: `Some(None)` when the input is absent, `None`
 /// when its contents are not known there.
 pub(super) fn known_input(
@@ -260,17 +272,33 @@ pub(super) fn known_input(
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
 ) -> Option<Option<Vec<i64>>> {
-    let Some(x) = node.inputs.get(k).copied().flatten() else {
-        return Some(None);
-    };
-    match &facts.get(x).value {
-        Some(Known::Int(e)) => e
-            .iter()
-            .map(|e| e.eval_map(dims).ok())
-            .collect::<Option<_>>()
-            .map(Some),
-        _ => None,
+    match node.inputs.get(k).copied().flatten() {
+        None => Some(None),
+        Some(x) => known_ints(facts, dims, x).map(Some),
     }
+}
+
+/// A `Slice` node's bounds known at `dims`: `(axis, start, end, step)` per axis it cuts, as
+/// written (an axis or a bound may be negative; absent axes and steps filled in).
+pub(super) fn slice_bounds(
+    node: &Node,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> Option<Vec<(i64, i64, i64, i64)>> {
+    let known = |k: usize| known_input(node, k, facts, dims);
+    let starts = known(1)??;
+    let ends = known(2)??;
+    let n = starts.len();
+    let axes = known(3)?.unwrap_or_else(|| (0..n as i64).collect());
+    let steps = known(4)?.unwrap_or_else(|| vec![1; n]);
+    if ends.len() != n || axes.len() != n || steps.len() != n {
+        return None;
+    }
+    Some(
+        (0..n)
+            .map(|i| (axes[i], starts[i], ends[i], steps[i]))
+            .collect(),
+    )
 }
 
 /// A `Slice` of a constant of positions, its bounds known: `(axis, start, end, step)` per axis it
@@ -289,31 +317,18 @@ fn known_slice(
     if node.inputs.iter().skip(1).any(|&i| i == Some(v)) {
         return None;
     }
-    let known = |k: usize| known_input(node, k, facts, dims);
-    let starts = known(1)??;
-    let ends = known(2)??;
-    let n = starts.len();
-    let axes = known(3)?.unwrap_or_else(|| (0..n as i64).collect());
-    let steps = known(4)?.unwrap_or_else(|| vec![1; n]);
-    if ends.len() != n || axes.len() != n || steps.len() != n {
-        return None;
-    }
     let out = node.outputs.first().copied().flatten()?;
     let out_shape = facts.get(out).shape_at(dims)?;
     let mut cuts = Vec::new();
-    for i in 0..n {
-        let a = if axes[i] < 0 {
-            axes[i] + rank as i64
-        } else {
-            axes[i]
-        };
+    for (axis, start, end, step) in slice_bounds(node, facts, dims)? {
+        let a = if axis < 0 { axis + rank as i64 } else { axis };
         let a = usize::try_from(a).ok().filter(|&a| a < rank)?;
         if a + 2 < rank {
             // A leading axis of one element: kept or the fold does not apply.
             (out_shape.get(a) == Some(&1)).then_some(())?;
             continue;
         }
-        cuts.push((a, starts[i], ends[i], steps[i]));
+        cuts.push((a, start, end, step));
     }
     Some(cuts)
 }

@@ -19,11 +19,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::graph::{Graph, Model, Node, NodeId, ValueId};
 use memplan_ir::infer::Facts;
-use memplan_ir::ops::axes::{attr_int, attr_ints, norm};
+use memplan_ir::ops::axes::{attr_int, norm};
+use memplan_ir::ops::movement::transpose_perm;
 use memplan_ir::ops::{self, Moves};
 
-use super::gathers::{out_shape, progression, strides, Affine};
-use super::positions::known_input;
+use super::gathers::{index_in_axis, out_shape, progression, strided, strides, Affine};
 
 /// Each coordinate of a value as an affine function of an index over `shape` (the traced value's
 /// box).
@@ -123,7 +123,7 @@ fn back(
             Some((0, Coords::split(&c.flat(&to)?, &from)?))
         }
         Moves::Permuted => {
-            let perm = attr_ints(node, "perm").unwrap_or_else(|| (0..rank as i64).rev().collect());
+            let perm = transpose_perm(node, rank);
             let mut w = c.0.clone();
             for (k, &p) in perm.iter().enumerate() {
                 w[usize::try_from(p).ok().filter(|&p| p < rank)?] = c.0.get(k)?.clone();
@@ -131,24 +131,11 @@ fn back(
             (perm.len() == rank).then_some((0, Coords(w)))
         }
         Moves::Strided => {
-            let known = |k| known_input(node, k, facts, dims);
-            let starts = known(1)??;
-            let n = starts.len();
-            let axes = known(3)?.unwrap_or_else(|| (0..n as i64).collect());
-            let steps = known(4)?.unwrap_or_else(|| vec![1; n]);
-            if axes.len() != n || steps.len() != n || c.0.len() != rank {
+            if c.0.len() != rank {
                 return None;
             }
             let mut w = c.clone();
-            for ((&a, &s), &st) in axes.iter().zip(&starts).zip(&steps) {
-                let a = norm(a, rank)?;
-                let d = from[a] as i64;
-                let s = if s < 0 { s.saturating_add(d) } else { s };
-                let s = if st > 0 {
-                    s.clamp(0, d)
-                } else {
-                    s.clamp(-1, d - 1)
-                };
+            for (a, s, st) in strided(node, facts, dims, &from)? {
                 let x = &mut w.0[a];
                 x.offset = x.offset.checked_mul(st)?.checked_add(s)?;
                 for v in x.coef.iter_mut() {
@@ -159,21 +146,12 @@ fn back(
         }
         Moves::Indexed => {
             let a = norm(attr_int(node, "axis", 0), rank)?;
-            let idx = progression(g, facts, dims, input(1)?)?;
-            let (lo, hi) = idx.range();
-            let d = from[a] as i64;
-            let shift = if lo >= 0 && hi < d {
-                0
-            } else if lo >= -d && hi < 0 {
-                d
-            } else {
-                return None;
-            };
+            let idx = index_in_axis(g, facts, dims, input(1)?, from[a])?;
             let q = idx.shape.len();
             let mut w: Vec<Affine> = c.0[..a].to_vec();
             // The index's value at the traced coordinates a..a+q of the output.
             let mut at = Affine {
-                offset: idx.offset + shift,
+                offset: idx.offset,
                 coef: vec![0; c.0.first()?.coef.len()],
                 shape: c.0.first()?.shape.clone(),
             };
