@@ -23,7 +23,7 @@ use memplan_ir::ops::axes::{attr_int, norm};
 use memplan_ir::ops::movement::transpose_perm;
 use memplan_ir::ops::{self, Moves};
 
-use super::gathers::{index_in_axis, out_shape, progression, strided, strides, Affine};
+use super::gathers::{index_in_axis, out_shape, strided, strides, Affine};
 
 /// Each coordinate of a value as an affine function of an index over `shape` (the traced value's
 /// box).
@@ -166,7 +166,7 @@ fn back(
             w.extend_from_slice(c.0.get(a + q..)?);
             (w.len() == rank).then_some((0, Coords(w)))
         }
-        Moves::Scatters => scatter_back(g, facts, dims, node, c, rank),
+        Moves::Scatters => scatter_back(g, facts, dims, node, c, &from),
     }
 }
 
@@ -180,7 +180,7 @@ fn scatter_back(
     dims: &BTreeMap<String, i64>,
     node: &Node,
     c: &Coords,
-    rank: usize,
+    from: &[u64],
 ) -> Option<(usize, Coords)> {
     if node
         .attr("reduction")
@@ -188,7 +188,14 @@ fn scatter_back(
     {
         return None;
     }
-    let idx = progression(g, facts, dims, node.inputs.get(1).copied().flatten()?)?;
+    // Rows counted from the data's first axis (a negative index counts from its end).
+    let idx = index_in_axis(
+        g,
+        facts,
+        dims,
+        node.inputs.get(1).copied().flatten()?,
+        *from.first()?,
+    )?;
     // Index tuples of one coordinate: indices `[K, 1]`.
     let [k, 1] = idx.shape[..] else {
         return None;
@@ -200,7 +207,7 @@ fn scatter_back(
     if hi < ilo || lo > ihi {
         return Some((0, c.clone()));
     }
-    if s == 0 || c.0.len() != rank {
+    if s == 0 || c.0.len() != from.len() {
         return None;
     }
     // r = (first - a) / s, exact for every element and inside the rows.
@@ -321,47 +328,54 @@ mod tests {
     }
 
     /// `x[:, a:b] *= 2` as dynamo writes it: the view `v = x[:, a:b]` updated to `u = 2 v`, put
-    /// back by a `ScatterND` of rows `a..b` of `x` transposed, then read again: `y = x'[:, a:b]`
-    /// (and `z = x'[:, a-1:b]`, which straddles the scattered rows). `y` is `u` itself, `z` is
-    /// neither the update nor the data alone.
+    /// back by a `ScatterND` of rows `a..b` of `x` transposed (the rows written as they are, or
+    /// counted from the end), then read again: `y = x'[:, a:b]` (and `z = x'[:, a-1:b]`, which
+    /// straddles the scattered rows). `y` is `u` itself, `z` is neither the update nor the data
+    /// alone.
     #[test]
     fn a_region_read_back_from_its_scatter_is_the_update() {
-        let (r, c, a, b) = (6i64, 10i64, 3i64, 7i64);
-        let mut g = Graph::default();
-        let dims = vec![DeclDim::Value(r), DeclDim::Value(c)];
-        let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
-        let (sa, sb, one) = (
-            ints(&mut g, "a", vec![1], &[a]),
-            ints(&mut g, "b", vec![1], &[b]),
-            ints(&mut g, "one", vec![1], &[1]),
-        );
-        let am1 = ints(&mut g, "am1", vec![1], &[a - 1]);
-        let v = op(&mut g, "Slice", &[x, sa, sb, one], None);
-        let u = op(&mut g, "Add", &[v, v], None);
-        let xt = op(&mut g, "Transpose", &[x], Some(vec![1, 0]));
-        let ut = op(&mut g, "Transpose", &[u], Some(vec![1, 0]));
-        let rows: Vec<i64> = (a..b).collect();
-        let idx = ints(&mut g, "rows", vec![(b - a) as u64, 1], &rows);
-        let s = op(&mut g, "ScatterND", &[xt, idx, ut], None);
-        let back = op(&mut g, "Transpose", &[s], Some(vec![1, 0]));
-        let y = op(&mut g, "Slice", &[back, sa, sb, one], None);
-        let z = op(&mut g, "Slice", &[back, am1, sb, one], None);
-        g.outputs = vec![y, z];
-        let model = Model {
-            graph: g,
-            ..Model::default()
-        };
-        let dims = BTreeMap::new();
-        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
-        let g = &model.graph;
-        assert_eq!(read_back(g, &facts, &dims, y), Some(u));
-        assert_eq!(read_back(g, &facts, &dims, z), None);
-        // Written: `y` an `Identity` of `u`; the scatter stays, `z` reads it.
-        let m = forward_scattered_reads(&model, &facts, &dims, 0).unwrap();
-        let yn = m.graph.producer(m.graph.outputs[0]).unwrap();
-        let node = m.graph.node(yn);
-        assert_eq!(node.op, "Identity");
-        assert_eq!(m.graph.value(node.inputs[0].unwrap()).name, g.value(u).name);
-        assert!(m.graph.nodes.iter().any(|n| n.op == "ScatterND"));
+        for negative in [false, true] {
+            let (r, c, a, b) = (6i64, 10i64, 3i64, 7i64);
+            let mut g = Graph::default();
+            let dims = vec![DeclDim::Value(r), DeclDim::Value(c)];
+            let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
+            let (sa, sb, one) = (
+                ints(&mut g, "a", vec![1], &[a]),
+                ints(&mut g, "b", vec![1], &[b]),
+                ints(&mut g, "one", vec![1], &[1]),
+            );
+            let am1 = ints(&mut g, "am1", vec![1], &[a - 1]);
+            let v = op(&mut g, "Slice", &[x, sa, sb, one], None);
+            let u = op(&mut g, "Add", &[v, v], None);
+            let xt = op(&mut g, "Transpose", &[x], Some(vec![1, 0]));
+            let ut = op(&mut g, "Transpose", &[u], Some(vec![1, 0]));
+            let rows: Vec<i64> = (a..b).map(|i| i - c * negative as i64).collect();
+            let idx = ints(&mut g, "rows", vec![(b - a) as u64, 1], &rows);
+            let s = op(&mut g, "ScatterND", &[xt, idx, ut], None);
+            let back = op(&mut g, "Transpose", &[s], Some(vec![1, 0]));
+            let y = op(&mut g, "Slice", &[back, sa, sb, one], None);
+            let z = op(&mut g, "Slice", &[back, am1, sb, one], None);
+            g.outputs = vec![y, z];
+            let model = Model {
+                graph: g,
+                ..Model::default()
+            };
+            let dims = BTreeMap::new();
+            let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+            let g = &model.graph;
+            assert_eq!(
+                read_back(g, &facts, &dims, y),
+                Some(u),
+                "negative {negative}"
+            );
+            assert_eq!(read_back(g, &facts, &dims, z), None, "negative {negative}");
+            // Written: `y` an `Identity` of `u`; the scatter stays, `z` reads it.
+            let m = forward_scattered_reads(&model, &facts, &dims, 0).unwrap();
+            let yn = m.graph.producer(m.graph.outputs[0]).unwrap();
+            let node = m.graph.node(yn);
+            assert_eq!(node.op, "Identity");
+            assert_eq!(m.graph.value(node.inputs[0].unwrap()).name, g.value(u).name);
+            assert!(m.graph.nodes.iter().any(|n| n.op == "ScatterND"));
+        }
     }
 }
