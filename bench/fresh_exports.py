@@ -8,6 +8,8 @@ ViT-MAE (random masking left in the graph), Reformer (LSH, random rotations); to
 Swin-V2-T, MaxViT-T, GoogLeNet.
 A third batch (OUT=target/fresh3): transformers' GPT-Neo (local + global layers), CodeGen, GPTBigCode
 (multi-query), BioGPT, XGLM, ELECTRA, FNet (Fourier mixing), Mamba (selective scan).
+Later rounds: OpenAI GPT, ImageGPT (OUT=target/fresh4), Funnel (target/fresh5), ESMFold's trunk block,
+Longformer, BigBird (OUT=target/fresh6; BIGBIRD_S sets BigBird's traced length, default 1024).
 usage: python bench/fresh_exports.py NAME [legacy|dynamo|both]   (OUT=dir, default target/fresh)
 Writes $OUT/NAME_{legacy,dynamo}.onnx
 """
@@ -553,6 +555,54 @@ def funnel():
                         max_s=4096)
 
 
+def esmfold_block():
+    """ESMFold's folding-trunk block (transformers' `EsmFoldTriangularSelfAttentionBlock`, an
+    OpenFold port): sequence attention biased by the pair state, outgoing and incoming triangle
+    multiplications, triangle attention around the starting and the ending node, a pair MLP;
+    sequence width 64, pair width 32, 4 heads of each. Without a residue mask: its attention
+    masks with `mask == False`, which the TorchScript tracer cannot record."""
+    from transformers.models.esm.configuration_esm import TrunkConfig
+    from transformers.models.esm.modeling_esmfold import EsmFoldTriangularSelfAttentionBlock
+    cfg = TrunkConfig(sequence_state_dim=64, pairwise_state_dim=32, sequence_head_width=16,
+                      pairwise_head_width=8, dropout=0.0)
+    blk = EsmFoldTriangularSelfAttentionBlock(cfg).eval()
+
+    class W(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b = blk
+
+        def forward(self, seq, pair):
+            return self.b(seq, pair)
+    L = 32
+    d = Dim("L", min=2, max=4096)
+    return (W(), (torch.randn(1, L, 64), torch.randn(1, L, L, 32)), ["seq", "pair"],
+            ["seq_out", "pair_out"], {"seq": {1: "L"}, "pair": {1: "L", 2: "L"}},
+            {"seq": {1: d}, "pair": {1: d, 2: d}})
+
+
+def longformer():
+    """Longformer: sliding-window attention (window 128, one-sided 64) computed in overlapping
+    chunks of 2w made by `as_strided`, diagonals rearranged by pads and reshapes; no global
+    tokens. The sequence is padded to a multiple of the window inside the model."""
+    from transformers import LongformerConfig, LongformerModel
+    cfg = LongformerConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=256, attention_window=128, max_position_embeddings=4200,
+                           pad_token_id=1)
+    return text_encoder(LongformerModel(cfg).eval(), seq=256, max_s=4096)
+
+
+def bigbird():
+    """BigBird: block-sparse attention (blocks of 32, 3 random blocks per row drawn with numpy at
+    trace time, so fixed in the file) over a fixed length."""
+    from transformers import BigBirdConfig, BigBirdModel
+    cfg = BigBirdConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=256, block_size=32, num_random_blocks=3,
+                        attention_type="block_sparse", max_position_embeddings=4096)
+    s = int(os.environ.get("BIGBIRD_S", "1024"))
+    return text_encoder(BigBirdModel(cfg).eval(), seq=s, max_s=4096)
+
+
 MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
               fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip,
               xlnet=xlnet, roformer=roformer, mpnet=mpnet, opt=opt, nystromformer=nystromformer,
@@ -560,7 +610,8 @@ MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=ph
               poolformer=poolformer, vitmae=vitmae, reformer=reformer, swin_v2_t=swin_v2_t,
               maxvit_t=maxvit_t, googlenet=googlenet,
               gpt_neo=gpt_neo, codegen=codegen, gpt_bigcode=gpt_bigcode, biogpt=biogpt, xglm=xglm,
-              electra=electra, fnet=fnet, mamba=mamba, openai_gpt=openai_gpt, imagegpt=imagegpt, funnel=funnel)
+              electra=electra, fnet=fnet, mamba=mamba, openai_gpt=openai_gpt, imagegpt=imagegpt, funnel=funnel,
+              esmfold_block=esmfold_block, longformer=longformer, bigbird=bigbird)
 
 if __name__ == "__main__":
     name = sys.argv[1]

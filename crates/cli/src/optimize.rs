@@ -45,8 +45,9 @@ pub struct OptimizeArgs {
     /// Write the plan (schedule, buffers with arena offsets, in-place decisions) as JSON.
     #[arg(long = "plan-out", value_name = "PLAN.json")]
     pub plan_out: Option<PathBuf>,
-    /// Memory budget, e.g. 512MiB or 2GB: chunk the graph until the planned peak (arena plus
-    /// weights and inputs) fits; `lowest` (or 0): as low as it goes. A budget below the floor (the
+    /// Memory budget, e.g. 512MiB, 2GB, or 0.15x (a fraction of the estimated peak at these dims):
+    /// chunk the graph until the planned peak (arena plus weights and inputs) fits; `lowest` (or
+    /// 0): as low as it goes. A budget below the floor (the
     /// bound no plan goes below, which the report gives) is refused.
     #[arg(long)]
     pub budget: Option<String>,
@@ -77,7 +78,7 @@ pub struct OptimizeArgs {
     /// outputs stay bit-identical.
     #[arg(long)]
     pub recompute: bool,
-    /// Device memory budget, e.g. 4GiB or `lowest`: fit the model to it as --budget does, then move buffers
+    /// Device memory budget, e.g. 4GiB, 0.5x or `lowest`: fit the model to it as --budget does, then move buffers
     /// idle across the peak to a host tier (copied out after their last use before the peak, back
     /// before their next use) until the device tier (arena plus weights and inputs) fits. ONNX
     /// cannot say where a tensor lives: the plan carries it, and `memplan run --plan` performs the
@@ -528,18 +529,15 @@ pub fn optimize(a: OptimizeArgs) -> Result<ExitCode> {
     let facts = crate::estimate::facts_at(&model, &facts, &dims)?;
     check_inferred(&facts, "plan")?;
     crate::estimate::check_dims(&facts, &dims, None, None)?;
-    let budget = a
-        .budget
-        .as_deref()
-        .map(parse_budget)
-        .transpose()
-        .map_err(|e| anyhow!("--budget: {e}"))?;
-    let device_budget = a
-        .device_budget
-        .as_deref()
-        .map(parse_budget)
-        .transpose()
-        .map_err(|e| anyhow!("--device-budget: {e}"))?;
+    // A fraction of the peak (`0.15x`) is taken of the estimate at these dims.
+    let peak = || crate::estimate::peak_at(&model, &facts, &dims);
+    let budget_of = |flag: &str, given: Option<&str>| -> Result<Option<u64>> {
+        let Some(b) = given else { return Ok(None) };
+        let b = parse_budget(b).map_err(|e| anyhow!("{flag}: {e}"))?;
+        b.bytes(peak).map(Some)
+    };
+    let budget = budget_of("--budget", a.budget.as_deref())?;
+    let device_budget = budget_of("--device-budget", a.device_budget.as_deref())?;
     if budget.is_none() && device_budget.is_none() && a.cost_model.is_some() {
         bail!("--cost-model applies to chunking and host copies, which --budget or --device-budget ask for");
     }

@@ -2,12 +2,40 @@
 
 use std::collections::BTreeMap;
 
-/// Parses a budget: a size ([`parse_size`]), or `lowest` (0: as low as the levers get it).
-pub fn parse_budget(s: &str) -> Result<u64, String> {
-    if s.trim().eq_ignore_ascii_case("lowest") {
-        return Ok(0);
+/// A budget as given: a size in bytes (0: `lowest`, as low as the levers get it), or a fraction of
+/// the model's estimated peak (`0.15x`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    Bytes(u64),
+    OfPeak(f64),
+}
+
+impl Budget {
+    /// The budget in bytes; `peak` gives the estimated peak a fraction is taken of (rounded down).
+    pub fn bytes<E>(self, peak: impl FnOnce() -> Result<u64, E>) -> Result<u64, E> {
+        Ok(match self {
+            Budget::Bytes(b) => b,
+            Budget::OfPeak(f) => (peak()? as f64 * f).floor() as u64,
+        })
     }
-    parse_size(s)
+}
+
+/// Parses a budget: a size ([`parse_size`]), `lowest`, or a positive fraction of the estimated
+/// peak written with an `x` (`0.15x`).
+pub fn parse_budget(s: &str) -> Result<Budget, String> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("lowest") {
+        return Ok(Budget::Bytes(0));
+    }
+    if let Some(f) = t.strip_suffix(['x', 'X']) {
+        return match f.trim().parse::<f64>() {
+            Ok(f) if f.is_finite() && f > 0.0 => Ok(Budget::OfPeak(f)),
+            _ => Err(format!(
+                "budget '{s}': a fraction of the peak is a positive number before the x, like 0.15x"
+            )),
+        };
+    }
+    parse_size(s).map(Budget::Bytes)
 }
 
 /// Parses `123`, `512MiB`, `80GB`, `80GiB`, `1.5GiB`, `64k` (case-insensitive; SI suffixes are powers
@@ -129,6 +157,19 @@ mod tests {
         assert_eq!(parse_size("1.5gib"), Ok(3 << 29));
         assert!(parse_size("12XB").unwrap_err().contains("unknown unit"));
         assert!(parse_size("abc").is_err());
+    }
+
+    #[test]
+    fn budgets() {
+        assert_eq!(parse_budget("lowest"), Ok(Budget::Bytes(0)));
+        assert_eq!(parse_budget("512MiB"), Ok(Budget::Bytes(512 << 20)));
+        assert_eq!(parse_budget(" 0.15x"), Ok(Budget::OfPeak(0.15)));
+        assert_eq!(parse_budget("2X"), Ok(Budget::OfPeak(2.0)));
+        for bad in ["x", "-0.1x", "0x", "nanx", "1.5.x"] {
+            assert!(parse_budget(bad).unwrap_err().contains("0.15x"), "{bad}");
+        }
+        assert_eq!(Budget::OfPeak(0.15).bytes(|| Ok::<_, ()>(1000)), Ok(150));
+        assert_eq!(Budget::Bytes(7).bytes(|| Err("not asked")), Ok(7));
     }
 
     #[test]

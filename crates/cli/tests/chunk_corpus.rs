@@ -186,6 +186,20 @@ fn budget_flags_and_an_unreachable_budget() {
     };
     let e = fail(&["optimize", m, "--dim", "N=32", "--budget", "lots"]);
     assert!(e.contains("--budget"), "{e}");
+    let e = fail(&["optimize", m, "--dim", "N=32", "--budget", "0x"]);
+    assert!(e.contains("--budget") && e.contains("0.15x"), "{e}");
+    // A fraction of the peak: of the estimate's peak at the dims, rounded down.
+    let est = json_of(&["estimate", m, "--dim", "N=32", "--json"]);
+    let peak = est["peak_bytes"].as_u64().unwrap();
+    let (_, half) =
+        json_and_status(&["optimize", m, "--dim", "N=32", "--budget", "0.5x", "--json"]);
+    assert_eq!(
+        half["budget_bytes"].as_u64(),
+        Some(peak / 2),
+        "{}",
+        half["budget_bytes"]
+    );
+    assert!(half["peak_bytes_after"].as_u64().unwrap() <= peak / 2);
     let e = fail(&[
         "optimize", m, "--dim", "N=32", "--budget", "1MiB", "--chunks", "1",
     ]);

@@ -143,3 +143,66 @@ fn a_count_made_from_the_data_may_be_zero() {
         assert_eq!(r.outputs[0].1.to_f32_vec().unwrap(), [want, want]);
     }
 }
+
+/// A count the data cannot change: `NonZero` of ones (`ConstantOfShape` over `Shape(x)`, cast to
+/// float by the executor's own kernel in the value-set proof), the index grid TorchScript writes.
+/// Inference gives it as a formula of `N` with no fresh symbol, so the estimate at `N` alone (no
+/// run first) is the measured peak; the same over zeros counts none.
+#[test]
+fn a_count_its_input_proves_needs_no_run_first() {
+    use memplan_ir::{AttrValue, TensorData};
+    memplan_exec::install_const_folder();
+    for (fill, per_row) in [(1i64, 2i64), (0, 0)] {
+        let mut g = Graph::default();
+        let x = g.add_input(
+            "x",
+            DeclType::tensor(
+                DataType::F32,
+                vec![DeclDim::Param("N".into()), DeclDim::Value(2)],
+            ),
+        );
+        let s = g.add_node("s", "Shape", &[Some(x)], &["s"], vec![]).1[0];
+        let fill_t = TensorData::from_i64("fill", vec![1], &[fill]);
+        let c = g
+            .add_node(
+                "c",
+                "ConstantOfShape",
+                &[Some(s)],
+                &["c"],
+                vec![attr("value", AttrValue::Tensor(fill_t))],
+            )
+            .1[0];
+        let f = g
+            .add_node(
+                "f",
+                "Cast",
+                &[Some(c)],
+                &["f"],
+                vec![attr("to", AttrValue::Int(1))],
+            )
+            .1[0];
+        let nz = g.add_node("nz", "NonZero", &[Some(f)], &["nz"], vec![]).1[0];
+        g.outputs.push(nz);
+        let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+        assert!(
+            facts.symbols.introduced.is_empty(),
+            "{:?}",
+            facts.symbols.introduced
+        );
+        for n in [3usize, 8] {
+            let t = Tensor::from_vec::<f32>(&[n, 2], &vec![0.5; 2 * n], None).unwrap();
+            let r = run(
+                &g,
+                &facts,
+                BTreeMap::from([("x".to_string(), t)]),
+                &RunOptions::default(),
+            )
+            .unwrap();
+            assert_eq!(r.outputs[0].1.shape, vec![2, n * per_row as usize]);
+            let tl = memplan_sim::Timeline::build(&g, &facts, &facts.order).unwrap();
+            let dims = BTreeMap::from([("N".to_string(), n as i64)]);
+            let est = memplan_sim::peak::concrete_peak(&tl, &dims).unwrap();
+            assert_eq!(est.peak_bytes, r.peak_bytes, "fill {fill}, N={n}");
+        }
+    }
+}

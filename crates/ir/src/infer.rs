@@ -461,6 +461,13 @@ impl<'a> InferCtx<'a> {
         self.opt_input(i)?.value.as_ref()?.as_exprs()
     }
 
+    /// The value set of input `i` ([`crate::value_set::set_of`]): the element values it is
+    /// proven to take, from the facts inferred so far in this node's graph.
+    pub fn input_value_set(&self, i: usize) -> Option<crate::value_set::ValueSet> {
+        let v = self.node.inputs.get(i).copied().flatten()?;
+        crate::value_set::set_of(self.scope.graph, self.scope.values, self.opset, v)
+    }
+
     /// Infers a body of this node with the given facts for its graph inputs (missing ones: the
     /// declared types), reading outer-scope values from this node's scope. Errors name the body
     /// node; a body node without facts makes the whole node `Unknown`.

@@ -14,7 +14,7 @@
 
 use crate::dtype::DataType;
 use crate::fold::{const_folder, fact_tensor};
-use crate::graph::{Graph, NodeId, ValueId, ValueKind};
+use crate::graph::{AttrValue, Graph, NodeId, ValueId, ValueKind};
 use crate::infer::{Fact, Facts, Known};
 use crate::ops::{lookup, Values};
 use crate::Expr;
@@ -124,19 +124,85 @@ pub fn value_sets(graph: &Graph, facts: &Facts) -> Vec<Option<ValueSet>> {
         sets[i] = leaf_set(facts.values.get(i));
     }
     for &n in &facts.order {
-        let node = graph.node(n);
-        let derived = node_sets(graph, facts, &sets, n);
-        for (slot, o) in node.outputs.iter().enumerate() {
-            let Some(o) = *o else { continue };
-            let fact = facts.values.get(o.index());
-            let from_node = derived.get(slot).cloned().flatten();
-            sets[o.index()] = leaf_set(fact)
-                .filter(|s| s.why == Why::Contents)
-                .or(from_node)
-                .or_else(|| leaf_set(fact));
-        }
+        derive_outputs(graph, &facts.values, facts.opset, &mut sets, n);
     }
     sets
+}
+
+/// The most producers [`set_of`] follows back.
+const MAX_TRACE: usize = 256;
+
+/// The value set of value `v` of `graph` from the facts inferred so far (`values`, indexed by
+/// `ValueId`): what an inference rule may ask of an input (`NonZero`'s count, when no element or
+/// every element is zero). The producers are followed back from `v`, at most [`MAX_TRACE`] of
+/// them, and not past a value of known contents; beyond that a value has its type's set.
+pub fn set_of(graph: &Graph, values: &[Fact], opset: i64, v: ValueId) -> Option<ValueSet> {
+    enum Step {
+        Value(ValueId),
+        Node(NodeId),
+    }
+    let mut sets: Vec<Option<ValueSet>> = vec![None; graph.values.len()];
+    let mut seen = vec![false; graph.values.len()];
+    let mut started = vec![false; graph.nodes.len()];
+    let mut traced = 0;
+    let mut stack = vec![Step::Value(v)];
+    while let Some(step) = stack.pop() {
+        let u = match step {
+            Step::Node(n) => {
+                derive_outputs(graph, values, opset, &mut sets, n);
+                continue;
+            }
+            Step::Value(u) => u,
+        };
+        if std::mem::replace(&mut seen[u.index()], true) {
+            continue;
+        }
+        let leaf = leaf_set(values.get(u.index()));
+        let producer = graph.producer(u).filter(|n| !started[n.index()]);
+        match producer {
+            Some(n)
+                if traced < MAX_TRACE && leaf.as_ref().is_none_or(|s| s.why != Why::Contents) =>
+            {
+                traced += 1;
+                started[n.index()] = true;
+                stack.push(Step::Node(n));
+                stack.extend(
+                    graph
+                        .node(n)
+                        .inputs
+                        .iter()
+                        .flatten()
+                        .map(|&i| Step::Value(i)),
+                );
+            }
+            // The node's other output, already being traced: its sets come with the node's.
+            None if graph.producer(u).is_some() => {}
+            _ => sets[u.index()] = leaf,
+        }
+    }
+    sets[v.index()].take()
+}
+
+/// Sets the sets of node `n`'s outputs from its inputs' (`sets`): known contents first, then what
+/// its rule gives, then the output's type.
+fn derive_outputs(
+    graph: &Graph,
+    values: &[Fact],
+    opset: i64,
+    sets: &mut [Option<ValueSet>],
+    n: NodeId,
+) {
+    let node = graph.node(n);
+    let derived = node_sets(graph, values, opset, sets, n);
+    for (slot, o) in node.outputs.iter().enumerate() {
+        let Some(o) = *o else { continue };
+        let fact = values.get(o.index());
+        let from_node = derived.get(slot).cloned().flatten();
+        sets[o.index()] = leaf_set(fact)
+            .filter(|s| s.why == Why::Contents)
+            .or(from_node)
+            .or_else(|| leaf_set(fact));
+    }
 }
 
 /// The set a value's own fact gives: its contents, else its type's.
@@ -155,7 +221,8 @@ fn leaf_set(fact: Option<&Fact>) -> Option<ValueSet> {
 /// The sets a node's rule gives its outputs (by slot).
 fn node_sets(
     graph: &Graph,
-    facts: &Facts,
+    values: &[Fact],
+    opset: i64,
     sets: &[Option<ValueSet>],
     n: NodeId,
 ) -> Vec<Option<ValueSet>> {
@@ -175,7 +242,7 @@ fn node_sets(
             .get(slot)
             .copied()
             .flatten()
-            .and_then(|o| facts.get(o).dtype)
+            .and_then(|o| values.get(o.index())?.dtype)
     };
     let union = |srcs: &[usize]| -> Vec<Option<ValueSet>> {
         let mut all = Vec::new();
@@ -191,6 +258,23 @@ fn node_sets(
     };
     match def.values {
         Values::Opaque | Values::Shapes => Vec::new(),
+        Values::Fills => {
+            let Some(dtype) = out_dtype(0) else {
+                return Vec::new();
+            };
+            let fill = match node.attr("value") {
+                Some(AttrValue::Tensor(t)) => Fact::of_tensor(t).value,
+                Some(_) => None,
+                None => Some(Known::Float(vec![0.0])),
+            };
+            let set = fill
+                .and_then(|k| ValueSet::of_known(dtype, &k))
+                .filter(|s| s.values.len() == 1);
+            vec![set.map(|s| ValueSet {
+                why: Why::Node(n),
+                ..s
+            })]
+        }
         Values::Selects(srcs) => union(srcs),
         Values::SelectsAny => {
             let srcs: Vec<usize> = (0..node.inputs.len())
@@ -198,7 +282,7 @@ fn node_sets(
                 .collect();
             union(&srcs)
         }
-        Values::Pointwise => pointwise(node, facts.opset, &input_set, n),
+        Values::Pointwise => pointwise(node, opset, &input_set, n),
     }
 }
 

@@ -308,7 +308,7 @@ impl CostModel {
             }
             Some(Values::Selects(_) | Values::SelectsAny) => (Kind::Copy, out),
             // Writes its output without reading an input element.
-            Some(Values::Shapes) => (Kind::Elementwise, out),
+            Some(Values::Shapes | Values::Fills) => (Kind::Elementwise, out),
             _ => (Kind::Other, out.max(elements(ins, dims)?)),
         })
     }

@@ -19,6 +19,7 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Size", ONE, size, Mem::NEW).shapes_only(),
     OpDef::new("Constant", (0, 0), constant, Mem::NEW),
     OpDef::new("ConstantOfShape", ONE, constant_of_shape, Mem::NEW)
+        .fills()
         .flow(axes::generated)
         .shape_input(0),
     OpDef::new("Reshape", TWO, reshape, Mem::ALIAS)
@@ -466,6 +467,34 @@ mod tests {
             "{:?}",
             f.symbols.introduced
         );
+    }
+
+    /// A `NonZero` whose input's value set proves its count: of ones made by `ConstantOfShape`
+    /// over a `Shape` (TorchScript's index grid), every element, also through a `Transpose`; of
+    /// zeros (the default fill), none; of a bool input (0 or 1), a fresh symbol as before.
+    #[test]
+    fn nonzero_counts_what_its_input_value_set_proves() {
+        let mut t = TestGraph::new();
+        let x = t.input("x", DataType::F32, "N, M");
+        let b = t.input("b", DataType::Bool, "N");
+        let s = t.op("Shape", &[x], &["s"], vec![])[0];
+        let one = crate::tensor::TensorData::from_i64("one", vec![1], &[1]);
+        let ones = t.op(
+            "ConstantOfShape",
+            &[s],
+            &["ones"],
+            vec![attr("value", AttrValue::Tensor(one))],
+        )[0];
+        let moved = t.op("Transpose", &[ones], &["moved"], vec![])[0];
+        let all = t.op("NonZero", &[moved], &["all"], vec![])[0];
+        let zeros = t.op("ConstantOfShape", &[s], &["zeros"], vec![])[0];
+        let none = t.op("NonZero", &[zeros], &["none"], vec![])[0];
+        let some = t.op("NonZero", &[b], &["some"], vec![])[0];
+        let f = t.run(18).unwrap();
+        assert_eq!(shape_of(&f, all), "[2, M*N]");
+        assert_eq!(shape_of(&f, none), "[2, 0]");
+        assert_eq!(shape_of(&f, some), "[1, nonzero_count_some]");
+        assert_eq!(f.symbols.introduced.len(), 1, "{:?}", f.symbols.introduced);
     }
 
     #[test]

@@ -400,9 +400,23 @@ fn fold_scatter_nd(ctx: &InferCtx) -> Option<Known> {
     Some(out)
 }
 
+/// `NonZero`: its count depends on the data, except where the input's value set proves it: every
+/// element when no value is zero (the index grid TorchScript writes as `NonZero` of a
+/// `ConstantOfShape` of ones), none when every value is.
 fn nonzero(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {
-    let r = ctx.shape(0)?.len();
-    let n = ctx.fresh_symbol("nonzero_count", "NonZero's count depends on the data");
+    let shape = ctx.shape(0)?;
+    let r = shape.len();
+    let zeros = ctx.input_value_set(0).map(|s| {
+        (
+            s.values.iter().filter(|&&v| v == 0.0).count(),
+            s.values.len(),
+        )
+    });
+    let n = match zeros {
+        Some((0, _)) => Expr::product(shape),
+        Some((z, all)) if z == all => Expr::int(0),
+        _ => ctx.fresh_symbol("nonzero_count", "NonZero's count depends on the data"),
+    };
     Ok(vec![Fact::new(DataType::I64, vec![Expr::int(r as i64), n])])
 }
 

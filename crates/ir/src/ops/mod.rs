@@ -237,6 +237,10 @@ pub enum Values {
     /// No output value depends on an input element: only on the inputs' shapes and types (`Shape`,
     /// `Size`, the `*Like` generators). The op reads no input element.
     Shapes,
+    /// Every element of the output is the op's one fill value: the one element of its `value`
+    /// tensor attribute, a float zero when it has none (`ConstantOfShape`). The op reads no input
+    /// element.
+    Fills,
 }
 
 impl OpDef {
@@ -317,6 +321,14 @@ impl OpDef {
     pub const fn shapes_only(self) -> OpDef {
         OpDef {
             values: Values::Shapes,
+            ..self
+        }
+    }
+
+    /// The same op, filling its output with one value (see [`Values::Fills`]).
+    pub const fn fills(self) -> OpDef {
+        OpDef {
+            values: Values::Fills,
             ..self
         }
     }
