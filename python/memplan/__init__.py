@@ -19,7 +19,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from typing import Any, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 from . import _memplan as _core
 from ._memplan import Error, ModelError, PlanError, RunError, UsageError, __version__
@@ -51,10 +51,12 @@ Dims = Mapping[str, int]
 Size = Union[int, str]
 
 
-def _budget(size: Size) -> int:
-    """A budget: a size, or ``"lowest"`` (0: as low as it goes), as the CLI's ``--budget``."""
+def _budget(size: Size, peak: Callable[[], int]) -> int:
+    """A budget: a size, ``"lowest"`` (0: as low as it goes), or a fraction of the estimated peak
+    (``"0.15x"``, of ``peak()``, rounded down), as the CLI's ``--budget``."""
     if isinstance(size, str):
-        return _core.parse_budget(size)
+        b, fraction = _core.parse_budget(size)
+        return b if b is not None else int(peak() * fraction)
     return parse_size(size)
 
 
@@ -395,7 +397,7 @@ def optimize(
     device_budget: Optional[Size] = None,
 ) -> Optimized:
     """``memplan optimize``: a checked plan at ``dims`` (memory-aware order, in-place reuse, one
-    arena); with ``budget``, tensors proven to hold few values (masks) are first stored narrow
+    arena); with ``budget`` (bytes, ``"1GiB"``, or ``"0.15x"`` of the estimated peak), tensors proven to hold few values (masks) are first stored narrow
     (``narrow=False`` turns it off), then regions are chunked (standard ONNX) until the plan fits,
     or the lowest plan reached is returned with ``fits`` False; ``budget="lowest"`` asks for that
     plan (``fits`` None), and a budget below the floor (the bound no plan goes below) raises
@@ -403,8 +405,12 @@ def optimize(
     moves buffers idle across the peak to a host tier until the device tier fits (the plan carries
     it; :func:`run` performs the copies)."""
     m = load(model)
-    b = None if budget is None else _budget(budget)
-    db = None if device_budget is None else _budget(device_budget)
+
+    def peak() -> int:
+        return estimate(m, dims).peak_bytes
+
+    b = None if budget is None else _budget(budget, peak)
+    db = None if device_budget is None else _budget(device_budget, peak)
     loaded, plan, report = _core.optimize(
         m._loaded, _dims(dims), b, list(chunks or []), recompute, exact_work, narrow, db
     )

@@ -139,10 +139,17 @@ fn parse_size(s: &str) -> PyResult<u64> {
     memplan_cli::units::parse_size(s).map_err(errors::usage)
 }
 
-/// Parses a budget as the CLI's `--budget` does: a size, or `lowest` (0).
+/// Parses a budget as the CLI's `--budget` does: `(bytes, None)` for a size or `lowest` (0),
+/// `(None, fraction)` for a fraction of the estimated peak (`0.15x`).
 #[pyfunction]
-fn parse_budget(s: &str) -> PyResult<u64> {
-    memplan_cli::units::parse_budget(s).map_err(errors::usage)
+fn parse_budget(s: &str) -> PyResult<(Option<u64>, Option<f64>)> {
+    use memplan_cli::units::Budget;
+    Ok(
+        match memplan_cli::units::parse_budget(s).map_err(errors::usage)? {
+            Budget::Bytes(b) => (Some(b), None),
+            Budget::OfPeak(f) => (None, Some(f)),
+        },
+    )
 }
 
 /// Parses dim assignments like the CLI's `--dim NAME=VALUE`.

@@ -84,6 +84,19 @@ def test_optimize_without_budget_keeps_model_and_fits_none():
     onnx.checker.check_model(proto)
 
 
+def test_a_budget_as_a_fraction_of_the_peak():
+    """``"0.5x"``: half the estimated peak at the dims, rounded down, as the CLI takes it."""
+    path, dims = MODELS / "of3_tri_att_start.onnx", {"N": 32}
+    peak = memplan.estimate(path, dims).peak_bytes
+    half = memplan.optimize(path, dims, budget="0.5x")
+    assert half.report["budget_bytes"] == peak // 2
+    assert half.fits and half.peak_bytes_after <= peak // 2
+    cli_half = cli_json("optimize", path, *dim_flags(dims), "--budget", "0.5x")
+    assert cli_half["budget_bytes"] == peak // 2
+    with pytest.raises(memplan.UsageError, match="0.15x"):
+        memplan.optimize(path, dims, budget="0x")
+
+
 def test_outputs_are_numpy_views_without_copy():
     path = MODELS / "of3_pair_transition.onnx"
     res = memplan.run(path, dims={"N": 16}, random=True)

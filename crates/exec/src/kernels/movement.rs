@@ -83,7 +83,7 @@ pub fn strided_copy<T: Copy + Send + Sync>(
     // A gather along the rows (a transpose's moved axis) reads one element per cache line; when the
     // source is contiguous along an outer axis, it is copied in tiles (`tiled_gather`): along the
     // last outer axis always, along an earlier one for rows of at least `WIDE` elements.
-    if is != 1 && inner >= BLOCK {
+    if is != 1 && inner >= BLOCK && !outer.is_empty() {
         let last = outer.len() - 1;
         let tiled = |a: usize| outer[a] > 1 && (a == last || inner >= WIDE);
         if let Some(a) = ost.iter().position(|&s| s == 1).filter(|&a| tiled(a)) {
@@ -474,6 +474,14 @@ mod tests {
         assert_eq!(y, [9, 7, 5, 3]);
         assert!(strided_copy(&x, 2, &[4], &[-1], &mut y).is_err());
         assert!(strided_copy(&x, 8, &[4], &[1], &mut y).is_err());
+        // One axis, longer than a tile, with a stride other than 1: no outer axis to tile along
+        // (a scalar expanded; a strided slice).
+        let mut z = vec![0u32; 40];
+        strided_copy(&x, 3, &[40], &[0], &mut z).unwrap();
+        assert!(z.iter().all(|&v| v == 3));
+        let long: Vec<u32> = (0..100).collect();
+        strided_copy(&long, 1, &[40], &[2], &mut z).unwrap();
+        assert!(z.iter().enumerate().all(|(i, &v)| v == 1 + 2 * i as u32));
     }
 
     #[test]
