@@ -17,6 +17,8 @@ use super::same_bits::runs_to_the_bits_of;
 
 const H: usize = 2;
 const D: usize = 4;
+/// Rows per block of the banded attention.
+const BL: i64 = 2;
 
 struct B(Graph);
 
@@ -152,5 +154,84 @@ fn a_relative_shift_is_chunked_along_query_rows_as_a_gather() {
         );
         let want = want.outputs[0].1.bytes();
         runs_to_the_bits_of(&c.model, &dims, || inputs(s), want, &format!("S={s}"));
+    }
+}
+
+/// Block-banded attention (BigBird's middle band): query block `l` attends to key blocks
+/// `l - 1, l, l + 1`, the band made of three slices of the key blocks at offsets 0, 1 and 2 along
+/// the block axis, concatenated, and the middle query blocks one more slice. Each slice copies
+/// (the heads come before the block axis), so chunking writes it as a gather of the blocks it
+/// keeps, and the attention chunks along its middle blocks, which the slices' flow mixes.
+fn banded_attention(nb: i64) -> Model {
+    let mut b = B(Graph::default());
+    let x = |b: &mut B, name: &str| {
+        let dims = [1, H as i64, nb, BL, D as i64].map(DeclDim::Value).to_vec();
+        b.0.add_input(name, DeclType::tensor(DataType::F32, dims))
+    };
+    let (q, k, v) = (x(&mut b, "q"), x(&mut b, "k"), x(&mut b, "v"));
+    let axis2 = b.ints("axis2", vec![1], &[2]);
+    let mut blocks = |b: &mut B, t: ValueId, from: i64| {
+        let s = b.ints(&format!("s{}", b.0.values.len()), vec![1], &[from]);
+        let e = b.ints(&format!("e{}", b.0.values.len()), vec![1], &[from + nb - 2]);
+        b.op("Slice", &[t, s, e, axis2], vec![])
+    };
+    let band = |b: &mut B, t: ValueId, blocks: &mut dyn FnMut(&mut B, ValueId, i64) -> ValueId| {
+        let parts: Vec<ValueId> = (0..3).map(|o| blocks(b, t, o)).collect();
+        b.op("Concat", &parts, vec![("axis", AttrValue::Int(3))])
+    };
+    let qm = blocks(&mut b, q, 1);
+    let kb = band(&mut b, k, &mut blocks);
+    let vb = band(&mut b, v, &mut blocks);
+    let perm = AttrValue::Ints(vec![0, 1, 2, 4, 3]);
+    let kt = b.op("Transpose", &[kb], vec![("perm", perm)]);
+    let s = b.op("MatMul", &[qm, kt], vec![]);
+    let p = b.op("Softmax", &[s], vec![("axis", AttrValue::Int(-1))]);
+    let y = b.op("MatMul", &[p, vb], vec![]);
+    b.0.outputs.push(y);
+    Model {
+        graph: b.0,
+        ..Model::default()
+    }
+}
+
+#[test]
+fn a_band_of_sliced_blocks_is_chunked_along_its_blocks() {
+    for nb in [10i64, 14, 26] {
+        let model = banded_attention(nb);
+        let dims = BTreeMap::new();
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        let inputs = || {
+            let n = H * nb as usize * BL as usize * D;
+            let t = |seed: usize| {
+                let v: Vec<f32> = (0..n)
+                    .map(|i| (((i + seed) * 37 % 101) as f32) / 50.0 - 1.0)
+                    .collect();
+                Tensor::from_vec(&[1, H, nb as usize, BL as usize, D], &v, None).unwrap()
+            };
+            BTreeMap::from([
+                ("q".to_string(), t(1)),
+                ("k".to_string(), t(2)),
+                ("v".to_string(), t(3)),
+            ])
+        };
+        let want = run(&model.graph, &facts, inputs(), &RunOptions::default()).unwrap();
+        let opts = ChunkOptions {
+            chunk_counts: vec![4],
+            ..ChunkOptions::default()
+        };
+        let c = chunk_to_budget(&model, &dims, &opts).unwrap();
+        let steps: Vec<(usize, i64)> = c.steps.iter().map(|st| (st.nodes, st.extent)).collect();
+        assert!(
+            steps.iter().any(|&(_, e)| e == nb - 2),
+            "nb={nb}: no region along the middle blocks: {steps:?}"
+        );
+        assert!(
+            c.peak_after < c.peak_before,
+            "{} -> {}",
+            c.peak_before,
+            c.peak_after
+        );
+        let want = want.outputs[0].1.bytes();
+        runs_to_the_bits_of(&c.model, &dims, inputs, want, &format!("nb={nb}"));
     }
 }

@@ -657,12 +657,48 @@ pub(crate) fn is_constant_of_positions(g: &memplan_ir::graph::Graph, v: ValueId)
 }
 
 /// Chunks `model` at `dims` until its simulated peak fits `opts.budget` or no region lowers it
-/// further.
+/// further. Where large slices that copy could be written as gathers of their positions
+/// ([`gathers::slices_as_gathers`]: regions then split the axes they cut), it chunks both ways and
+/// keeps the better ([`better`]): the greedy steps after that rewrite do not always end lower.
 pub fn chunk_to_budget(
     model: &Model,
     dims: &BTreeMap<String, i64>,
     opts: &ChunkOptions,
 ) -> Result<Chunked, ChunkError> {
+    let (with, sliced) = chunk_to_budget_with(model, dims, opts, true)?;
+    if !sliced {
+        return Ok(with);
+    }
+    let (without, _) = chunk_to_budget_with(model, dims, opts, false)?;
+    Ok(better(opts.budget, with, without))
+}
+
+/// Of two chunkings of one model, the one that meets `budget` (the faster by its steps' predicted
+/// time when both do), else the one whose peak is lower (the faster when they tie); `a` on a tie.
+fn better(budget: Option<u64>, a: Chunked, b: Chunked) -> Chunked {
+    let key = |c: &Chunked| {
+        let fits = budget.is_some_and(|b| c.peak_after <= b);
+        let seconds: f64 = c.steps.iter().map(|s| s.predicted_seconds).sum();
+        (!fits, if fits { 0 } else { c.peak_after }, seconds)
+    };
+    let (ka, kb) = (key(&a), key(&b));
+    if (kb.0, kb.1) < (ka.0, ka.1) || ((kb.0, kb.1) == (ka.0, ka.1) && kb.2 < ka.2) {
+        b
+    } else {
+        a
+    }
+}
+
+/// [`chunk_to_budget`], with large slices that copy written as gathers first when `slices`; and
+/// whether any was (then the chunking without them may end lower: `plan::fit` plans both and keeps
+/// the lower planned peak).
+pub fn chunk_to_budget_with(
+    model: &Model,
+    dims: &BTreeMap<String, i64>,
+    opts: &ChunkOptions,
+    slices: bool,
+) -> Result<(Chunked, bool), ChunkError> {
+    let mut sliced = false;
     let (mut cur, mut facts) = sorted(model, dims)?;
     let unfrozen = cur.clone();
     if let Some(m) = freeze::freeze_shape_values(&cur, &facts, dims) {
@@ -698,6 +734,15 @@ pub fn chunk_to_budget(
         if let Some(m) = gathers::movements_as_gathers(&cur, &facts, dims, peak / 64) {
             facts = rewritten_facts(&m, dims)?;
             cur = m;
+        }
+        // A large slice that copies and cuts one axis, as a gather of the positions it keeps,
+        // so regions split the axis it cuts (a band of blocks at offsets along it).
+        if let Some(m) =
+            gathers::slices_as_gathers(&cur, &facts, dims, peak / 64).filter(|_| slices)
+        {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
+            sliced = true;
         }
     }
     if opts.budget.is_some_and(|b| peak > b) {
@@ -764,7 +809,7 @@ pub fn chunk_to_budget(
                 cur.graph = rewrite::drop_unread_initializers(cur.graph, &unfrozen.graph);
                 cur.pin_dims(dims);
             }
-            return Ok(Chunked {
+            let chunked = Chunked {
                 // Shape values stay symbolic when nothing was chunked.
                 model: if changed { cur } else { unfrozen },
                 per_reader: if changed { per_reader } else { Vec::new() },
@@ -773,7 +818,8 @@ pub fn chunk_to_budget(
                 peak_after,
                 live,
                 evaluated,
-            });
+            };
+            return Ok((chunked, sliced));
         };
         let g = &cur.graph;
         let name = |n: Option<&NodeId>| n.map(|&n| g.node(n).name.clone()).unwrap_or_default();

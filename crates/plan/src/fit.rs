@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use memplan_ir::graph::Model;
 use memplan_ir::infer::Facts;
 
-use crate::chunk::{chunk_to_budget, ChunkError, ChunkOptions, ChunkStep};
+use crate::chunk::{chunk_to_budget_with, ChunkError, ChunkOptions, ChunkStep};
 use crate::narrow::{self, NarrowError};
 use crate::remat::{self, Copies, RematError};
 use crate::{optimize, OptimizeError, Options, Outcome, Pass};
@@ -471,6 +471,46 @@ fn fold_into_scans(
     Ok((model, facts, outcome, None))
 }
 
+/// `model` chunked to `copts.budget` ([`chunk_to_budget_with`]), its facts and its plan. Where
+/// large slices were written as gathers first, the chunking without them is planned too, and the
+/// lower planned peak kept (the faster by the cost model on a tie): the greedy steps after that
+/// rewrite do not always end lower, and the simulated peaks chunking compares are not the planned
+/// ones. `candidates` counts the candidates predicted.
+fn chunked_and_planned(
+    model: &Model,
+    dims: &BTreeMap<String, i64>,
+    copts: &ChunkOptions,
+    opts: &FitOptions,
+    candidates: &mut usize,
+) -> Result<(crate::chunk::Chunked, Facts, Outcome), FitError> {
+    let mut best: Option<(crate::chunk::Chunked, Facts, Outcome, f64)> = None;
+    for slices in [true, false] {
+        let (c, sliced) = chunk_to_budget_with(model, dims, copts, slices)?;
+        *candidates += c.evaluated;
+        // The chunked model is pinned at `dims` (its declared dims are constants there), so these
+        // are the facts a run of the written file infers: every size a constant, every `Concat`
+        // the point proves assembled in place.
+        let facts = memplan_ir::infer_model_for(&c.model, dims)
+            .map_err(|e| FitError::Infer(e.to_string()))?;
+        let out = optimize(&c.model.graph, &facts, dims, &opts.plan)?;
+        let seconds = copts.cost.plan_seconds(&c.model.graph, &facts, &out.plan);
+        let key = (out.report.peak_bytes_after, seconds);
+        let lower = best.as_ref().is_none_or(|b| {
+            key.0 < b.2.report.peak_bytes_after
+                || (key.0 == b.2.report.peak_bytes_after && key.1 < b.3)
+        });
+        if lower {
+            best = Some((c, facts, out, seconds));
+        }
+        if slices && !sliced {
+            break;
+        }
+    }
+    let (c, facts, out, _) =
+        best.ok_or_else(|| FitError::Infer("chunking made no attempt".into()))?;
+    Ok((c, facts, out))
+}
+
 /// Chunks to a target and plans, lowering the target by the planned excess while the plan does not
 /// fit (three rounds at most); keeps the round with the lowest planned peak. `unchunked_seconds`:
 /// the predicted run of `model` under its own plan
@@ -488,14 +528,7 @@ fn chunk_and_plan(
     let mut best: Option<(Model, Facts, Outcome, ChunkSummary)> = None;
     for round in 1..=3 {
         copts.budget = Some(target);
-        let c = chunk_to_budget(model, dims, &copts)?;
-        candidates += c.evaluated;
-        // The chunked model is pinned at `dims` (its declared dims are constants there), so these
-        // are the facts a run of the written file infers: every size a constant, every `Concat`
-        // the point proves assembled in place.
-        let facts = memplan_ir::infer_model_for(&c.model, dims)
-            .map_err(|e| FitError::Infer(e.to_string()))?;
-        let out = optimize(&c.model.graph, &facts, dims, &opts.plan)?;
+        let (c, facts, out) = chunked_and_planned(model, dims, &copts, opts, &mut candidates)?;
         let planned = out.report.peak_bytes_after;
         let summary = ChunkSummary {
             predicted_seconds: opts

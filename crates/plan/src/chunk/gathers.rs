@@ -545,6 +545,97 @@ pub(crate) fn movements_as_gathers(
     Some(super::rewrite::finish(model, &out, &before, gone, unread))
 }
 
+/// `model` with every slice of at least `min_bytes` that copies (not a view, [`ops::is_view`]) and
+/// cuts one axis written as a `Gather` along it of the positions it keeps (an int64 constant,
+/// `start + step * i`): the same elements, so the same bits, and a copy either way. A slice's
+/// axis flow mixes the axis it cuts, but a gather's positions are sliced per chunk over its input
+/// read whole, so a region splits that axis (BigBird's band of key blocks `l - 1, l, l + 1` for
+/// query block `l`: three slices of the blocks at offsets 1, 2 and 3, concatenated). `None` when
+/// there is none. A slice is the op whose record says [`Moves::Strided`].
+pub(crate) fn slices_as_gathers(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    min_bytes: u64,
+) -> Option<Model> {
+    let g = &model.graph;
+    let mut out = g.clone();
+    let mut names = Names::of(g);
+    let mut unread: Vec<ValueId> = Vec::new();
+    let mut changed = false;
+    for id in g.node_ids() {
+        let node = g.node(id);
+        let Some((x, axis, positions)) = cut_positions(node, facts, dims, min_bytes) else {
+            continue;
+        };
+        let name = names.fresh(&format!("{}/positions", node.name));
+        let len = positions.len() as u64;
+        let idx = out.add_initializer(TensorData::from_i64(name, vec![len], &positions));
+        changed = true;
+        unread.extend(node.input_ids().filter(|&v| v != x));
+        let n = &mut out.nodes[id.index()];
+        n.op = "Gather".into();
+        n.domain = String::new();
+        n.inputs = vec![Some(x), Some(idx)];
+        n.attrs = vec![Attribute {
+            name: "axis".into(),
+            value: AttrValue::Int(axis as i64),
+            doc: String::new(),
+        }];
+    }
+    if !changed {
+        return None;
+    }
+    Some(super::rewrite::finish(
+        model,
+        &out,
+        &BTreeMap::new(),
+        BTreeSet::new(),
+        unread,
+    ))
+}
+
+/// For a slice ([`Moves::Strided`]) of at least `min_bytes` that copies and cuts one axis of its
+/// input (every other axis kept whole, step 1): its input, that axis and the positions it keeps
+/// along it, all inside the axis.
+fn cut_positions(
+    node: &Node,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    min_bytes: u64,
+) -> Option<(ValueId, usize, Vec<i64>)> {
+    if ops::lookup(node).and_then(|d| d.moves) != Some(Moves::Strided) {
+        return None;
+    }
+    let x = node.inputs.first().copied().flatten()?;
+    let y = node.outputs.first().copied().flatten()?;
+    if !super::rewrite::holds_at_least(facts, dims, y, min_bytes) {
+        return None;
+    }
+    let (ins, outs) = facts.node_io(node);
+    if ops::is_view(node, &ins, &outs) {
+        return None;
+    }
+    let from = facts.get(x).shape_at(dims)?;
+    let to = facts.get(y).shape_at(dims)?;
+    if from.len() != to.len() {
+        return None;
+    }
+    let cut: Vec<(usize, i64, i64)> = strided(node, facts, dims, &from)?
+        .into_iter()
+        .filter(|&(a, _, st)| st != 1 || to[a] != from[a])
+        .collect();
+    let [(axis, start, step)] = cut[..] else {
+        return None;
+    };
+    let d = from[axis] as i64;
+    let positions: Vec<i64> = (0..to[axis] as i64).map(|i| start + step * i).collect();
+    positions
+        .iter()
+        .all(|&p| (0..d).contains(&p))
+        .then_some((x, axis, positions))
+}
+
 /// The index's two terms `(P, Q)`, each over its own box: with `long` the axis of the most
 /// elements among those the index moves with, `Q` its term (`b[long] * o`, extent 1 elsewhere),
 /// `P` the rest (`a + sum_k b[k] * o[k]` over the other axes, extent 1 along `long`); their sum
@@ -582,7 +673,7 @@ fn light_terms(c: &Gather) -> Option<(Affine, Affine)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memplan_ir::graph::{DeclDim, DeclType};
+    use memplan_ir::graph::{DeclDim, DeclType, ValueKind};
 
     /// Builds a graph node by node: each node has one output, named after it.
     struct B(Graph);
@@ -702,5 +793,63 @@ mod tests {
         );
         let y = b.op("Slice", &[x, one, four, three], &[]);
         assert_eq!(chains(b, y, 8), vec![]);
+    }
+
+    /// A slice that copies and cuts one axis is a gather of the positions it keeps (a start
+    /// counted from the end, a step of 2); a slice that is a view (only extent-1 axes before the
+    /// cut one, every later one whole) and one that cuts two axes stay slices.
+    #[test]
+    fn a_slice_that_copies_along_one_axis_is_a_gather_of_its_positions() {
+        let gathers = |b: B, y: ValueId| -> Vec<(i64, Vec<i64>)> {
+            let mut g = b.0;
+            g.outputs = vec![y];
+            let model = Model {
+                graph: g,
+                ..Model::default()
+            };
+            let dims = BTreeMap::from([("S".to_string(), 8), ("T".to_string(), 16)]);
+            let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+            let Some(m) = slices_as_gathers(&model, &facts, &dims, 0) else {
+                return Vec::new();
+            };
+            let g = &m.graph;
+            g.nodes
+                .iter()
+                .filter(|n| n.op == "Gather")
+                .map(|n| {
+                    let axis = attr_int(n, "axis", 0);
+                    let idx = n.inputs[1].unwrap();
+                    let ValueKind::Initializer(t) = &g.value(idx).kind else {
+                        panic!("positions are a constant");
+                    };
+                    (axis, t.to_i64_vec().unwrap())
+                })
+                .collect()
+        };
+        let (mut b, x) = scores();
+        let (from_end, end, axis, two) = (
+            b.ints("from_end", vec![1], &[-6]),
+            b.ints("end", vec![1], &[8]),
+            b.ints("axis", vec![1], &[2]),
+            b.ints("two", vec![1], &[2]),
+        );
+        let y = b.op("Slice", &[x, from_end, end, axis, two], &[]);
+        assert_eq!(gathers(b, y), vec![(2, vec![2, 4, 6])]);
+        let (mut b, x) = scores();
+        let (one, two, axis1) = (
+            b.ints("one", vec![1], &[1]),
+            b.ints("two", vec![1], &[2]),
+            b.ints("axis1", vec![1], &[1]),
+        );
+        let view = b.op("Slice", &[x, one, two, axis1], &[]);
+        assert_eq!(gathers(b, view), vec![]);
+        let (mut b, x) = scores();
+        let (starts, ends, axes) = (
+            b.ints("starts", vec![2], &[1, 1]),
+            b.ints("ends", vec![2], &[4, 4]),
+            b.ints("axes", vec![2], &[2, 3]),
+        );
+        let both = b.op("Slice", &[x, starts, ends, axes], &[]);
+        assert_eq!(gathers(b, both), vec![]);
     }
 }
