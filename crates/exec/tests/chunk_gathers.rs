@@ -106,14 +106,17 @@ fn relative_attention() -> Model {
     }
 }
 
+/// A tensor of `shape` holding a fixed pattern of values in [-1, 1), shifted by `seed`.
+fn pattern(shape: &[usize], seed: usize) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| (((i + seed) * 37 % 101) as f32) / 50.0 - 1.0)
+        .collect();
+    Tensor::from_vec(shape, &v, None).unwrap()
+}
+
 fn inputs(s: usize) -> BTreeMap<String, Tensor> {
-    let t = |len: usize, seed: usize| {
-        let n = H * len * D;
-        let v: Vec<f32> = (0..n)
-            .map(|i| (((i + seed) * 37 % 101) as f32) / 50.0 - 1.0)
-            .collect();
-        Tensor::from_vec(&[1, H, len, D], &v, None).unwrap()
-    };
+    let t = |len: usize, seed: usize| pattern(&[1, H, len, D], seed);
     BTreeMap::from([
         ("q".to_string(), t(s, 1)),
         ("k".to_string(), t(s, 2)),
@@ -201,13 +204,7 @@ fn a_band_of_sliced_blocks_is_chunked_along_its_blocks() {
         let dims = BTreeMap::new();
         let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
         let inputs = || {
-            let n = H * nb as usize * BL as usize * D;
-            let t = |seed: usize| {
-                let v: Vec<f32> = (0..n)
-                    .map(|i| (((i + seed) * 37 % 101) as f32) / 50.0 - 1.0)
-                    .collect();
-                Tensor::from_vec(&[1, H, nb as usize, BL as usize, D], &v, None).unwrap()
-            };
+            let t = |seed: usize| pattern(&[1, H, nb as usize, BL as usize, D], seed);
             BTreeMap::from([
                 ("q".to_string(), t(1)),
                 ("k".to_string(), t(2)),

@@ -158,8 +158,9 @@ pub fn set_of(graph: &Graph, values: &[Fact], opset: i64, v: ValueId) -> Option<
             continue;
         }
         let leaf = leaf_set(values.get(u.index()));
-        let producer = graph.producer(u).filter(|n| !started[n.index()]);
-        match producer {
+        match graph.producer(u) {
+            // The node's other output, already being traced: its sets come with the node's.
+            Some(n) if started[n.index()] => {}
             Some(n)
                 if traced < MAX_TRACE && leaf.as_ref().is_none_or(|s| s.why != Why::Contents) =>
             {
@@ -175,8 +176,6 @@ pub fn set_of(graph: &Graph, values: &[Fact], opset: i64, v: ValueId) -> Option<
                         .map(|&i| Step::Value(i)),
                 );
             }
-            // The node's other output, already being traced: its sets come with the node's.
-            None if graph.producer(u).is_some() => {}
             _ => sets[u.index()] = leaf,
         }
     }

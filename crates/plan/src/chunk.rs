@@ -737,9 +737,10 @@ pub fn chunk_to_budget_with(
         }
         // A large slice that copies and cuts one axis, as a gather of the positions it keeps,
         // so regions split the axis it cuts (a band of blocks at offsets along it).
-        if let Some(m) =
-            gathers::slices_as_gathers(&cur, &facts, dims, peak / 64).filter(|_| slices)
-        {
+        let sliced_model = slices
+            .then(|| gathers::slices_as_gathers(&cur, &facts, dims, peak / 64))
+            .flatten();
+        if let Some(m) = sliced_model {
             facts = rewritten_facts(&m, dims)?;
             cur = m;
             sliced = true;

@@ -528,14 +528,7 @@ pub(crate) fn movements_as_gathers(
         before.insert(end.index(), add_id);
         let node = &mut out.nodes[end.index()];
         unread.extend(node.input_ids());
-        node.op = "GatherElements".into();
-        node.domain = String::new();
-        node.inputs = vec![Some(c.x), Some(outs[0])];
-        node.attrs = vec![Attribute {
-            name: "axis".into(),
-            value: AttrValue::Int(c.axis as i64),
-            doc: String::new(),
-        }];
+        become_gather(node, "GatherElements", c.x, outs[0], c.axis);
         for &n in &c.nodes[..c.nodes.len() - 1] {
             unread.extend(g.node(n).input_ids());
             gone.insert(n);
@@ -573,15 +566,7 @@ pub(crate) fn slices_as_gathers(
         let idx = out.add_initializer(TensorData::from_i64(name, vec![len], &positions));
         changed = true;
         unread.extend(node.input_ids().filter(|&v| v != x));
-        let n = &mut out.nodes[id.index()];
-        n.op = "Gather".into();
-        n.domain = String::new();
-        n.inputs = vec![Some(x), Some(idx)];
-        n.attrs = vec![Attribute {
-            name: "axis".into(),
-            value: AttrValue::Int(axis as i64),
-            doc: String::new(),
-        }];
+        become_gather(&mut out.nodes[id.index()], "Gather", x, idx, axis);
     }
     if !changed {
         return None;
@@ -593,6 +578,19 @@ pub(crate) fn slices_as_gathers(
         BTreeSet::new(),
         unread,
     ))
+}
+
+/// Rewrites `node` in place (its name and outputs kept) as gather op `op` (`Gather` or
+/// `GatherElements`) of `x` at `index` along `axis`.
+fn become_gather(node: &mut Node, op: &str, x: ValueId, index: ValueId, axis: usize) {
+    node.op = op.into();
+    node.domain = String::new();
+    node.inputs = vec![Some(x), Some(index)];
+    node.attrs = vec![Attribute {
+        name: "axis".into(),
+        value: AttrValue::Int(axis as i64),
+        doc: String::new(),
+    }];
 }
 
 /// For a slice ([`Moves::Strided`]) of at least `min_bytes` that copies and cuts one axis of its
