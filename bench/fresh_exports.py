@@ -592,6 +592,17 @@ def longformer():
     return text_encoder(LongformerModel(cfg).eval(), seq=256, max_s=4096)
 
 
+def led():
+    """LED's encoder (Longformer-Encoder-Decoder, allenai): Longformer's sliding-window attention
+    (window 128) with its own embeddings, layer layout and padding, from another model class."""
+    from transformers import LEDConfig, LEDModel
+    cfg = LEDConfig(vocab_size=1000, d_model=128, encoder_layers=2, decoder_layers=1,
+                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
+                    decoder_ffn_dim=256, attention_window=128, max_encoder_position_embeddings=4200,
+                    max_decoder_position_embeddings=64, pad_token_id=1)
+    return text_encoder(LEDModel(cfg).eval().get_encoder(), seq=256, max_s=4096)
+
+
 def bigbird():
     """BigBird: block-sparse attention (blocks of 32, 3 random blocks per row drawn with numpy at
     trace time, so fixed in the file) over a fixed length."""
@@ -611,7 +622,7 @@ MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=ph
               maxvit_t=maxvit_t, googlenet=googlenet,
               gpt_neo=gpt_neo, codegen=codegen, gpt_bigcode=gpt_bigcode, biogpt=biogpt, xglm=xglm,
               electra=electra, fnet=fnet, mamba=mamba, openai_gpt=openai_gpt, imagegpt=imagegpt, funnel=funnel,
-              esmfold_block=esmfold_block, longformer=longformer, bigbird=bigbird)
+              esmfold_block=esmfold_block, longformer=longformer, led=led, bigbird=bigbird)
 
 if __name__ == "__main__":
     name = sys.argv[1]

@@ -3,11 +3,13 @@
 //! tests with `cargo test --release -p memplan-exec --test exec FILE::`.
 
 mod assembled;
+mod chunk_boxes;
 mod chunk_conv;
 mod chunk_gathers;
 mod chunk_moves;
 mod chunk_positions;
 mod chunk_random;
+mod chunk_sink;
 mod control_flow;
 mod data_dependent;
 mod float_shape_arithmetic;

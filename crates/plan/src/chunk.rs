@@ -27,6 +27,7 @@
 //! node to its last, and the old peak's) and not the global peak: when two regions tie at the peak,
 //! chunking either one leaves the global peak where it is, but is still progress.
 
+mod boxes;
 mod freeze;
 mod gathers;
 mod positions;
@@ -35,6 +36,7 @@ mod region;
 mod rewrite;
 pub mod roll;
 mod scatters;
+mod sink;
 mod tile;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -649,6 +651,22 @@ pub(crate) fn nodes_as_gathers(
     gathers::gather_chain_nodes(g, facts, dims)
 }
 
+/// Nodes that the rewrites before chunking make only in part or write anew: the makers a
+/// selection is moved through (`sink`), and the scatters of a box (`boxes`). The floor takes them
+/// as split as finely as it likes.
+pub(crate) fn nodes_rewritten_split(
+    g: &memplan_ir::graph::Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> BTreeSet<NodeId> {
+    let mut out = sink::moved_through(g, facts, dims);
+    out.extend(
+        g.node_ids()
+            .filter(|&n| boxes::scatters_a_box(g, facts, dims, g.node(n))),
+    );
+    out
+}
+
 /// Whether chunking makes constant `v` (a weight, or a `Constant` node's output) from index
 /// constants (a constant of positions, see `positions::constants_as_positions`) rather than
 /// holding it.
@@ -657,16 +675,17 @@ pub(crate) fn is_constant_of_positions(g: &memplan_ir::graph::Graph, v: ValueId)
 }
 
 /// Chunks `model` at `dims` until its simulated peak fits `opts.budget` or no region lowers it
-/// further. Where large slices that copy could be written as gathers of their positions
-/// ([`gathers::slices_as_gathers`]: regions then split the axes they cut), it chunks both ways and
-/// keeps the better ([`better`]): the greedy steps after that rewrite do not always end lower.
+/// further. Where a rewrite could trade a copy for an axis regions split (large slices that copy
+/// written as gathers of their positions, [`gathers::slices_as_gathers`]; scatters of a box as
+/// slices and concatenations, [`boxes::scatters_as_boxes`]), it chunks both ways and keeps the
+/// better ([`better`]): the greedy steps after those rewrites do not always end lower.
 pub fn chunk_to_budget(
     model: &Model,
     dims: &BTreeMap<String, i64>,
     opts: &ChunkOptions,
 ) -> Result<Chunked, ChunkError> {
-    let (with, sliced) = chunk_to_budget_with(model, dims, opts, true)?;
-    if !sliced {
+    let (with, traded) = chunk_to_budget_with(model, dims, opts, true)?;
+    if !traded {
         return Ok(with);
     }
     let (without, _) = chunk_to_budget_with(model, dims, opts, false)?;
@@ -689,16 +708,16 @@ fn better(budget: Option<u64>, a: Chunked, b: Chunked) -> Chunked {
     }
 }
 
-/// [`chunk_to_budget`], with large slices that copy written as gathers first when `slices`; and
-/// whether any was (then the chunking without them may end lower: `plan::fit` plans both and keeps
-/// the lower planned peak).
+/// [`chunk_to_budget`], with the rewrites that trade a copy for a split axis (see
+/// [`chunk_to_budget`]) applied first when `trade`; and whether any applied (then the chunking
+/// without them may end lower: `plan::fit` plans both and keeps the lower planned peak).
 pub fn chunk_to_budget_with(
     model: &Model,
     dims: &BTreeMap<String, i64>,
     opts: &ChunkOptions,
-    slices: bool,
+    trade: bool,
 ) -> Result<(Chunked, bool), ChunkError> {
-    let mut sliced = false;
+    let mut traded = false;
     let (mut cur, mut facts) = sorted(model, dims)?;
     let unfrozen = cur.clone();
     if let Some(m) = freeze::freeze_shape_values(&cur, &facts, dims) {
@@ -707,9 +726,17 @@ pub fn chunk_to_budget_with(
     }
     let mut per_reader = Vec::new();
     let peak = Base::new(&cur.graph, &facts, dims, opts.assemble)?.peak;
-    // Whether weights were made from positions: a change of its own, which lowers the peak.
-    let mut constants_made = false;
+    // Whether a rewrite before chunking lowered the peak on its own (weights made from
+    // positions, values made already selected): a change even when no region is chunked.
+    let mut lowered = false;
     if opts.budget.is_none_or(|b| peak > b) {
+        // A large value made to keep a small selection of it (a mask built `[B, 1, S, S]` to
+        // read one row) made already selected, where its makers split the axes selected.
+        if let Some(m) = sink::selections_sunk(&cur, &facts, dims, peak / 64) {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
+            lowered = true;
+        }
         // A large mask made by an op of positions (`Trilu`) as elementwise comparisons of index
         // constants, so regions grow through it and it is light.
         if let Some(m) = positions::positions_as_values(&cur, &facts, dims, peak / 64) {
@@ -721,7 +748,7 @@ pub fn chunk_to_budget_with(
         if let Some(m) = positions::constants_as_positions(&cur, &facts, dims, peak / 64) {
             facts = rewritten_facts(&m, dims)?;
             cur = m;
-            constants_made = true;
+            lowered = true;
         }
         // A large value read back, through moves, from the region a scatter wrote (an in-place
         // op on a view, as dynamo writes it) is the update itself.
@@ -737,13 +764,24 @@ pub fn chunk_to_budget_with(
         }
         // A large slice that copies and cuts one axis, as a gather of the positions it keeps,
         // so regions split the axis it cuts (a band of blocks at offsets along it).
-        let sliced_model = slices
+        let sliced = trade
             .then(|| gathers::slices_as_gathers(&cur, &facts, dims, peak / 64))
             .flatten();
-        if let Some(m) = sliced_model {
+        if let Some(m) = sliced {
             facts = rewritten_facts(&m, dims)?;
             cur = m;
-            sliced = true;
+            traded = true;
+        }
+        // A scatter of a box (a slice assignment, its index grid as large as the box, or
+        // larger) as slices of its data around the box joined with its update, so regions split
+        // the axes the box spans whole, and no index grid is made.
+        let boxed = trade
+            .then(|| boxes::scatters_as_boxes(&cur, &facts, dims, peak / 64))
+            .flatten();
+        if let Some(m) = boxed {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
+            traded = true;
         }
     }
     if opts.budget.is_some_and(|b| peak > b) {
@@ -759,7 +797,7 @@ pub fn chunk_to_budget_with(
         }
     }
     let mut steps: Vec<ChunkStep> = Vec::new();
-    let mut peak_before = constants_made.then_some(peak);
+    let mut peak_before = lowered.then_some(peak);
     let mut evaluated = 0;
     let mut remakes = 0;
     // Names of the nodes chunking made.
@@ -802,7 +840,7 @@ pub fn chunk_to_budget_with(
                     continue;
                 }
             }
-            let changed = !steps.is_empty() || remakes > 0 || constants_made;
+            let changed = !steps.is_empty() || remakes > 0 || lowered;
             if changed {
                 // What it holds was made at `dims`: it is pinned there. Shape values frozen for
                 // readers that are gone (the slices of a weight made from positions, with no
@@ -820,7 +858,7 @@ pub fn chunk_to_budget_with(
                 live,
                 evaluated,
             };
-            return Ok((chunked, sliced));
+            return Ok((chunked, traded));
         };
         let g = &cur.graph;
         let name = |n: Option<&NodeId>| n.map(|&n| g.node(n).name.clone()).unwrap_or_default();

@@ -472,9 +472,10 @@ fn fold_into_scans(
 }
 
 /// `model` chunked to `copts.budget` ([`chunk_to_budget_with`]), its facts and its plan. Where
-/// large slices were written as gathers first, the chunking without them is planned too, and the
-/// lower planned peak kept (the faster by the cost model on a tie): the greedy steps after that
-/// rewrite do not always end lower, and the simulated peaks chunking compares are not the planned
+/// a rewrite traded a copy for a split axis first (large slices as gathers, scatters of a box as
+/// concatenations), the chunking without them is planned too, and the lower planned peak kept
+/// (the faster by the cost model on a tie): the greedy steps after those rewrites do not always
+/// end lower, and the simulated peaks chunking compares are not the planned
 /// ones. `candidates` counts the candidates predicted.
 fn chunked_and_planned(
     model: &Model,
@@ -484,8 +485,8 @@ fn chunked_and_planned(
     candidates: &mut usize,
 ) -> Result<(crate::chunk::Chunked, Facts, Outcome), FitError> {
     let mut best: Option<(crate::chunk::Chunked, Facts, Outcome, f64)> = None;
-    for slices in [true, false] {
-        let (c, sliced) = chunk_to_budget_with(model, dims, copts, slices)?;
+    for trade in [true, false] {
+        let (c, traded) = chunk_to_budget_with(model, dims, copts, trade)?;
         *candidates += c.evaluated;
         // The chunked model is pinned at `dims` (its declared dims are constants there), so these
         // are the facts a run of the written file infers: every size a constant, every `Concat`
@@ -502,7 +503,7 @@ fn chunked_and_planned(
         if lower {
             best = Some((c, facts, out, seconds));
         }
-        if slices && !sliced {
+        if trade && !traded {
             break;
         }
     }

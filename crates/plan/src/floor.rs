@@ -7,7 +7,9 @@
 //! whose query and key axes a reshape mixes) runs in at most as many pieces as the product of
 //! their extents, each holding at least its share of those bytes. Nodes whose outputs are known at inference time (shape arithmetic) are
 //! constants by then and hold nothing, and so does a weight that is a constant of positions (a
-//! causal mask), which chunking makes from index constants.
+//! causal mask), which chunking makes from index constants. Nodes that the rewrites before
+//! chunking write anew or make only in part (a chain of movements that is a gather, the makers a
+//! selection moves through, a scatter of a box) are taken as split as finely as chunking likes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -175,7 +177,9 @@ pub fn floor(
         values: out_names,
     };
     // Chains of movements that chunking writes as a gather (`chunk::gathers`).
-    let gathered = crate::chunk::nodes_as_gathers(graph, facts, dims);
+    let mut gathered = crate::chunk::nodes_as_gathers(graph, facts, dims);
+    // Makers a selection moves through, scatters of a box (`chunk::sink`, `chunk::boxes`).
+    gathered.extend(crate::chunk::nodes_rewritten_split(graph, facts, dims));
     for &n in &facts.order {
         // A node whose outputs are all known (shape arithmetic: `Shape`, `Size` and what is
         // computed from them) becomes a constant (`chunk::freeze`) and holds nothing.

@@ -54,7 +54,7 @@ impl Affine {
     }
 
     /// Its value at every index of the box, row-major.
-    fn values(&self) -> Vec<i64> {
+    pub(super) fn values(&self) -> Vec<i64> {
         let mut idx = vec![0u64; self.shape.len()];
         let n: u64 = self.shape.iter().product();
         let mut out = Vec::with_capacity(n as usize);
@@ -90,7 +90,7 @@ impl Affine {
     /// The same map read through a reshape to `to` (same elements, same order): within each
     /// group of axes whose extents multiply to the same on both sides, the map must be one
     /// coefficient times the offset within the group. Axes of one element take no part.
-    fn reshaped(&self, to: &[u64]) -> Option<Affine> {
+    pub(super) fn reshaped(&self, to: &[u64]) -> Option<Affine> {
         let a: Vec<usize> = (0..self.shape.len())
             .filter(|&k| self.shape[k] != 1)
             .collect();
@@ -152,7 +152,8 @@ pub(super) fn out_shape(
 }
 
 /// Integer value `v`'s contents as an affine map of its element index: known at `dims` (checked
-/// element by element), or made by `Range` of known scalars, through reshapes.
+/// element by element), or made by `Range` of known scalars, through reshapes, slices and
+/// `Expand`s.
 pub(super) fn progression(
     g: &Graph,
     facts: &Facts,
@@ -167,9 +168,36 @@ pub(super) fn progression(
     if !node.is_onnx_domain() {
         return None;
     }
+    let x = node.inputs.first().copied().flatten()?;
     match ops::lookup(node)?.moves {
-        Some(Moves::Order) => {
-            progression(g, facts, dims, node.inputs.first().copied().flatten()?)?.reshaped(&shape)
+        Some(Moves::Order) => progression(g, facts, dims, x)?.reshaped(&shape),
+        // Element `start + step * i` along each axis cut.
+        Some(Moves::Strided) => {
+            let mut m = progression(g, facts, dims, x)?;
+            for (a, start, step) in strided(node, facts, dims, &m.shape.clone())? {
+                m.offset = m.offset.checked_add(m.coef[a].checked_mul(start)?)?;
+                m.coef[a] = m.coef[a].checked_mul(step)?;
+            }
+            m.shape = shape;
+            Some(m)
+        }
+        // Broadcast, aligned at the last axis: an axis of one element repeats.
+        _ if node.op == "Expand" => {
+            let m = progression(g, facts, dims, x)?;
+            let lead = shape.len().checked_sub(m.shape.len())?;
+            let mut coef = vec![0; shape.len()];
+            for (k, (&d, &c)) in m.shape.iter().zip(&m.coef).enumerate() {
+                if d == shape[lead + k] {
+                    coef[lead + k] = c;
+                } else if d != 1 {
+                    return None;
+                }
+            }
+            Some(Affine {
+                offset: m.offset,
+                coef,
+                shape,
+            })
         }
         // `Range(start, limit, delta)` is the progression `start + delta * i`.
         _ if node.op == "Range" && shape.len() == 1 => {
@@ -188,7 +216,7 @@ pub(super) fn progression(
 }
 
 /// The affine map that `vals` (row-major over `shape`) is, when it is one.
-fn fit(shape: &[u64], vals: &[i64]) -> Option<Affine> {
+pub(super) fn fit(shape: &[u64], vals: &[i64]) -> Option<Affine> {
     let n: u64 = shape.iter().product();
     if n == 0 || vals.len() as u64 != n {
         return None;
@@ -490,7 +518,7 @@ pub(crate) fn movements_as_gathers(
     }
     let mut out = g.clone();
     let mut names = Names::of(g);
-    let mut before: BTreeMap<usize, NodeId> = BTreeMap::new();
+    let mut before: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
     let mut gone: BTreeSet<NodeId> = BTreeSet::new();
     // Values the chains' nodes read before: their makers may be read by nothing now.
     let mut unread: Vec<ValueId> = Vec::new();
@@ -525,7 +553,7 @@ pub(crate) fn movements_as_gathers(
             names.fresh(&format!("{base}/gather_index")),
         );
         let (add_id, outs) = out.add_node(add, "Add", &[Some(pv), Some(qv)], &[&idx], Vec::new());
-        before.insert(end.index(), add_id);
+        before.insert(end.index(), vec![add_id]);
         let node = &mut out.nodes[end.index()];
         unread.extend(node.input_ids());
         become_gather(node, "GatherElements", c.x, outs[0], c.axis);

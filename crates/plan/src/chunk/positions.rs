@@ -114,7 +114,7 @@ pub(crate) fn positions_as_values(
     let mut out = g.clone();
     let mut names = Names::of(g);
     // The comparison of each rewritten node, to go right before it.
-    let mut before: BTreeMap<usize, NodeId> = BTreeMap::new();
+    let mut before: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
     for (i, p) in found {
         let base = out.nodes[i].name.clone();
         let mut e = Emitter {
@@ -145,7 +145,7 @@ pub(crate) fn positions_as_values(
                 ("Cast", vec![to], vec![Some(mask)])
             }
         };
-        before.insert(i, out.producer(mask)?);
+        before.insert(i, vec![out.producer(mask)?]);
         let node = &mut out.nodes[i];
         node.op = op.into();
         node.attrs = attrs;

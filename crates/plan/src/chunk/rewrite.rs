@@ -562,13 +562,13 @@ fn drop_made_dead(g: &Graph, gone: &mut BTreeSet<NodeId>, mut read_before: Vec<V
 }
 
 /// The model of `out`, a rewrite of `model`'s graph (its first nodes the model's own, in order),
-/// with each new node in `before` right before the node it feeds, and the nodes in `gone` and
+/// with the new nodes in `before` right before the node each list is keyed by, and the nodes in `gone` and
 /// every node only they read (from the makers of `read_before` up, see [`drop_made_dead`])
 /// dropped with their outputs.
 pub(crate) fn finish(
     model: &Model,
     out: &Graph,
-    before: &BTreeMap<usize, NodeId>,
+    before: &BTreeMap<usize, Vec<NodeId>>,
     mut gone: BTreeSet<NodeId>,
     read_before: Vec<ValueId>,
 ) -> Model {
@@ -601,18 +601,26 @@ pub(crate) fn holds_at_least(
         .is_some_and(|b| b >= min_bytes as i64)
 }
 
-/// The order of a graph's first `n` nodes with each node's new node in `before` right before it
-/// and the nodes in `gone` left out: a schedule for `crate::reorder` after a rewrite that
-/// replaces a node by a new node feeding it.
+/// The order of a graph's first `n` nodes with each node's new nodes in `before` right before it
+/// (in their order; also where the node itself is in `gone`, as a replaced node's are) and the
+/// nodes in `gone` left out: a schedule for `crate::reorder` after a
+/// rewrite that replaces a node by new nodes feeding it.
 pub(crate) fn order_with_before(
     n: usize,
-    before: &BTreeMap<usize, NodeId>,
+    before: &BTreeMap<usize, Vec<NodeId>>,
     gone: &BTreeSet<NodeId>,
 ) -> Vec<NodeId> {
     (0..n)
         .map(NodeId::from_index)
-        .filter(|i| !gone.contains(i))
-        .flat_map(|i| before.get(&i.index()).copied().into_iter().chain([i]))
+        .flat_map(|i| {
+            let kept = (!gone.contains(&i)).then_some(i);
+            before
+                .get(&i.index())
+                .into_iter()
+                .flatten()
+                .copied()
+                .chain(kept)
+        })
         .collect()
 }
 
