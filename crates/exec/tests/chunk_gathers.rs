@@ -9,10 +9,11 @@
 use std::collections::BTreeMap;
 
 use memplan_exec::{run, RunOptions, Tensor};
-use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
-use memplan_ir::{DataType, TensorData, ValueId};
+use memplan_ir::graph::{AttrValue, DeclDim, DeclType, Model};
+use memplan_ir::{DataType, ValueId};
 use memplan_plan::chunk::{chunk_to_budget, ChunkOptions};
 
+use super::graph_builder::{axis, B};
 use super::same_bits::runs_to_the_bits_of;
 
 const H: usize = 2;
@@ -20,42 +21,21 @@ const D: usize = 4;
 /// Rows per block of the banded attention.
 const BL: i64 = 2;
 
-struct B(Graph);
-
 impl B {
-    fn ints(&mut self, name: &str, dims: Vec<u64>, v: &[i64]) -> ValueId {
-        self.0.add_initializer(TensorData::from_i64(name, dims, v))
-    }
-
-    fn op(&mut self, op: &str, ins: &[ValueId], attrs: Vec<(&str, AttrValue)>) -> ValueId {
-        let name = format!("n{}", self.0.nodes.len());
-        let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
-        let attrs = attrs
-            .into_iter()
-            .map(|(n, value)| Attribute {
-                name: n.into(),
-                value,
-                doc: String::new(),
-            })
-            .collect();
-        self.0.add_node(name.clone(), op, &ins, &[&name], attrs).1[0]
-    }
-
     fn dim(&mut self, x: ValueId, k: i64) -> ValueId {
         let s = self.op("Shape", &[x], vec![]);
         let i = self.ints(&format!("dim{}", self.0.values.len()), vec![1], &[k]);
         self.op("Gather", &[s, i], vec![])
     }
 
-    fn input(&mut self, name: &str, len: &str) -> ValueId {
+    fn heads_input(&mut self, name: &str, len: &str) -> ValueId {
         let dims = vec![
             DeclDim::Value(1),
             DeclDim::Value(H as i64),
             DeclDim::Param(len.into()),
             DeclDim::Value(D as i64),
         ];
-        self.0
-            .add_input(name, DeclType::tensor(DataType::F32, dims))
+        self.input(name, dims)
     }
 
     /// `a @ b^T` over the last two axes.
@@ -69,17 +49,17 @@ impl B {
 /// `Softmax(q k^T + shift(q r^T)) v` of `q, k, v [1, H, S, D]` and relative keys `r [1, H, T, D]`
 /// (`T = 2S`), `shift(x)[.., i, j] = x[.., i, S - i + j]`.
 fn relative_attention() -> Model {
-    let mut b = B(Graph::default());
+    let mut b = B::default();
     let (q, k, r, v) = (
-        b.input("q", "S"),
-        b.input("k", "S"),
-        b.input("r", "T"),
-        b.input("v", "S"),
+        b.heads_input("q", "S"),
+        b.heads_input("k", "S"),
+        b.heads_input("r", "T"),
+        b.heads_input("v", "S"),
     );
     let ac = b.scores(q, k);
     let bd = b.scores(q, r);
     let d: Vec<ValueId> = (0..4).map(|i| b.dim(bd, i)).collect();
-    let axis0 = || vec![("axis", AttrValue::Int(0))];
+    let axis0 = || axis(0);
     let swapped = b.op("Concat", &[d[0], d[1], d[3], d[2]], axis0());
     let r1 = b.op("Reshape", &[bd, swapped], vec![]);
     let (one, big, two) = (
@@ -99,11 +79,7 @@ fn relative_attention() -> Model {
     let sum = b.op("Add", &[ac, shifted], vec![]);
     let p = b.op("Softmax", &[sum], vec![("axis", AttrValue::Int(-1))]);
     let y = b.op("MatMul", &[p, v], vec![]);
-    b.0.outputs.push(y);
-    Model {
-        graph: b.0,
-        ..Model::default()
-    }
+    b.model(y)
 }
 
 /// A tensor of `shape` holding a fixed pattern of values in [-1, 1), shifted by `seed`.
@@ -166,7 +142,7 @@ fn a_relative_shift_is_chunked_along_query_rows_as_a_gather() {
 /// (the heads come before the block axis), so chunking writes it as a gather of the blocks it
 /// keeps, and the attention chunks along its middle blocks, which the slices' flow mixes.
 fn banded_attention(nb: i64) -> Model {
-    let mut b = B(Graph::default());
+    let mut b = B::default();
     let x = |b: &mut B, name: &str| {
         let dims = [1, H as i64, nb, BL, D as i64].map(DeclDim::Value).to_vec();
         b.0.add_input(name, DeclType::tensor(DataType::F32, dims))
@@ -190,11 +166,7 @@ fn banded_attention(nb: i64) -> Model {
     let s = b.op("MatMul", &[qm, kt], vec![]);
     let p = b.op("Softmax", &[s], vec![("axis", AttrValue::Int(-1))]);
     let y = b.op("MatMul", &[p, vb], vec![]);
-    b.0.outputs.push(y);
-    Model {
-        graph: b.0,
-        ..Model::default()
-    }
+    b.model(y)
 }
 
 #[test]

@@ -9,45 +9,14 @@
 use std::collections::BTreeMap;
 
 use memplan_exec::{run, RunOptions, Tensor};
-use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model};
-use memplan_ir::{DataType, TensorData, ValueId};
+use memplan_ir::graph::{DeclDim, Model};
+use memplan_ir::ValueId;
 use memplan_plan::chunk::{chunk_to_budget, ChunkOptions};
 
+use super::graph_builder::{axis, B};
 use super::same_bits::runs_to_the_bits_of;
 
 const D: usize = 4;
-
-struct B(Graph);
-
-impl B {
-    fn ints(&mut self, name: &str, dims: Vec<u64>, v: &[i64]) -> ValueId {
-        self.0.add_initializer(TensorData::from_i64(name, dims, v))
-    }
-
-    fn float(&mut self, name: &str, v: f32) -> ValueId {
-        self.0
-            .add_initializer(TensorData::from_f32(name, vec![], &[v]))
-    }
-
-    fn op(&mut self, op: &str, ins: &[ValueId], attrs: Vec<(&str, AttrValue)>) -> ValueId {
-        let name = format!("n{}", self.0.nodes.len());
-        let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
-        let attrs = attrs
-            .into_iter()
-            .map(|(n, value)| Attribute {
-                name: n.into(),
-                value,
-                doc: String::new(),
-            })
-            .collect();
-        self.0.add_node(name.clone(), op, &ins, &[&name], attrs).1[0]
-    }
-
-    fn input(&mut self, name: &str, dims: Vec<DeclDim>) -> ValueId {
-        self.0
-            .add_input(name, DeclType::tensor(DataType::F32, dims))
-    }
-}
 
 /// How the mask is read.
 #[derive(Clone, Copy, Debug)]
@@ -61,7 +30,7 @@ enum Read {
 /// `x [1, S, D]` plus a read of the mask of padding mask `m [1, S]`.
 fn masked(read: Read) -> Model {
     let p = |s: &str| DeclDim::Param(s.into());
-    let mut b = B(Graph::default());
+    let mut b = B::default();
     let x = b.input(
         "x",
         vec![DeclDim::Value(1), p("S"), DeclDim::Value(D as i64)],
@@ -72,10 +41,9 @@ fn masked(read: Read) -> Model {
     // The target `[1, 1, S, S]` from `Shape(x)`, as TorchScript computes it.
     let sx = b.op("Shape", &[x], vec![]);
     let i1 = b.ints("i1", vec![1], &[1]);
-    let s = b.op("Gather", &[sx, i1], vec![("axis", AttrValue::Int(0))]);
+    let s = b.op("Gather", &[sx, i1], axis(0));
     let one = b.ints("one", vec![1], &[1]);
-    let axis0 = vec![("axis", AttrValue::Int(0))];
-    let target = b.op("Concat", &[one, one, s, s], axis0);
+    let target = b.op("Concat", &[one, one, s, s], axis(0));
     let e = b.op("Expand", &[m4, target], vec![]);
     let (half, zero, low) = (
         b.float("half", 0.5),
@@ -86,8 +54,8 @@ fn masked(read: Read) -> Model {
     let mask = b.op("Where", &[keep, zero, low], vec![]);
     let first = |b: &mut B, mask: ValueId| {
         let i0 = b.ints(&format!("i0_{}", b.0.values.len()), vec![], &[0]);
-        let r = b.op("Gather", &[mask, i0], vec![("axis", AttrValue::Int(1))]);
-        let r = b.op("Gather", &[r, i0], vec![("axis", AttrValue::Int(1))]);
+        let r = b.op("Gather", &[mask, i0], axis(1));
+        let r = b.op("Gather", &[r, i0], axis(1));
         let last = b.ints("last", vec![1], &[2]);
         b.op("Unsqueeze", &[r, last], vec![])
     };
@@ -111,16 +79,12 @@ fn masked(read: Read) -> Model {
             // The first S/2 rows of x, each plus one odd row's sum.
             let (s0, ax1) = (b.ints("s0", vec![1], &[0]), b.ints("ax1", vec![1], &[1]));
             let sh = b.op("Shape", &[sum], vec![]);
-            let n = b.op("Gather", &[sh, i1], vec![("axis", AttrValue::Int(0))]);
+            let n = b.op("Gather", &[sh, i1], axis(0));
             let xs = b.op("Slice", &[x, s0, n, ax1], vec![]);
             b.op("Add", &[xs, sum], vec![])
         }
     };
-    b.0.outputs.push(y);
-    Model {
-        graph: b.0,
-        ..Model::default()
-    }
+    b.model(y)
 }
 
 fn inputs(s: usize) -> BTreeMap<String, Tensor> {

@@ -13,6 +13,7 @@ mod chunk_sink;
 mod control_flow;
 mod data_dependent;
 mod float_shape_arithmetic;
+mod graph_builder;
 mod inplace_staged;
 mod narrow;
 mod offload;
