@@ -22,6 +22,7 @@ use memplan_ir::TensorData;
 
 use super::gathers::{fit, progression, Affine};
 use super::positions::known_ints;
+use super::rewrite::axis_attr;
 
 /// Coordinate `k` of index tuples `v` (shape `[i_0, .., i_(m-1), q]`) as an affine map over the
 /// tuples' box `[i_0, .., i_(m-1)]`: known at `dims`, or one of the parts a `Concat` along the
@@ -184,14 +185,6 @@ impl Builder<'_> {
             ps.push(self.slice(data, k, start + len, d));
         }
         (ps, k)
-    }
-}
-
-fn axis_attr(axis: usize) -> Attribute {
-    Attribute {
-        name: "axis".into(),
-        value: AttrValue::Int(axis as i64),
-        doc: String::new(),
     }
 }
 

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use memplan_ir::dtype::DataType;
-use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Names, Node, NodeId, ValueId};
+use memplan_ir::graph::{Graph, Model, Names, Node, NodeId, ValueId};
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::axes::{attr_int, norm};
 use memplan_ir::ops::movement::transpose_perm;
@@ -614,11 +614,7 @@ fn become_gather(node: &mut Node, op: &str, x: ValueId, index: ValueId, axis: us
     node.op = op.into();
     node.domain = String::new();
     node.inputs = vec![Some(x), Some(index)];
-    node.attrs = vec![Attribute {
-        name: "axis".into(),
-        value: AttrValue::Int(axis as i64),
-        doc: String::new(),
-    }];
+    node.attrs = vec![super::rewrite::axis_attr(axis)];
 }
 
 /// For a slice ([`Moves::Strided`]) of at least `min_bytes` that copies and cuts one axis of its
@@ -699,7 +695,7 @@ fn light_terms(c: &Gather) -> Option<(Affine, Affine)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memplan_ir::graph::{DeclDim, DeclType, ValueKind};
+    use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, ValueKind};
 
     /// Builds a graph node by node: each node has one output, named after it.
     struct B(Graph);

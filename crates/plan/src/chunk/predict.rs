@@ -753,10 +753,6 @@ fn synthetic(op: &str, inputs: usize) -> Node {
 /// A `Concat` of `inputs` values along `axis`, for the op table's rules.
 pub(crate) fn concat_node(axis: usize, inputs: usize) -> Node {
     let mut n = synthetic("Concat", inputs);
-    n.attrs = vec![memplan_ir::graph::Attribute {
-        name: "axis".into(),
-        value: memplan_ir::graph::AttrValue::Int(axis as i64),
-        doc: String::new(),
-    }];
+    n.attrs = vec![super::rewrite::axis_attr(axis)];
     n
 }

@@ -369,11 +369,7 @@ pub(crate) fn apply_unrolled(
                     "Concat",
                     ins,
                 );
-                node.attrs = vec![Attribute {
-                    name: "axis".into(),
-                    value: AttrValue::Int(*axis as i64),
-                    doc: String::new(),
-                }];
+                node.attrs = vec![axis_attr(*axis)];
                 unrolled.concats.push((node.name.clone(), *axis));
                 node.outputs = vec![Some(v)];
                 new_nodes.push(node);
@@ -400,6 +396,15 @@ pub(crate) fn apply_unrolled(
         ..model.clone()
     };
     Ok((model, unrolled))
+}
+
+/// An `axis` attribute (a `Concat`'s, a `Gather`'s, the slices' and gathers' rewrites write).
+pub(crate) fn axis_attr(axis: usize) -> Attribute {
+    Attribute {
+        name: "axis".into(),
+        value: AttrValue::Int(axis as i64),
+        doc: String::new(),
+    }
 }
 
 /// Points every node output's value at its producer.

@@ -10,14 +10,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Names, Node, NodeId, ValueId};
+use memplan_ir::graph::{Attribute, Graph, Model, Names, Node, NodeId, ValueId};
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::axes::{attr_int, norm, AxisFlow};
 use memplan_ir::ops::{self, Moves};
 use memplan_ir::TensorData;
 
 use super::gathers::{index_in_axis, strided};
-use super::rewrite::{holds_at_least, shape_input};
+use super::rewrite::{axis_attr, holds_at_least, shape_input};
 
 /// The positions kept along each axis cut, ascending by axis: each inside its axis, at least one.
 type Cut = BTreeMap<usize, Vec<i64>>;
@@ -291,11 +291,7 @@ impl Sinker<'_> {
                 slice.push([p[0], end, a as i64, step]);
             } else {
                 let idx = self.ints(&format!("{base}_positions"), vec![p.len() as u64], p);
-                let attrs = vec![Attribute {
-                    name: "axis".into(),
-                    value: AttrValue::Int(a as i64),
-                    doc: String::new(),
-                }];
+                let attrs = vec![axis_attr(a)];
                 cur = self.node(
                     &format!("{base}_gathered"),
                     "Gather",
@@ -405,21 +401,18 @@ fn sink<'a>(
         let undo = (s.out.clone(), s.names.clone(), s.through.clone());
         s.widest_cut = 0;
         s.made.clear();
-        // What `movable` checked is all `remake` needs (shapes known at `dims`, the axes inside).
-        let Some(made) = s.select(x, &cut) else {
+        // A value cut as it is, where the moved selection stops, is a new copy: none may hold
+        // more than the selection did (a row of a weight read as a view is not cut into a
+        // column of it). Else, or where a shape is not known at `dims`, nothing is moved.
+        let kept = node.outputs[0].and_then(|y| facts.get(y).shape_at(dims));
+        let made = s
+            .select(x, &cut)
+            .filter(|_| kept.is_some_and(|sh| s.widest_cut <= sh.iter().product::<u64>()));
+        let Some(made) = made else {
             (s.out, s.names, s.through) = undo;
             s.added.truncate(mark);
             continue;
         };
-        // A value cut as it is, where the moved selection stops, is a new copy: none may hold
-        // more than the selection did (a row of a weight read as a view is not cut into a
-        // column of it).
-        let kept = node.outputs[0].and_then(|y| facts.get(y).shape_at(dims));
-        if kept.is_none_or(|sh| s.widest_cut > sh.iter().product::<u64>()) {
-            (s.out, s.names, s.through) = undo;
-            s.added.truncate(mark);
-            continue;
-        }
         let zero = matches!(then, Then::FirstOf)
             .then(|| s.ints(&format!("{}_first", node.name), vec![], &[0]));
         let new = &mut s.out.nodes[id.index()];
@@ -457,12 +450,8 @@ mod tests {
         (g, a)
     }
 
-    fn axis(v: i64) -> Vec<Attribute> {
-        vec![Attribute {
-            name: "axis".into(),
-            value: AttrValue::Int(v),
-            doc: String::new(),
-        }]
+    fn axis(v: usize) -> Vec<Attribute> {
+        vec![axis_attr(v)]
     }
 
     /// `g`, its output row 3 of `u` along axis 2 (a gather of one index) first, sunk at `S = 8`
@@ -485,7 +474,7 @@ mod tests {
 
     /// `a [1, 1, S, S]`, `maker(a)`, its row 3 (see [`sunk_row`]), and `extra(maker output)` as a
     /// second output when given.
-    fn sunk(maker: (&str, i64), extra: Option<&str>, min_bytes: u64) -> Option<Vec<String>> {
+    fn sunk(maker: (&str, usize), extra: Option<&str>, min_bytes: u64) -> Option<Vec<String>> {
         let (mut g, a) = square();
         let (op, ax) = maker;
         let attrs = if op == "Softmax" {
