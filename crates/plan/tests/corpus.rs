@@ -107,9 +107,9 @@ fn corpus_plans_are_valid_and_never_worse_than_graph_order() {
         bert_encoder.legacy                  B=2,S=256                16686092 ->   14589192  -12.6%  arena   4849928 bound   4849728
         gpt2_decoder                         B=2,S=40                 10925513 ->   10925513   +0.0%  arena   1458176 bound   1458176
         gpt2_decoder                         B=1,S=128                11761977 ->   11172041   -5.0%  arena   1703936 bound   1703936
-        gpt2_decoder                         B=2,S=256                18911545 ->   16290313  -13.9%  arena   6816064 bound   6815872
-        gpt2_decoder.legacy                  B=2,S=40                 11911588 ->   11335556   -4.8%  arena    819844 bound    740752
-        gpt2_decoder.legacy                  B=1,S=128                12761124 ->   11827844   -7.3%  arena   1311364 bound   1196304
+        gpt2_decoder                         B=2,S=256                18911545 ->   16290273  -13.9%  arena   6816024 bound   6815872
+        gpt2_decoder.legacy                  B=2,S=40                 11911588 ->   11258308   -5.5%  arena    742596 bound    740752
+        gpt2_decoder.legacy                  B=1,S=128                12761124 ->   11714628   -8.2%  arena   1198148 bound   1196304
         gpt2_decoder.legacy                  B=2,S=256                19566628 ->   15899652  -18.7%  arena   5377028 bound   5374340
         logspace_matrix_chain                n=4,t=24                 16002176 ->   13473928  -15.8%  arena  11799576 bound  11796480
         logspace_matrix_chain                n=8,t=64                 81404032 ->   67911816  -16.6%  arena  62922776 bound  62914560
