@@ -18,11 +18,10 @@ use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Names, Node, NodeId,
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::axes::{attr_int, norm};
 use memplan_ir::ops::{self, Moves};
-use memplan_ir::TensorData;
 
 use super::gathers::{fit, progression, Affine};
 use super::positions::known_ints;
-use super::rewrite::axis_attr;
+use super::rewrite::{axis_attr, Adder};
 
 /// Coordinate `k` of index tuples `v` (shape `[i_0, .., i_(m-1), q]`) as an affine map over the
 /// tuples' box `[i_0, .., i_(m-1)]`: known at `dims`, or one of the parts a `Concat` along the
@@ -116,28 +115,21 @@ pub(crate) fn scatters_a_box(
     scattered_box(g, facts, dims, node).is_some()
 }
 
-/// The nodes a box scatter becomes, built before it.
+/// The nodes a box scatter becomes, built before it, named from the scatter's `base`.
 struct Builder<'a> {
-    out: &'a mut Graph,
-    names: &'a mut Names,
-    added: Vec<NodeId>,
+    add: Adder<'a>,
     base: String,
 }
 
 impl Builder<'_> {
     fn ints(&mut self, what: &str, v: i64) -> ValueId {
-        let name = self.names.fresh(&format!("{}/box_{what}", self.base));
-        self.out
-            .add_initializer(TensorData::from_i64(name, vec![1], &[v]))
+        let name = format!("{}/box_{what}", self.base);
+        self.add.ints(&name, vec![1], &[v])
     }
 
     fn node(&mut self, op: &str, inputs: &[Option<ValueId>], attrs: Vec<Attribute>) -> ValueId {
-        let name = self
-            .names
-            .fresh(&format!("{}/box_{}", self.base, op.to_lowercase()));
-        let (id, outs) = self.out.add_node(name.clone(), op, inputs, &[&name], attrs);
-        self.added.push(id);
-        outs[0]
+        let name = format!("{}/box_{}", self.base, op.to_lowercase());
+        self.add.node(&name, op, inputs, attrs)
     }
 
     /// `x[lo..hi]` along `axis`.
@@ -224,10 +216,13 @@ pub(crate) fn scatters_as_boxes(
             continue;
         };
         unread.extend(node.input_ids());
+        let mut added = Vec::new();
         let mut b = Builder {
-            out: &mut out,
-            names: &mut names,
-            added: Vec::new(),
+            add: Adder {
+                out: &mut out,
+                names: &mut names,
+                added: &mut added,
+            },
             base: node.name.clone(),
         };
         let (op, inputs, attrs) = if cuts.is_empty() {
@@ -240,7 +235,7 @@ pub(crate) fn scatters_as_boxes(
                 vec![axis_attr(axis)],
             )
         };
-        before.insert(id.index(), b.added);
+        before.insert(id.index(), added);
         changed = true;
         let n = &mut out.nodes[id.index()];
         n.op = op.into();
@@ -263,7 +258,7 @@ pub(crate) fn scatters_as_boxes(
 mod tests {
     use super::*;
     use memplan_ir::graph::{DeclDim, DeclType};
-    use memplan_ir::DataType;
+    use memplan_ir::{DataType, TensorData};
 
     /// The box a `ScatterND` of `data [4, 5]` writes with index tuples `tuples` (`[2, 3, 2]`,
     /// row-major) and an update `[2, 3]`.

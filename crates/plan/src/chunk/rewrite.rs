@@ -398,6 +398,38 @@ pub(crate) fn apply_unrolled(
     Ok((model, unrolled))
 }
 
+/// Where a rewrite adds its nodes: fresh names in `out`, each node recorded in `added` in the order
+/// it is added (after what it reads). The selections' sink and the box scatters build with it.
+pub(super) struct Adder<'a> {
+    pub out: &'a mut Graph,
+    pub names: &'a mut Names,
+    pub added: &'a mut Vec<NodeId>,
+}
+
+impl Adder<'_> {
+    /// An int64 constant of shape `dims`, named from `base`.
+    pub fn ints(&mut self, base: &str, dims: Vec<u64>, v: &[i64]) -> ValueId {
+        let name = self.names.fresh(base);
+        self.out
+            .add_initializer(TensorData::from_i64(name, dims, v))
+    }
+
+    /// A node of one output, named from `base` (its output from `{base}_output`), recorded.
+    pub fn node(
+        &mut self,
+        base: &str,
+        op: &str,
+        inputs: &[Option<ValueId>],
+        attrs: Vec<Attribute>,
+    ) -> ValueId {
+        let name = self.names.fresh(base);
+        let vname = self.names.fresh(&format!("{base}_output"));
+        let (id, outs) = self.out.add_node(name, op, inputs, &[&vname], attrs);
+        self.added.push(id);
+        outs[0]
+    }
+}
+
 /// An `axis` attribute (a `Concat`'s, a `Gather`'s, the slices' and gathers' rewrites write).
 pub(crate) fn axis_attr(axis: usize) -> Attribute {
     Attribute {

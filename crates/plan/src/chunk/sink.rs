@@ -10,14 +10,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use memplan_ir::graph::{Attribute, Graph, Model, Names, Node, NodeId, ValueId};
+use memplan_ir::graph::{Graph, Model, Names, Node, NodeId, ValueId};
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::axes::{attr_int, norm, AxisFlow};
 use memplan_ir::ops::{self, Moves};
-use memplan_ir::TensorData;
 
 use super::gathers::{index_in_axis, strided};
-use super::rewrite::{axis_attr, holds_at_least, shape_input};
+use super::rewrite::{axis_attr, holds_at_least, shape_input, Adder};
 
 /// The positions kept along each axis cut, ascending by axis: each inside its axis, at least one.
 type Cut = BTreeMap<usize, Vec<i64>>;
@@ -102,26 +101,13 @@ struct Sinker<'a> {
 }
 
 impl Sinker<'_> {
-    /// An int64 constant.
-    fn ints(&mut self, base: &str, dims_: Vec<u64>, v: &[i64]) -> ValueId {
-        let name = self.names.fresh(base);
-        self.out
-            .add_initializer(TensorData::from_i64(name, dims_, v))
-    }
-
-    /// A new node of one output, recorded as added.
-    fn node(
-        &mut self,
-        base: &str,
-        op: &str,
-        inputs: &[Option<ValueId>],
-        attrs: Vec<Attribute>,
-    ) -> ValueId {
-        let name = self.names.fresh(base);
-        let vname = self.names.fresh(&format!("{base}_output"));
-        let (id, outs) = self.out.add_node(name, op, inputs, &[&vname], attrs);
-        self.added.push(id);
-        outs[0]
+    /// Where the nodes of the selection being moved are added.
+    fn add(&mut self) -> Adder<'_> {
+        Adder {
+            out: &mut self.out,
+            names: &mut self.names,
+            added: &mut self.added,
+        }
     }
 
     /// The maker of `v` when a selection of it could move into its inputs: `v` large, not a
@@ -248,7 +234,7 @@ impl Sinker<'_> {
             if shape_input(&node) == Some(slot) {
                 let s: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
                 let base = format!("{}_selected_shape", self.g.value(y).name);
-                inputs.push(Some(self.ints(&base, vec![s.len() as u64], &s)));
+                inputs.push(Some(self.add().ints(&base, vec![s.len() as u64], &s)));
                 continue;
             }
             let c = &cuts[slot];
@@ -261,7 +247,9 @@ impl Sinker<'_> {
         }
         self.through.insert(p);
         let base = format!("{}_selected", node.name);
-        let out = self.node(&base, &node.op, &inputs, node.attrs.clone());
+        let out = self
+            .add()
+            .node(&base, &node.op, &inputs, node.attrs.clone());
         if let Some(&id) = self.added.last() {
             self.out.nodes[id.index()].domain = node.domain.clone();
         }
@@ -290,9 +278,11 @@ impl Sinker<'_> {
                 let end = p[p.len() - 1] + 1;
                 slice.push([p[0], end, a as i64, step]);
             } else {
-                let idx = self.ints(&format!("{base}_positions"), vec![p.len() as u64], p);
+                let idx = self
+                    .add()
+                    .ints(&format!("{base}_positions"), vec![p.len() as u64], p);
                 let attrs = vec![axis_attr(a)];
-                cur = self.node(
+                cur = self.add().node(
                     &format!("{base}_gathered"),
                     "Gather",
                     &[Some(cur), Some(idx)],
@@ -307,13 +297,14 @@ impl Sinker<'_> {
         let mut ins = vec![Some(cur)];
         for (k, what) in ["starts", "ends", "axes", "steps"].iter().enumerate() {
             let vals: Vec<i64> = slice.iter().map(|s| s[k]).collect();
-            ins.push(Some(self.ints(
+            ins.push(Some(self.add().ints(
                 &format!("{base}_selected_{what}"),
                 vec![n],
                 &vals,
             )));
         }
-        self.node(&format!("{base}_selected"), "Slice", &ins, Vec::new())
+        self.add()
+            .node(&format!("{base}_selected"), "Slice", &ins, Vec::new())
     }
 }
 
@@ -414,7 +405,7 @@ fn sink<'a>(
             continue;
         };
         let zero = matches!(then, Then::FirstOf)
-            .then(|| s.ints(&format!("{}_first", node.name), vec![], &[0]));
+            .then(|| s.add().ints(&format!("{}_first", node.name), vec![], &[0]));
         let new = &mut s.out.nodes[id.index()];
         unread.extend(new.input_ids());
         match zero {
@@ -438,8 +429,8 @@ fn sink<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memplan_ir::graph::{DeclDim, DeclType};
-    use memplan_ir::DataType;
+    use memplan_ir::graph::{Attribute, DeclDim, DeclType};
+    use memplan_ir::{DataType, TensorData};
 
     /// A graph of input `a [1, 1, S, S]`, with `a`.
     fn square() -> (Graph, ValueId) {
