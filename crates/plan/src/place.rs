@@ -4,26 +4,14 @@
 //! whose lifetimes overlap it (best fit), else on top. The best of them is then improved by a local
 //! search over its order ([`improve`]): a block near the top of the arena is placed earlier.
 
-/// Offsets are multiples of this many bytes, and blocks take their size rounded up to it.
-pub const ALIGN: u64 = 64;
-
-/// A block to place: live during steps `first..=last`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Block {
-    pub first: usize,
-    pub last: usize,
-    pub size: u64,
-}
+use memplan_sim::place::best_fit_after;
+pub use memplan_sim::place::{best_fit, Block, ALIGN};
 
 /// A placement strategy: the order its blocks are placed in, best fit.
 pub trait Placer {
     fn name(&self) -> &'static str;
     /// Every block index once.
     fn order(&self, blocks: &[Block]) -> Vec<usize>;
-    /// One offset per block, each a multiple of [`ALIGN`].
-    fn place(&self, blocks: &[Block]) -> Vec<u64> {
-        best_fit(blocks, &self.order(blocks))
-    }
 }
 
 /// Largest blocks first (TFLite's and XLA's greedy-by-size).
@@ -83,81 +71,6 @@ impl Placer for ByLifetime {
 /// Every strategy, in the order ties are broken.
 pub fn all() -> [&'static dyn Placer; 3] {
     [&BySize, &ByFirstUse, &ByLifetime]
-}
-
-fn align(x: u64) -> u64 {
-    x.div_ceil(ALIGN) * ALIGN
-}
-
-/// Steps per bucket of the time index that finds placed blocks overlapping a lifetime.
-const BUCKET: usize = 32;
-
-/// Places `blocks` in `order`, best fit. Empty blocks get offset 0 and take no space.
-pub fn best_fit(blocks: &[Block], order: &[usize]) -> Vec<u64> {
-    best_fit_after(blocks, order, 0, vec![0; blocks.len()]).0
-}
-
-/// [`best_fit`] of `order[kept..]` over `order[..kept]`, already at their `offsets` (as best fit
-/// placed them: the same prefix of an order places the same way). Also returns its work: the
-/// placed blocks it looked at, each time it looked.
-fn best_fit_after(
-    blocks: &[Block],
-    order: &[usize],
-    kept: usize,
-    mut offsets: Vec<u64>,
-) -> (Vec<u64>, usize) {
-    let mut work = 0;
-    let steps = blocks.iter().map(|b| b.last + 1).max().unwrap_or(0);
-    let nb = steps.div_ceil(BUCKET).max(1);
-    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); nb];
-    let mut stamp: Vec<u32> = vec![0; blocks.len()];
-    let mut busy: Vec<(u64, u64)> = Vec::new();
-    for (round, &i) in order.iter().enumerate() {
-        let b = blocks[i];
-        let need = align(b.size);
-        if need == 0 {
-            continue;
-        }
-        if round < kept {
-            for bucket in &mut buckets[b.first / BUCKET..=b.last / BUCKET] {
-                bucket.push(i as u32);
-            }
-            continue;
-        }
-        let mark = round as u32 + 1;
-        busy.clear();
-        for bucket in &buckets[b.first / BUCKET..=b.last / BUCKET] {
-            work += bucket.len();
-            for &j in bucket {
-                let j = j as usize;
-                if stamp[j] == mark {
-                    continue;
-                }
-                stamp[j] = mark;
-                let c = blocks[j];
-                if c.first <= b.last && b.first <= c.last {
-                    busy.push((offsets[j], offsets[j] + align(c.size)));
-                }
-            }
-        }
-        busy.sort_unstable();
-        let mut best: Option<(u64, u64)> = None; // (gap, offset)
-        let mut cursor = 0u64;
-        for &(s, e) in &busy {
-            if s > cursor {
-                let gap = s - cursor;
-                if gap >= need && best.is_none_or(|(g, _)| gap < g) {
-                    best = Some((gap, cursor));
-                }
-            }
-            cursor = cursor.max(e);
-        }
-        offsets[i] = best.map(|(_, o)| o).unwrap_or(cursor);
-        for bucket in &mut buckets[b.first / BUCKET..=b.last / BUCKET] {
-            bucket.push(i as u32);
-        }
-    }
-    (offsets, work)
 }
 
 /// The arena a placement needs: the highest block end (exact sizes, not rounded).
@@ -323,7 +236,8 @@ mod tests {
         for unit in [64, 4 << 10, 1 << 20] {
             for blocks in random_sets(100, 10, 12, unit) {
                 let p = best(&blocks);
-                let placers = all().map(|pl| arena(&blocks, &pl.place(&blocks)));
+                let placers =
+                    all().map(|pl| arena(&blocks, &best_fit(&blocks, &pl.order(&blocks))));
                 let smallest = placers.iter().copied().min().unwrap();
                 let lower = lower_bound(&blocks);
                 assert!(!overlapping(&blocks, &p.offsets), "{blocks:?}");
@@ -426,7 +340,7 @@ mod tests {
     fn disjoint_lifetimes_share_memory() {
         let b = [blk(0, 1, 100), blk(2, 3, 100), blk(1, 2, 64)];
         for p in all() {
-            let off = p.place(&b);
+            let off = best_fit(&b, &p.order(&b));
             assert_eq!(off[0], off[1], "{}", p.name());
             assert_eq!(arena(&b, &off), 128 + 64, "{}", p.name());
         }
