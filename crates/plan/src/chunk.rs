@@ -1005,6 +1005,99 @@ mod tests {
         assert!(checked > 100, "only {checked} candidates");
     }
 
+    /// `y = Sigmoid(Concat(p, q, axis 1))` of `x [4, 8, 16]`, its pieces made by `makers` from `x`
+    /// (in that order) and joined as `order` lists them.
+    fn concat_graph(makers: [&str; 2], order: [usize; 2]) -> Model {
+        use memplan_ir::graph::{DeclDim, DeclType, Graph, OpsetImport};
+        let mut g = Graph::default();
+        let dims = [4, 8, 16].map(DeclDim::Value).to_vec();
+        let x = g.add_input("x", DeclType::tensor(memplan_ir::DataType::F32, dims));
+        let shape = g.add_initializer(memplan_ir::TensorData::from_i64(
+            "shape",
+            vec![3],
+            &[4, 8, 16],
+        ));
+        let mut piece = |i: usize, op: &str| -> ValueId {
+            let ins = if op == "Reshape" {
+                vec![Some(x), Some(shape)]
+            } else {
+                vec![Some(x)]
+            };
+            g.add_node(format!("p{i}"), op, &ins, &[&format!("v{i}")], vec![])
+                .1[0]
+        };
+        let v = [piece(0, makers[0]), piece(1, makers[1])];
+        let ins = order.map(|i| Some(v[i]));
+        let axis = vec![rewrite::axis_attr(1)];
+        let c = g.add_node("cat", "Concat", &ins, &["c"], axis).1[0];
+        let y = g.add_node("out", "Sigmoid", &[Some(c)], &["y"], vec![]).1[0];
+        g.outputs = vec![y];
+        Model {
+            graph: g,
+            opsets: vec![OpsetImport {
+                domain: String::new(),
+                version: 18,
+            }],
+            ..Model::default()
+        }
+    }
+
+    /// A `Concat` chunked along the axis before the one it joins, one row per chunk, is assembled
+    /// in place in each chunk where the simulator assembles it (its pieces made by nodes that are
+    /// not views, in order), and the prediction is the simulated peak of the rewrite in each case.
+    #[test]
+    fn a_concat_assembled_in_place_per_chunk_is_predicted() {
+        let dims = BTreeMap::new();
+        for (makers, order, assembled) in [
+            (["Relu", "Neg"], [0, 1], true),
+            // A view's output is not written into another buffer.
+            (["Reshape", "Neg"], [0, 1], false),
+            // The pieces are made in the other order.
+            (["Relu", "Neg"], [1, 0], false),
+        ] {
+            let what = format!("{makers:?} joined as {order:?}");
+            let model = concat_graph(makers, order);
+            let (m, facts) = sorted(&model, &dims).unwrap();
+            let base = Base::new(&m.graph, &facts, &dims, true).unwrap();
+            let light = crate::remat::light_values(&m.graph, &facts, &dims);
+            let cat = m.graph.nodes.iter().position(|n| n.name == "cat").unwrap();
+            let frozen = vec![false; m.graph.nodes.len()];
+            let growth = region::grow(
+                &m.graph,
+                &facts,
+                &dims,
+                &base.consumers,
+                &light,
+                NodeId::from_index(cat),
+                0,
+                100,
+                &frozen,
+            );
+            let nodes: BTreeSet<NodeId> = growth.iter().map(|(n, _)| *n).collect();
+            assert_eq!(nodes.len(), 4, "{what}");
+            let axes = growth.into_iter().flat_map(|(_, a)| a).collect();
+            let shape = (nodes, axes, BTreeSet::new());
+            let opts = ChunkOptions::default();
+            let c = evaluate(&base, &opts, &shape, 4, 4, &mut 0).expect(&what);
+            let out = apply(&m, &facts, &dims, &c.region).unwrap();
+            let f2 = memplan_ir::infer_model(&out).unwrap();
+            let b2 = Base::new(&out.graph, &f2, &dims, true).unwrap();
+            assert_eq!(
+                (c.pred.peak, &c.pred.per_step),
+                (b2.peak, &b2.per_step),
+                "{what}"
+            );
+            let clones_assembled = out
+                .graph
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, n)| n.name.starts_with("cat") && b2.assembled[*i])
+                .count();
+            assert_eq!(clones_assembled, if assembled { 4 } else { 0 }, "{what}");
+        }
+    }
+
     /// The corpus's tri_att_start chunked with the default options (at least one step).
     fn chunked_tri_att_start() -> (String, Chunked, BTreeMap<String, i64>) {
         let (name, _, out, dims) = chunked("of3_tri_att_start", &ChunkOptions::default());

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::dtype::DataType;
-use memplan_ir::graph::{Model, ValueId, ValueKind};
+use memplan_ir::graph::{Model, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::{Facts, Known};
 use memplan_ir::TensorData;
 
@@ -70,8 +70,23 @@ pub(crate) fn freeze_shape_values(
     if frozen.is_empty() {
         return None;
     }
+    // What only the frozen nodes read goes with them: a view TorchScript made of a large value
+    // only to read its shape would otherwise be computed, and held, for nothing.
+    let mut gone: BTreeSet<NodeId> = (0..g.nodes.len())
+        .filter(|&i| drop[i])
+        .map(NodeId::from_index)
+        .collect();
+    let read_before: Vec<ValueId> = gone.iter().flat_map(|&n| g.node(n).input_ids()).collect();
+    super::rewrite::drop_made_dead(g, &mut gone, read_before);
     let mut out = g.clone();
+    let mut keep = vec![true; g.values.len()];
+    for &n in &gone {
+        for v in g.node(n).output_ids() {
+            keep[v.index()] = false;
+        }
+    }
     for (v, t) in frozen {
+        keep[v.index()] = true;
         out.values[v.index()].kind = ValueKind::Initializer(t);
         out.initializers.push(v);
     }
@@ -79,12 +94,49 @@ pub(crate) fn freeze_shape_values(
         .nodes
         .into_iter()
         .enumerate()
-        .filter(|(i, _)| !drop[*i])
+        .filter(|(i, _)| !gone.contains(&NodeId::from_index(*i)))
         .map(|(_, n)| n)
         .collect();
     super::rewrite::set_producers(&mut out);
+    let out = super::rewrite::retain_values(out, &keep);
     Some(Model {
         graph: out,
         ..model.clone()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_ir::graph::{DeclDim, DeclType, Graph};
+
+    /// `y = Reshape(x, Shape(t))` with `t = Transpose(x)` (`x` of `[4, 8]`), `t` also an output
+    /// when `t_out`: frozen, the names of the nodes left.
+    fn frozen_nodes(t_out: bool) -> Vec<String> {
+        let mut g = Graph::default();
+        let dims = vec![DeclDim::Value(4), DeclDim::Value(8)];
+        let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
+        let t = g.add_node("t", "Transpose", &[Some(x)], &["tv"], vec![]).1[0];
+        let s = g.add_node("s", "Shape", &[Some(t)], &["sv"], vec![]).1[0];
+        let y = g
+            .add_node("r", "Reshape", &[Some(x), Some(s)], &["y"], vec![])
+            .1[0];
+        g.outputs = if t_out { vec![y, t] } else { vec![y] };
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let facts = memplan_ir::infer_graph(&model.graph, 18).unwrap();
+        let m = freeze_shape_values(&model, &facts, &BTreeMap::new()).unwrap();
+        assert!(memplan_ir::infer_graph(&m.graph, 18).is_ok());
+        m.graph.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// A value made only for its shape (TorchScript reads a view's `Shape` for a reshape target)
+    /// goes with the `Shape` frozen into a constant; one read otherwise stays.
+    #[test]
+    fn what_only_frozen_shapes_read_is_dropped() {
+        assert_eq!(frozen_nodes(false), ["r"]);
+        assert_eq!(frozen_nodes(true), ["t", "r"]);
+    }
 }

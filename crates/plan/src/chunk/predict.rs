@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use memplan_ir::graph::{Graph, Node, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::{Fact, Facts, Known};
@@ -55,9 +55,9 @@ pub(crate) struct Base<'a> {
 /// View flags and scratch bytes of the new nodes, by what decides them.
 #[derive(Default)]
 struct Cache {
-    /// By region node, chunk width and the split axis of each of its inputs and outputs.
-    /// `None`: a `Concat` that would be assembled in place.
-    clone: BTreeMap<(NodeId, i64, Vec<Option<usize>>), Option<Mem>>,
+    /// By region node, chunk width and the split axis of each of its inputs and outputs; with
+    /// whether it is a `Concat` whose inputs are contiguous runs of its output (at that width).
+    clone: BTreeMap<(NodeId, i64, Vec<Option<usize>>), (Mem, bool)>,
     /// By sliced value, axis and chunk width.
     slice: BTreeMap<(ValueId, usize, i64), Mem>,
     /// Predicted seconds of the graph's nodes, by node.
@@ -318,6 +318,8 @@ pub(crate) fn predict(
     let mut copied = 0u64;
     let mut seconds = 0.0f64;
     let mut assembled_out: Vec<Option<bool>> = vec![None; nv];
+    // The new values, by who made them, and those an assembled clone took (see `Pieces`).
+    let mut pieces = Pieces::default();
     for step in &em.steps {
         match step {
             Emit::Slice { chunk, value, axis } => {
@@ -360,6 +362,7 @@ pub(crate) fn predict(
                     t.wire(b, 8, true);
                 }
                 let out = t.wire(Wire::Chunk(c, v), scaled(v, c), false);
+                pieces.made(out, new_nodes.len(), view, false);
                 if !view {
                     copied += scaled(v, c);
                 }
@@ -426,25 +429,18 @@ pub(crate) fn predict(
                         .collect();
                     let ins: Vec<Option<&Fact>> = owned.iter().map(Option::as_ref).collect();
                     let outs: Vec<Option<&Fact>> = outs.iter().map(Option::as_ref).collect();
-                    // A clone the planner would assemble in place is not modelled.
-                    let m = if ops::axes::concat_in_place(node, &ins, &outs) {
-                        None
-                    } else {
-                        Some(mem_of(base, cost, node, &ins, &outs)?)
-                    };
-                    cache.clone.insert(key.clone(), m);
+                    let in_place = ops::axes::concat_in_place(node, &ins, &outs);
+                    let m = mem_of(base, cost, node, &ins, &outs)?;
+                    cache.clone.insert(key.clone(), (m, in_place));
                 }
-                let Some(Mem {
-                    view,
-                    scratch,
-                    seconds: s,
-                }) = cache.clone[&key]
-                else {
-                    return Err(ChunkError::Region(
-                        "a Concat in the region would be assembled in place".into(),
-                    ));
-                };
-                seconds += s;
+                let (
+                    Mem {
+                        view,
+                        mut scratch,
+                        seconds: mut s,
+                    },
+                    in_place,
+                ) = cache.clone[&key];
                 let mut reads = Vec::with_capacity(inputs.len());
                 let mut input0 = None;
                 for (slot, w) in inputs.iter().enumerate() {
@@ -466,15 +462,31 @@ pub(crate) fn predict(
                     }
                     reads.push(id);
                 }
+                // A clone of a `Concat` whose inputs are contiguous runs of its output is assembled
+                // in place as the simulator assembles one (see `Pieces::assemble`).
+                let assembled = assemble
+                    && in_place
+                    && reads.len() == inputs.len()
+                    && pieces.assemble(&reads, nv)?;
+                if assembled {
+                    (scratch, s) = (0, cost.view_seconds);
+                }
+                seconds += s;
                 reads.sort_unstable();
                 reads.dedup();
-                let outputs = node
+                let outputs: Vec<Option<u32>> = node
                     .outputs
                     .iter()
                     .map(|o| o.map(|v| t.wire(Wire::Chunk(c, v), scaled(v, c), false)))
                     .collect();
-                // A view's output cannot be written into an assembled output.
-                if view {
+                for (slot, o) in outputs.iter().enumerate() {
+                    if let Some(o) = *o {
+                        pieces.made(o, new_nodes.len(), view && slot == 0, assembled);
+                    }
+                }
+                // A view's output cannot be written into an assembled output, nor can an
+                // assembled one.
+                if view || assembled {
                     if let Some(Some(y)) = node.outputs.first() {
                         assembled_out[y.index()] = Some(false);
                     }
@@ -485,22 +497,23 @@ pub(crate) fn predict(
                     outputs,
                     view,
                     scratch,
-                    assembled: false,
+                    assembled,
                 });
             }
             Emit::Concat { value, axis } => {
                 let v = *value;
-                let pieces: Vec<u32> = (0..em.bounds.len() as u32)
+                let pieces_of_v: Vec<u32> = (0..em.bounds.len() as u32)
                     .map(|c| t.get(Wire::Chunk(c, v)))
                     .collect();
                 let f = base.facts.get(v);
                 let piece_facts: Vec<Fact> = (0..em.bounds.len() as u32)
                     .map(|c| chunk_fact(f, Some(*axis), width(c)))
                     .collect();
-                let node = concat_node(*axis, pieces.len());
+                let node = concat_node(*axis, pieces_of_v.len());
                 let ins: Vec<Option<&Fact>> = piece_facts.iter().map(Some).collect();
                 let can = assemble
                     && assembled_out[v.index()] != Some(false)
+                    && !pieces.any_taken(&pieces_of_v)
                     && ops::axes::concat_in_place(&node, &ins, &[Some(f)]);
                 let (scratch, s) = if can {
                     (0, cost.view_seconds)
@@ -514,7 +527,7 @@ pub(crate) fn predict(
                     copied += base.bytes[v.index()];
                 }
                 new_nodes.push(ANode {
-                    reads: pieces,
+                    reads: pieces_of_v,
                     input0: None,
                     outputs: vec![Some(v.index() as u32)],
                     view: false,
@@ -597,6 +610,9 @@ pub(crate) fn predict(
     } else {
         topological(&list, &producer)?
     };
+    // The clones assembled were decided in the order the rewrite makes them; the simulator decides
+    // over the sorted order, which keeps it where no kept node stands between.
+    pieces.check_order(&list, &order, &producer)?;
     // The simulator's rules over that order.
     let steps = order.len();
     let mut buf = vec![NONE; nvals];
@@ -693,6 +709,84 @@ pub(crate) fn predict(
         seconds,
         per_step,
     })
+}
+
+/// The new values' makers, for deciding which clones of a `Concat` are assembled in place by the
+/// simulator's rule ([`memplan_sim::timeline::assemblable`]): every input made by a node, each
+/// once, in the order the inputs are listed, by a node that is neither a view nor an assembled
+/// `Concat`, and not already a piece of another assembled `Concat`.
+#[derive(Default)]
+struct Pieces {
+    /// New value -> (its maker's position among the new nodes, made as a view, made assembled).
+    makers: BTreeMap<u32, (usize, bool, bool)>,
+    /// The values an assembled clone writes in place.
+    taken: BTreeSet<u32>,
+}
+
+impl Pieces {
+    fn made(&mut self, value: u32, at: usize, view: bool, assembled: bool) {
+        self.makers.insert(value, (at, view, assembled));
+    }
+
+    fn any_taken(&self, values: &[u32]) -> bool {
+        values.iter().any(|v| self.taken.contains(v))
+    }
+
+    /// Whether a clone reading `ins` (value indices, in input order) is assembled, taking its
+    /// inputs when it is. An original value read whole is not modelled (an error: the
+    /// region is not predicted).
+    fn assemble(&mut self, ins: &[u32], originals: usize) -> Result<bool, ChunkError> {
+        if ins.iter().any(|&v| (v as usize) < originals) {
+            return Err(ChunkError::Region(
+                "a Concat in the region reads a value whole and its output in place".into(),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        let mut prev = 0;
+        for &v in ins {
+            let Some(&(at, view, assembled)) = self.makers.get(&v) else {
+                return Ok(false);
+            };
+            let in_order = at >= prev;
+            prev = at;
+            if !seen.insert(v) || view || assembled || self.taken.contains(&v) || !in_order {
+                return Ok(false);
+            }
+        }
+        self.taken.extend(seen);
+        Ok(true)
+    }
+
+    /// An error when an assembled node's pieces are not made in their listed order in `order`
+    /// (the simulator would not assemble it).
+    fn check_order(
+        &self,
+        list: &[Cow<ANode>],
+        order: &[u32],
+        producer: &[u32],
+    ) -> Result<(), ChunkError> {
+        if self.taken.is_empty() {
+            return Ok(());
+        }
+        let mut step = vec![0usize; list.len()];
+        for (s, &a) in order.iter().enumerate() {
+            step[a as usize] = s;
+        }
+        for n in list.iter().filter(|n| n.assembled) {
+            let at: Vec<usize> = n
+                .reads
+                .iter()
+                .filter_map(|&r| producer.get(r as usize).filter(|&&p| p != NONE))
+                .map(|&p| step[p as usize])
+                .collect();
+            if at.windows(2).any(|w| w[0] > w[1]) {
+                return Err(ChunkError::Region(
+                    "a Concat in the region assembled in place out of order".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The topological sort of `list` that takes the first ready node in list order (a min-heap on

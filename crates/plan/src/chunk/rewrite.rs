@@ -568,15 +568,25 @@ pub(crate) fn retain_values(g: Graph, keep: &[bool]) -> Graph {
     }
 }
 
-/// Adds to `gone` every node of `g` that only nodes in `gone` read (its outputs no graph output),
-/// from the makers of `read_before` up: a `Range` of the gathered columns, the shape arithmetic of
-/// a reshape target. Nodes that nothing read before stay as they were.
-fn drop_made_dead(g: &Graph, gone: &mut BTreeSet<NodeId>, mut read_before: Vec<ValueId>) {
+/// Adds to `gone` every node of `g` that only nodes in `gone` read (its outputs no graph output,
+/// none read by a subgraph), from the makers of `read_before` up: a `Range` of the gathered
+/// columns, the shape arithmetic of a reshape target, a view made only for its shape. Nodes that
+/// nothing read before stay as they were.
+pub(crate) fn drop_made_dead(
+    g: &Graph,
+    gone: &mut BTreeSet<NodeId>,
+    mut read_before: Vec<ValueId>,
+) {
     let mut readers = vec![0usize; g.values.len()];
     for (i, n) in g.nodes.iter().enumerate() {
         if !gone.contains(&NodeId::from_index(i)) {
             for v in n.input_ids() {
                 readers[v.index()] += 1;
+            }
+            for sub in n.subgraphs() {
+                for v in sub.outer_reads_resolved(g) {
+                    readers[v.index()] += 1;
+                }
             }
         }
     }
