@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use memplan_ir::dtype::DataType;
-use memplan_ir::graph::{Graph, Model, Names, Node, NodeId, ValueId};
+use memplan_ir::graph::{Graph, Model, Names, Node, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::axes::{attr_int, norm};
 use memplan_ir::ops::movement::transpose_perm;
@@ -161,7 +161,7 @@ pub(super) fn progression(
     v: ValueId,
 ) -> Option<Affine> {
     let shape = facts.get(v).shape_at(dims)?;
-    if let Some(vals) = known_ints(facts, dims, v) {
+    if let Some(vals) = known_ints(facts, dims, v).or_else(|| stored_ints(g, v)) {
         return fit(&shape, &vals);
     }
     let node = g.node(g.producer(v)?);
@@ -282,6 +282,18 @@ pub(super) fn index_in_axis(
         return None;
     }
     Some(idx)
+}
+
+/// The contents of an integer weight, however large: the facts carry contents of at most
+/// `MAX_KNOWN_ELEMS` elements, and a scatter's rows (8191 of them for Funnel's shifted scores at
+/// S=4096) may be more.
+fn stored_ints(g: &Graph, v: ValueId) -> Option<Vec<i64>> {
+    match &g.value(v).kind {
+        ValueKind::Initializer(t) if matches!(t.dtype, DataType::I64 | DataType::I32) => {
+            t.to_i64_vec()
+        }
+        _ => None,
+    }
 }
 
 /// `m` (the map of `node`'s input 0) composed with `node`'s own move, at its output shape.

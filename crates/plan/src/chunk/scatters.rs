@@ -14,6 +14,12 @@
 //! where every traced element lies on a scattered tuple, and through its data where none does.
 //! Where the trace reaches a value of `f`'s shape at the identity, `f` is that value element for
 //! element, and `f`'s node becomes an `Identity` of it: the same bits.
+//!
+//! A reshape whose digits are not affine over the box (a relative shift read back: its rows are
+//! `2i` or `2i + 1` by whether `j >= i`) leaves the coordinates as digits of the flat offset
+//! ([`Digits`]), each moved by a constant: slices by one, gathers of a progression by one,
+//! transposes and scatters of rows carry them, and a later reshape of the same digits, unmoved,
+//! reads the flat offset again (the shift's reshape undone by the reshape that writes it back).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -104,6 +110,149 @@ impl Coords {
     }
 }
 
+/// Coordinates that are digits of a flat offset: coordinate `k` of the traced value is digit
+/// `axis[k]` of `flat` split over `shape`, plus `plus[k]`. A digit's range is taken as its whole
+/// axis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Digits {
+    flat: Affine,
+    shape: Vec<u64>,
+    axis: Vec<usize>,
+    plus: Vec<i64>,
+}
+
+impl Digits {
+    fn of(flat: Affine, shape: &[u64]) -> Digits {
+        Digits {
+            flat,
+            shape: shape.to_vec(),
+            axis: (0..shape.len()).collect(),
+            plus: vec![0; shape.len()],
+        }
+    }
+
+    /// The least and greatest value coordinate `k` can take.
+    fn range(&self, k: usize) -> (i64, i64) {
+        let p = self.plus[k];
+        (p, p + self.shape[self.axis[k]] as i64 - 1)
+    }
+
+    /// The flat offset into a value of `shape` these coordinates name: the split one, where they
+    /// are its digits unmoved over that same shape.
+    fn flat(&self, shape: &[u64]) -> Option<Affine> {
+        let unmoved =
+            self.axis.iter().enumerate().all(|(k, &a)| k == a) && self.plus.iter().all(|&p| p == 0);
+        (unmoved && self.shape == shape).then(|| self.flat.clone())
+    }
+}
+
+/// Where a trace stands: the traced value's coordinates, affine or digits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum At {
+    Coords(Coords),
+    Digits(Digits),
+}
+
+impl At {
+    /// The coordinates of a value of `shape` that a flat offset names: affine where its digits
+    /// are, else the digits.
+    fn split(flat: Affine, shape: &[u64]) -> At {
+        match Coords::split(&flat, shape) {
+            Some(c) => At::Coords(c),
+            None => At::Digits(Digits::of(flat, shape)),
+        }
+    }
+}
+
+/// [`back`] for coordinates that are digits: a reshape of them unmoved, and the moves that carry
+/// each coordinate to one of the input plus a constant.
+fn back_digits(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    node: &Node,
+    d: &Digits,
+) -> Option<(usize, At)> {
+    let input = |k: usize| node.inputs.get(k).copied().flatten();
+    let from = facts.get(input(0)?).shape_at(dims)?;
+    let rank = from.len();
+    let mut w = d.clone();
+    match ops::lookup(node)?.moves? {
+        Moves::Order => {
+            let to = out_shape(node, facts, dims)?;
+            Some((0, At::split(d.flat(&to)?, &from)))
+        }
+        Moves::Permuted => {
+            let perm = transpose_perm(node, rank);
+            (perm.len() == rank && d.axis.len() == rank).then_some(())?;
+            for (k, &p) in perm.iter().enumerate() {
+                let p = usize::try_from(p).ok().filter(|&p| p < rank)?;
+                w.axis[p] = d.axis[k];
+                w.plus[p] = d.plus[k];
+            }
+            Some((0, At::Digits(w)))
+        }
+        Moves::Strided => {
+            (d.axis.len() == rank).then_some(())?;
+            for (a, s, st) in strided(node, facts, dims, &from)? {
+                (st == 1).then_some(())?;
+                w.plus[a] = w.plus[a].checked_add(s)?;
+            }
+            Some((0, At::Digits(w)))
+        }
+        Moves::Indexed => {
+            let a = norm(attr_int(node, "axis", 0), rank)?;
+            let idx = index_in_axis(g, facts, dims, input(1)?, from[a])?;
+            // A progression of step one over one axis: a move by its first index.
+            (idx.shape.len() == 1 && idx.coef == [1] && d.axis.len() == rank).then_some(())?;
+            w.plus[a] = w.plus[a].checked_add(idx.offset)?;
+            Some((0, At::Digits(w)))
+        }
+        Moves::Scatters => {
+            let (a, s, k) = scattered_rows(g, facts, dims, node, &from)?;
+            let (lo, hi) = d.range(0);
+            let (ilo, ihi) = (a, a + s * (k as i64 - 1));
+            if hi < ilo.min(ihi) || lo > ilo.max(ihi) {
+                return Some((0, At::Digits(w)));
+            }
+            // Row `first - a` of the updates, inside them for every element.
+            (s == 1 && lo >= a && hi < a + k as i64 && d.axis.len() == from.len()).then_some(())?;
+            w.plus[0] -= a;
+            Some((2, At::Digits(w)))
+        }
+    }
+}
+
+/// The rows a `ScatterND` without a reduction writes, when its index tuples are one coordinate
+/// each, an arithmetic progression `a + s r` (`r < k`) counted from the data's first axis (a
+/// negative index counts from its end): `(a, s, k)`.
+fn scattered_rows(
+    g: &Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    node: &Node,
+    from: &[u64],
+) -> Option<(i64, i64, u64)> {
+    if node
+        .attr("reduction")
+        .is_some_and(|r| !matches!(r, memplan_ir::graph::AttrValue::String(s) if s == b"none"))
+    {
+        return None;
+    }
+    let idx = index_in_axis(
+        g,
+        facts,
+        dims,
+        node.inputs.get(1).copied().flatten()?,
+        *from.first()?,
+    )?;
+    // Index tuples of one coordinate: indices `[K, 1]`.
+    let [k, 1] = idx.shape[..] else {
+        return None;
+    };
+    Some((idx.offset, idx.coef[0], k))
+}
+
 /// The coordinates in the input that `node` (making a value of `to`, these coordinates `c` in
 /// it) reads each traced element from, with that input's slot: one of its inputs alone.
 fn back(
@@ -112,7 +261,7 @@ fn back(
     dims: &BTreeMap<String, i64>,
     node: &Node,
     c: &Coords,
-) -> Option<(usize, Coords)> {
+) -> Option<(usize, At)> {
     let input = |k: usize| node.inputs.get(k).copied().flatten();
     let shape_of = |k: usize| facts.get(input(k)?).shape_at(dims);
     let from = shape_of(0)?;
@@ -120,7 +269,7 @@ fn back(
     match ops::lookup(node)?.moves? {
         Moves::Order => {
             let to = out_shape(node, facts, dims)?;
-            Some((0, Coords::split(&c.flat(&to)?, &from)?))
+            Some((0, At::split(c.flat(&to)?, &from)))
         }
         Moves::Permuted => {
             let perm = transpose_perm(node, rank);
@@ -128,7 +277,7 @@ fn back(
             for (k, &p) in perm.iter().enumerate() {
                 w[usize::try_from(p).ok().filter(|&p| p < rank)?] = c.0.get(k)?.clone();
             }
-            (perm.len() == rank).then_some((0, Coords(w)))
+            (perm.len() == rank).then_some((0, At::Coords(Coords(w))))
         }
         Moves::Strided => {
             if c.0.len() != rank {
@@ -142,7 +291,7 @@ fn back(
                     *v = v.checked_mul(st)?;
                 }
             }
-            Some((0, w))
+            Some((0, At::Coords(w)))
         }
         Moves::Indexed => {
             let a = norm(attr_int(node, "axis", 0), rank)?;
@@ -164,9 +313,11 @@ fn back(
             }
             w.push(at);
             w.extend_from_slice(c.0.get(a + q..)?);
-            (w.len() == rank).then_some((0, Coords(w)))
+            (w.len() == rank).then_some((0, At::Coords(Coords(w))))
         }
-        Moves::Scatters => scatter_back(g, facts, dims, node, c, &from),
+        Moves::Scatters => {
+            scatter_back(g, facts, dims, node, c, &from).map(|(slot, c)| (slot, At::Coords(c)))
+        }
     }
 }
 
@@ -182,28 +333,10 @@ fn scatter_back(
     c: &Coords,
     from: &[u64],
 ) -> Option<(usize, Coords)> {
-    if node
-        .attr("reduction")
-        .is_some_and(|r| !matches!(r, memplan_ir::graph::AttrValue::String(s) if s == b"none"))
-    {
-        return None;
-    }
-    // Rows counted from the data's first axis (a negative index counts from its end).
-    let idx = index_in_axis(
-        g,
-        facts,
-        dims,
-        node.inputs.get(1).copied().flatten()?,
-        *from.first()?,
-    )?;
-    // Index tuples of one coordinate: indices `[K, 1]`.
-    let [k, 1] = idx.shape[..] else {
-        return None;
-    };
-    let (a, s) = (idx.offset, idx.coef[0]);
+    let (a, s, k) = scattered_rows(g, facts, dims, node, from)?;
     let first = c.0.first()?;
     let (lo, hi) = first.range();
-    let (ilo, ihi) = idx.range();
+    let (ilo, ihi) = (a.min(a + s * (k as i64 - 1)), a.max(a + s * (k as i64 - 1)));
     if hi < ilo || lo > ihi {
         return Some((0, c.clone()));
     }
@@ -238,7 +371,7 @@ fn read_back(
     if shape.contains(&0) {
         return None;
     }
-    let mut c = Coords::identity(&shape);
+    let mut at = At::Coords(Coords::identity(&shape));
     let mut v = f;
     let mut scattered = false;
     // At most as many steps as nodes: each step goes to an earlier node.
@@ -247,12 +380,15 @@ fn read_back(
         if !node.is_onnx_domain() || node.subgraphs().next().is_some() {
             return None;
         }
-        let (slot, w) = back(g, facts, dims, node, &c)?;
+        let (slot, w) = match &at {
+            At::Coords(c) => back(g, facts, dims, node, c)?,
+            At::Digits(d) => back_digits(g, facts, dims, node, d)?,
+        };
         scattered |= slot == 2;
         v = node.inputs.get(slot).copied().flatten()?;
-        c = w;
+        at = w;
         let vs = facts.get(v).shape_at(dims)?;
-        if scattered && vs == shape && c.is_identity(&shape) {
+        if scattered && vs == shape && matches!(&at, At::Coords(c) if c.is_identity(&shape)) {
             return Some(v);
         }
     }
@@ -377,5 +513,71 @@ mod tests {
             assert_eq!(m.graph.value(node.inputs[0].unwrap()).name, g.value(u).name);
             assert!(m.graph.nodes.iter().any(|n| n.op == "ScatterND"));
         }
+    }
+
+    /// A relative shift read back, as dynamo writes Funnel's `positional_attn *= cls_mask`:
+    /// scores `e [S, 2S]` as a base `b [2S, S]`, its shifted view `v = b[1:]` read as `[S, 2S - 1]`,
+    /// whose first `S` columns are doubled (`u`) and written back into the view (a scatter of
+    /// rows of it transposed), the view written back into the base's rows `1..`, and the shifted
+    /// view read again from the base: `y`, its first `S` columns, is `u`; `z`, columns `1..S + 1`,
+    /// straddles what was written. The rows of the shifted view are not affine in `y`'s index
+    /// (`2i` or `2i + 1` by whether `j >= i`), so the trace goes through them as digits.
+    #[test]
+    fn a_shifted_view_read_back_through_its_reshape_is_the_update() {
+        let s = 4i64;
+        let mut g = Graph::default();
+        let dims = vec![DeclDim::Value(s), DeclDim::Value(2 * s)];
+        let e = g.add_input("e", DeclType::tensor(DataType::F32, dims));
+        let c = |g: &mut Graph, name: &str, v: &[i64]| ints(g, name, vec![v.len() as u64], v);
+        let (base_shape, view_shape) = (
+            c(&mut g, "bs", &[2 * s, s]),
+            c(&mut g, "vs", &[s, 2 * s - 1]),
+        );
+        let (zero, one, big) = (
+            c(&mut g, "zero", &[0]),
+            c(&mut g, "one", &[1]),
+            c(&mut g, "big", &[i64::MAX]),
+        );
+        let (cols, cols1, sp1) = (
+            c(&mut g, "cols", &[s]),
+            c(&mut g, "axis1", &[1]),
+            c(&mut g, "sp1", &[s + 1]),
+        );
+        let shifted = |g: &mut Graph, base: ValueId| {
+            let rows = op(g, "Slice", &[base, one, big, zero], None);
+            op(g, "Reshape", &[rows, view_shape], None)
+        };
+        let b = op(&mut g, "Reshape", &[e, base_shape], None);
+        let v = shifted(&mut g, b);
+        let first = op(&mut g, "Slice", &[v, zero, cols, cols1], None);
+        let u = op(&mut g, "Add", &[first, first], None);
+        // u written into v's first S columns: rows of v transposed.
+        let (vt, ut) = (
+            op(&mut g, "Transpose", &[v], Some(vec![1, 0])),
+            op(&mut g, "Transpose", &[u], Some(vec![1, 0])),
+        );
+        let col_idx: Vec<i64> = (0..s).collect();
+        let ci = ints(&mut g, "ci", vec![s as u64, 1], &col_idx);
+        let v2t = op(&mut g, "ScatterND", &[vt, ci, ut], None);
+        let v2 = op(&mut g, "Transpose", &[v2t], Some(vec![1, 0]));
+        // The view written back into the base's rows 1...
+        let rows_shape = c(&mut g, "rs", &[2 * s - 1, s]);
+        let v2_rows = op(&mut g, "Reshape", &[v2, rows_shape], None);
+        let row_idx: Vec<i64> = (1..2 * s).collect();
+        let ri = ints(&mut g, "ri", vec![(2 * s - 1) as u64, 1], &row_idx);
+        let b2 = op(&mut g, "ScatterND", &[b, ri, v2_rows], None);
+        let again = shifted(&mut g, b2);
+        let y = op(&mut g, "Slice", &[again, zero, cols, cols1], None);
+        let z = op(&mut g, "Slice", &[again, one, sp1, cols1], None);
+        g.outputs = vec![y, z];
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let dims = BTreeMap::new();
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        let g = &model.graph;
+        assert_eq!(read_back(g, &facts, &dims, y), Some(u));
+        assert_eq!(read_back(g, &facts, &dims, z), None);
     }
 }
