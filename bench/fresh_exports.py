@@ -9,7 +9,9 @@ Swin-V2-T, MaxViT-T, GoogLeNet.
 A third batch (OUT=target/fresh3): transformers' GPT-Neo (local + global layers), CodeGen, GPTBigCode
 (multi-query), BioGPT, XGLM, ELECTRA, FNet (Fourier mixing), Mamba (selective scan).
 Later rounds: OpenAI GPT, ImageGPT (OUT=target/fresh4), Funnel (target/fresh5), ESMFold's trunk block,
-Longformer, BigBird (OUT=target/fresh6; BIGBIRD_S sets BigBird's traced length, default 1024).
+Longformer, BigBird (OUT=target/fresh6; BIGBIRD_S sets BigBird's traced length, default 1024),
+LongT5's encoder (transient-global attention; OUT=target/fresh11; LONGT5_S exports it static at
+that length, as its dynamo export needs).
 usage: python bench/fresh_exports.py NAME [legacy|dynamo|both]   (OUT=dir, default target/fresh)
 Writes $OUT/NAME_{legacy,dynamo}.onnx
 """
@@ -614,6 +616,24 @@ def bigbird():
     return text_encoder(BigBirdModel(cfg).eval(), seq=s, max_s=4096)
 
 
+
+def longt5():
+    """LongT5's encoder (google): transient-global attention, each block of 16 tokens attending to
+    its neighbours and to one summary token per block, with T5's bucketed relative position bias
+    computed per layer from the positions."""
+    from transformers import LongT5Config, LongT5EncoderModel
+    cfg = LongT5Config(vocab_size=1000, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4,
+                       local_radius=63, global_block_size=16, encoder_attention_type="transient-global")
+    m = LongT5EncoderModel(cfg).eval()
+    # torch.export fails on its blocks with a symbolic length: with env LONGT5_S the file is
+    # exported at that length, static.
+    s = os.environ.get("LONGT5_S")
+    if s is None:
+        return text_encoder(m, seq=256, max_s=4096)
+    mod, args, ins, outs, _, _ = text_encoder(m, seq=int(s))
+    return mod, args, ins, outs, None, None
+
+
 MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
               fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip,
               xlnet=xlnet, roformer=roformer, mpnet=mpnet, opt=opt, nystromformer=nystromformer,
@@ -622,7 +642,7 @@ MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=ph
               maxvit_t=maxvit_t, googlenet=googlenet,
               gpt_neo=gpt_neo, codegen=codegen, gpt_bigcode=gpt_bigcode, biogpt=biogpt, xglm=xglm,
               electra=electra, fnet=fnet, mamba=mamba, openai_gpt=openai_gpt, imagegpt=imagegpt, funnel=funnel,
-              esmfold_block=esmfold_block, longformer=longformer, led=led, bigbird=bigbird)
+              esmfold_block=esmfold_block, longformer=longformer, led=led, bigbird=bigbird, longt5=longt5)
 
 if __name__ == "__main__":
     name = sys.argv[1]

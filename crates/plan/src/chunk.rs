@@ -28,6 +28,7 @@
 //! chunking either one leaves the global peak where it is, but is still progress.
 
 mod boxes;
+mod broadcasts;
 mod freeze;
 mod gathers;
 mod positions;
@@ -652,7 +653,8 @@ pub(crate) fn nodes_as_gathers(
 }
 
 /// Nodes that the rewrites before chunking make only in part or write anew: the makers a
-/// selection is moved through (`sink`), and the scatters of a box (`boxes`). The floor takes them
+/// selection is moved through (`sink`), the scatters of a box (`boxes`), and the tiles that
+/// broadcast (`broadcasts`). The floor takes them
 /// as split as finely as it likes.
 pub(crate) fn nodes_rewritten_split(
     g: &memplan_ir::graph::Graph,
@@ -660,10 +662,11 @@ pub(crate) fn nodes_rewritten_split(
     dims: &BTreeMap<String, i64>,
 ) -> BTreeSet<NodeId> {
     let mut out = sink::moved_through(g, facts, dims);
-    out.extend(
-        g.node_ids()
-            .filter(|&n| boxes::scatters_a_box(g, facts, dims, g.node(n))),
-    );
+    out.extend(g.node_ids().filter(|&n| {
+        let node = g.node(n);
+        boxes::scatters_a_box(g, facts, dims, node)
+            || broadcasts::tile_as_expand(node, facts, dims).is_some()
+    }));
     out
 }
 
@@ -730,6 +733,11 @@ pub fn chunk_to_budget_with(
     // positions, values made already selected): a change even when no region is chunked.
     let mut lowered = false;
     if opts.budget.is_none_or(|b| peak > b) {
+        // A large `Tile` of axes of one element as the `Expand` it is, so regions split it.
+        if let Some(m) = broadcasts::tiles_as_expands(&cur, &facts, dims, peak / 64) {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
+        }
         // A large value made to keep a small selection of it (a mask built `[B, 1, S, S]` to
         // read one row) made already selected, where its makers split the axes selected.
         if let Some(m) = sink::selections_sunk(&cur, &facts, dims, peak / 64) {
