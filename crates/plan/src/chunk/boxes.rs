@@ -12,16 +12,16 @@
 //! same elements copied, so the same bits, no index grid, and every axis the box spans whole
 //! split by the slices' and concatenations' flows.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Names, Node, NodeId, ValueId};
+use memplan_ir::graph::{AttrValue, Attribute, Graph, Model, Node, ValueId};
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::axes::{attr_int, norm};
 use memplan_ir::ops::{self, Moves};
 
 use super::gathers::{fit, progression, Affine};
 use super::positions::known_ints;
-use super::rewrite::{axis_attr, Adder};
+use super::rewrite::{axis_attr, Adder, NewNode};
 
 /// Coordinate `k` of index tuples `v` (shape `[i_0, .., i_(m-1), q]`) as an affine map over the
 /// tuples' box `[i_0, .., i_(m-1)]`: known at `dims`, or one of the parts a `Concat` along the
@@ -116,12 +116,12 @@ pub(crate) fn scatters_a_box(
 }
 
 /// The nodes a box scatter becomes, built before it, named from the scatter's `base`.
-struct Builder<'a> {
-    add: Adder<'a>,
+struct Builder<'b, 'a> {
+    add: &'b mut Adder<'a>,
     base: String,
 }
 
-impl Builder<'_> {
+impl Builder<'_, '_> {
     fn ints(&mut self, what: &str, v: i64) -> ValueId {
         let name = format!("{}/box_{what}", self.base);
         self.add.ints(&name, vec![1], &[v])
@@ -192,66 +192,35 @@ pub(crate) fn scatters_as_boxes(
     min_bytes: u64,
 ) -> Option<Model> {
     let g = &model.graph;
-    let mut out = g.clone();
-    let mut names = Names::of(g);
-    let mut before: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
-    let mut unread = Vec::new();
-    let mut changed = false;
-    for id in g.node_ids() {
-        let node = g.node(id);
-        let Some(y) = node.outputs.first().copied().flatten() else {
-            continue;
-        };
+    super::rewrite::rewrite_nodes(model, |node, add| {
+        let y = node.outputs.first().copied().flatten()?;
         // The grid is the larger: 8 bytes per coordinate.
         let big = |v: Option<ValueId>| {
             v.is_some_and(|v| super::rewrite::holds_at_least(facts, dims, v, min_bytes))
         };
         if !big(Some(y)) && !big(node.inputs.get(1).copied().flatten()) {
-            continue;
+            return None;
         }
-        let Some((data, u, cuts)) = scattered_box(g, facts, dims, node) else {
-            continue;
-        };
-        let Some(shape) = facts.get(data).shape_at(dims) else {
-            continue;
-        };
-        unread.extend(node.input_ids());
-        let mut added = Vec::new();
+        let (data, u, cuts) = scattered_box(g, facts, dims, node)?;
+        let shape = facts.get(data).shape_at(dims)?;
+        if cuts.is_empty() {
+            return Some(NewNode {
+                op: "Identity",
+                inputs: vec![Some(u)],
+                attrs: Vec::new(),
+            });
+        }
         let mut b = Builder {
-            add: Adder {
-                out: &mut out,
-                names: &mut names,
-                added: &mut added,
-            },
+            add,
             base: node.name.clone(),
         };
-        let (op, inputs, attrs) = if cuts.is_empty() {
-            ("Identity", vec![Some(u)], Vec::new())
-        } else {
-            let (ps, axis) = b.parts(data, &shape, &cuts, u);
-            (
-                "Concat",
-                ps.into_iter().map(Some).collect(),
-                vec![axis_attr(axis)],
-            )
-        };
-        before.insert(id.index(), added);
-        changed = true;
-        let n = &mut out.nodes[id.index()];
-        n.op = op.into();
-        n.inputs = inputs;
-        n.attrs = attrs;
-    }
-    if !changed {
-        return None;
-    }
-    Some(super::rewrite::finish(
-        model,
-        &out,
-        &before,
-        BTreeSet::new(),
-        unread,
-    ))
+        let (ps, axis) = b.parts(data, &shape, &cuts, u);
+        Some(NewNode {
+            op: "Concat",
+            inputs: ps.into_iter().map(Some).collect(),
+            attrs: vec![axis_attr(axis)],
+        })
+    })
 }
 
 #[cfg(test)]

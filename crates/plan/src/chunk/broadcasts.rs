@@ -5,13 +5,13 @@
 //! repeated ones reading the input whole) and each chunk's clone reads a target shape of its own.
 //! The same elements are copied, so the bits are the same.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use memplan_ir::graph::{Model, Names, Node, ValueId};
+use memplan_ir::graph::{Model, Node, ValueId};
 use memplan_ir::infer::Facts;
-use memplan_ir::TensorData;
 
 use super::positions::known_input;
+use super::rewrite::{holds_at_least, rewrite_nodes, NewNode};
 
 /// For a `Tile` whose repeats are known at `dims` and repeat only axes of one element: its input
 /// and its output shape there.
@@ -48,49 +48,28 @@ pub(crate) fn tiles_as_expands(
     dims: &BTreeMap<String, i64>,
     min_bytes: u64,
 ) -> Option<Model> {
-    let g = &model.graph;
-    let mut out = g.clone();
-    let mut names = Names::of(g);
-    let mut unread: Vec<ValueId> = Vec::new();
-    let mut changed = false;
-    for id in g.node_ids() {
-        let node = g.node(id);
-        let Some(y) = node.outputs.first().copied().flatten() else {
-            continue;
-        };
-        if !super::rewrite::holds_at_least(facts, dims, y, min_bytes) {
-            continue;
+    rewrite_nodes(model, |node, add| {
+        let y = node.outputs.first().copied().flatten()?;
+        if !holds_at_least(facts, dims, y, min_bytes) {
+            return None;
         }
-        let Some((x, shape)) = tile_as_expand(node, facts, dims) else {
-            continue;
-        };
+        let (x, shape) = tile_as_expand(node, facts, dims)?;
         let to: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-        let name = names.fresh(&format!("{}/shape", node.name));
-        let target = out.add_initializer(TensorData::from_i64(name, vec![to.len() as u64], &to));
-        unread.extend(node.input_ids().filter(|&v| v != x));
-        changed = true;
-        let n = &mut out.nodes[id.index()];
-        n.op = "Expand".into();
-        n.inputs = vec![Some(x), Some(target)];
-        n.attrs.clear();
-    }
-    if !changed {
-        return None;
-    }
-    Some(super::rewrite::finish(
-        model,
-        &out,
-        &BTreeMap::new(),
-        BTreeSet::new(),
-        unread,
-    ))
+        let base = format!("{}/shape", node.name);
+        let target = add.ints(&base, vec![to.len() as u64], &to);
+        Some(NewNode {
+            op: "Expand",
+            inputs: vec![Some(x), Some(target)],
+            attrs: Vec::new(),
+        })
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use memplan_ir::graph::{DeclDim, DeclType, Graph};
-    use memplan_ir::DataType;
+    use memplan_ir::{DataType, TensorData};
 
     /// `Tile(x, reps)` of `x` of `shape`: its nodes' ops after the rewrite (`None`: not rewritten).
     fn rewritten(shape: &[i64], reps: &[i64]) -> Option<Vec<String>> {

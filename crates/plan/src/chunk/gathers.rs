@@ -33,6 +33,7 @@ use memplan_ir::ops::{self, Moves};
 use memplan_ir::TensorData;
 
 use super::positions::{known_input, known_ints, slice_bounds};
+use super::rewrite::NewNode;
 
 /// A map from an element index of a value (of `shape`) to the flat offset, in the chain's input,
 /// of the element it copies: `offset + sum_k coef[k] * o[k]`.
@@ -568,7 +569,7 @@ pub(crate) fn movements_as_gathers(
         before.insert(end.index(), vec![add_id]);
         let node = &mut out.nodes[end.index()];
         unread.extend(node.input_ids());
-        become_gather(node, "GatherElements", c.x, outs[0], c.axis);
+        gather("GatherElements", c.x, outs[0], c.axis).replace(node);
         for &n in &c.nodes[..c.nodes.len() - 1] {
             unread.extend(g.node(n).input_ids());
             gone.insert(n);
@@ -591,42 +592,22 @@ pub(crate) fn slices_as_gathers(
     dims: &BTreeMap<String, i64>,
     min_bytes: u64,
 ) -> Option<Model> {
-    let g = &model.graph;
-    let mut out = g.clone();
-    let mut names = Names::of(g);
-    let mut unread: Vec<ValueId> = Vec::new();
-    let mut changed = false;
-    for id in g.node_ids() {
-        let node = g.node(id);
-        let Some((x, axis, positions)) = cut_positions(node, facts, dims, min_bytes) else {
-            continue;
-        };
-        let name = names.fresh(&format!("{}/positions", node.name));
-        let len = positions.len() as u64;
-        let idx = out.add_initializer(TensorData::from_i64(name, vec![len], &positions));
-        changed = true;
-        unread.extend(node.input_ids().filter(|&v| v != x));
-        become_gather(&mut out.nodes[id.index()], "Gather", x, idx, axis);
-    }
-    if !changed {
-        return None;
-    }
-    Some(super::rewrite::finish(
-        model,
-        &out,
-        &BTreeMap::new(),
-        BTreeSet::new(),
-        unread,
-    ))
+    super::rewrite::rewrite_nodes(model, |node, add| {
+        let (x, axis, positions) = cut_positions(node, facts, dims, min_bytes)?;
+        let base = format!("{}/positions", node.name);
+        let idx = add.ints(&base, vec![positions.len() as u64], &positions);
+        Some(gather("Gather", x, idx, axis))
+    })
 }
 
-/// Rewrites `node` in place (its name and outputs kept) as gather op `op` (`Gather` or
-/// `GatherElements`) of `x` at `index` along `axis`.
-fn become_gather(node: &mut Node, op: &str, x: ValueId, index: ValueId, axis: usize) {
-    node.op = op.into();
-    node.domain = String::new();
-    node.inputs = vec![Some(x), Some(index)];
-    node.attrs = vec![super::rewrite::axis_attr(axis)];
+/// Gather op `op` (`Gather` or `GatherElements`) of `x` at `index` along `axis`, as a node
+/// rewritten in place becomes.
+fn gather(op: &'static str, x: ValueId, index: ValueId, axis: usize) -> NewNode {
+    NewNode {
+        op,
+        inputs: vec![Some(x), Some(index)],
+        attrs: vec![super::rewrite::axis_attr(axis)],
+    }
 }
 
 /// For a slice ([`Moves::Strided`]) of at least `min_bytes` that copies and cuts one axis of its

@@ -430,6 +430,60 @@ impl Adder<'_> {
     }
 }
 
+/// What a node rewritten in place becomes (its name and outputs kept): an op of the default
+/// domain over `inputs` with `attrs`.
+pub(crate) struct NewNode {
+    pub op: &'static str,
+    pub inputs: Vec<Option<ValueId>>,
+    pub attrs: Vec<Attribute>,
+}
+
+impl NewNode {
+    /// Writes `node` anew as this (its name and outputs kept).
+    pub fn replace(self, node: &mut Node) {
+        node.op = self.op.into();
+        node.domain = String::new();
+        node.inputs = self.inputs;
+        node.attrs = self.attrs;
+    }
+}
+
+/// A rewrite before chunking that writes nodes anew in place: `each` is asked of every node, with
+/// an [`Adder`] for the nodes and constants it needs (they go right before it), and gives what the
+/// node becomes, or `None`, having added nothing, to leave it. The values the rewritten nodes
+/// read before and no longer read, and what only they made, are dropped ([`finish`]). `None`
+/// when no node is rewritten.
+pub(crate) fn rewrite_nodes(
+    model: &Model,
+    mut each: impl FnMut(&Node, &mut Adder) -> Option<NewNode>,
+) -> Option<Model> {
+    let g = &model.graph;
+    let mut out = g.clone();
+    let mut names = Names::of(g);
+    let mut before: BTreeMap<usize, Vec<NodeId>> = BTreeMap::new();
+    let mut unread = Vec::new();
+    let mut changed = false;
+    for id in g.node_ids() {
+        let node = g.node(id);
+        let mut added = Vec::new();
+        let mut add = Adder {
+            out: &mut out,
+            names: &mut names,
+            added: &mut added,
+        };
+        let Some(new) = each(node, &mut add) else {
+            continue;
+        };
+        changed = true;
+        unread.extend(node.input_ids());
+        if !added.is_empty() {
+            before.insert(id.index(), added);
+        }
+        new.replace(&mut out.nodes[id.index()]);
+    }
+    changed.then(|| finish(model, &out, &before, BTreeSet::new(), unread))
+}
+
 /// An `axis` attribute (a `Concat`'s, a `Gather`'s, the slices' and gathers' rewrites write).
 pub(crate) fn axis_attr(axis: usize) -> Attribute {
     Attribute {
