@@ -491,20 +491,9 @@ mod tests {
             let back = op(&mut g, "Transpose", &[s], Some(vec![1, 0]));
             let y = op(&mut g, "Slice", &[back, sa, sb, one], None);
             let z = op(&mut g, "Slice", &[back, am1, sb, one], None);
-            g.outputs = vec![y, z];
-            let model = Model {
-                graph: g,
-                ..Model::default()
-            };
-            let dims = BTreeMap::new();
-            let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
-            let g = &model.graph;
-            assert_eq!(
-                read_back(g, &facts, &dims, y),
-                Some(u),
-                "negative {negative}"
-            );
-            assert_eq!(read_back(g, &facts, &dims, z), None, "negative {negative}");
+            let (model, facts, reads) = read_backs(g, y, z);
+            assert_eq!(reads, [Some(u), None], "negative {negative}");
+            let (g, dims) = (&model.graph, BTreeMap::new());
             // Written: `y` an `Identity` of `u`; the scatter stays, `z` reads it.
             let m = forward_scattered_reads(&model, &facts, &dims, 0).unwrap();
             let yn = m.graph.producer(m.graph.outputs[0]).unwrap();
@@ -569,6 +558,11 @@ mod tests {
         let again = shifted(&mut g, b2);
         let y = op(&mut g, "Slice", &[again, zero, cols, cols1], None);
         let z = op(&mut g, "Slice", &[again, one, sp1, cols1], None);
+        assert_eq!(read_backs(g, y, z).2, [Some(u), None]);
+    }
+
+    /// The model of `g` with outputs `y` and `z`, its facts at no dims, and what each reads back.
+    fn read_backs(mut g: Graph, y: ValueId, z: ValueId) -> (Model, Facts, [Option<ValueId>; 2]) {
         g.outputs = vec![y, z];
         let model = Model {
             graph: g,
@@ -577,7 +571,7 @@ mod tests {
         let dims = BTreeMap::new();
         let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
         let g = &model.graph;
-        assert_eq!(read_back(g, &facts, &dims, y), Some(u));
-        assert_eq!(read_back(g, &facts, &dims, z), None);
+        let reads = [y, z].map(|v| read_back(g, &facts, &dims, v));
+        (model, facts, reads)
     }
 }
