@@ -11,7 +11,8 @@ A third batch (OUT=target/fresh3): transformers' GPT-Neo (local + global layers)
 Later rounds: OpenAI GPT, ImageGPT (OUT=target/fresh4), Funnel (target/fresh5), ESMFold's trunk block,
 Longformer, BigBird (OUT=target/fresh6; BIGBIRD_S sets BigBird's traced length, default 1024),
 LongT5's encoder (transient-global attention; OUT=target/fresh11; LONGT5_S exports it static at
-that length, as its dynamo export needs).
+that length, as its dynamo export needs), PEGASUS-X's encoder (block-local attention with global
+tokens; OUT=target/fresh11).
 usage: python bench/fresh_exports.py NAME [legacy|dynamo|both]   (OUT=dir, default target/fresh)
 Writes $OUT/NAME_{legacy,dynamo}.onnx
 """
@@ -634,6 +635,18 @@ def longt5():
     return mod, args, ins, outs, None, None
 
 
+
+def pegasus_x():
+    """PEGASUS-X's encoder (google): block-local attention over blocks of 64 tokens, staggered every
+    other layer, plus global tokens every token attends to."""
+    from transformers import PegasusXConfig, PegasusXModel
+    cfg = PegasusXConfig(vocab_size=1000, d_model=128, encoder_layers=2, decoder_layers=1,
+                         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=256,
+                         decoder_ffn_dim=256, num_global_tokens=16, block_size=64,
+                         stagger_local_blocks=True, max_position_embeddings=4096)
+    return text_encoder(PegasusXModel(cfg).eval().get_encoder(), seq=256, max_s=4096)
+
+
 MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
               fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip,
               xlnet=xlnet, roformer=roformer, mpnet=mpnet, opt=opt, nystromformer=nystromformer,
@@ -642,7 +655,7 @@ MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=ph
               maxvit_t=maxvit_t, googlenet=googlenet,
               gpt_neo=gpt_neo, codegen=codegen, gpt_bigcode=gpt_bigcode, biogpt=biogpt, xglm=xglm,
               electra=electra, fnet=fnet, mamba=mamba, openai_gpt=openai_gpt, imagegpt=imagegpt, funnel=funnel,
-              esmfold_block=esmfold_block, longformer=longformer, led=led, bigbird=bigbird, longt5=longt5)
+              esmfold_block=esmfold_block, longformer=longformer, led=led, bigbird=bigbird, longt5=longt5, pegasus_x=pegasus_x)
 
 if __name__ == "__main__":
     name = sys.argv[1]
