@@ -36,7 +36,6 @@ pub(crate) struct Base<'a> {
     pub bytes: Vec<u64>,
     /// Whether each node's output 0 is a view of its input 0.
     pub view: Vec<bool>,
-    pub scratch: Vec<u64>,
     pub peak: u64,
     /// The step (= node index) of the peak.
     pub peak_step: Option<usize>,
@@ -44,8 +43,6 @@ pub(crate) struct Base<'a> {
     pub per_step: Vec<u64>,
     /// Buffers live at the peak: (owning value or scratch node label, bytes), largest first.
     pub live: Vec<(String, u64)>,
-    /// Whether each node is a `Concat` assembled in place.
-    pub assembled: Vec<bool>,
     /// Each node as [`predict`] simulates it, made once for every candidate of a step.
     nodes: Vec<ANode>,
     /// Memory rules evaluated at chunk shapes so far.
@@ -158,8 +155,17 @@ impl<'a> Base<'a> {
                     .map(|o| o.map(|v| v.index() as u32))
                     .collect(),
                 view: t.node_is_view[i],
-                scratch: if assembled[i] { 0 } else { scratch[i] },
+                scratch: scratch[i],
                 assembled: assembled[i],
+                joins: {
+                    let (ins, outs) = facts.node_io(node);
+                    let all: Option<Vec<u32>> = node
+                        .inputs
+                        .iter()
+                        .map(|v| v.map(|v| v.index() as u32))
+                        .collect();
+                    all.filter(|_| ops::axes::concat_in_place(node, &ins, &outs))
+                },
             })
             .collect();
         Ok(Base {
@@ -169,15 +175,19 @@ impl<'a> Base<'a> {
             consumers: g.consumers(),
             bytes,
             view: t.node_is_view,
-            scratch,
             peak: p.peak_bytes,
             peak_step: p.peak_step,
             per_step: p.per_step.clone(),
             live,
-            assembled,
             nodes,
             cache: RefCell::default(),
         })
+    }
+
+    /// Whether node `i` is a `Concat` assembled in place.
+    #[cfg(test)]
+    pub fn assembled(&self, i: usize) -> bool {
+        self.nodes[i].assembled
     }
 
     fn eval(&self, e: &Expr) -> Result<u64, ChunkError> {
@@ -216,9 +226,13 @@ struct ANode {
     input0: Option<u32>,
     outputs: Vec<Option<u32>>,
     view: bool,
+    /// Scratch bytes when not assembled in place (an assembled node has none).
     scratch: u64,
     /// A `Concat` whose output is assembled in place from its inputs.
     assembled: bool,
+    /// For a `Concat` whose inputs are contiguous runs of its output: its inputs in order (what
+    /// [`assemble`] decides it on).
+    joins: Option<Vec<u32>>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -292,7 +306,6 @@ pub(crate) fn predict(
     cost: &CostModel,
 ) -> Result<Prediction, ChunkError> {
     let g = base.g;
-    let nv = g.values.len();
     let width = |c: u32| em.width(c);
     // The value table: original values first, then the new ones in the order they are made.
     let mut t = Table {
@@ -317,9 +330,10 @@ pub(crate) fn predict(
     let mut new_nodes: Vec<ANode> = Vec::with_capacity(em.steps.len());
     let mut copied = 0u64;
     let mut seconds = 0.0f64;
-    let mut assembled_out: Vec<Option<bool>> = vec![None; nv];
-    // The new values, by who made them, and those an assembled clone took (see `Pieces`).
-    let mut pieces = Pieces::default();
+    // The new `Concat`s whose inputs are contiguous runs of their output, by their index among the
+    // new nodes: seconds and bytes copied when not assembled in place, seconds when assembled
+    // (decided once the order is known, see `assemble`).
+    let mut joins: Vec<(usize, f64, u64, f64)> = Vec::new();
     for step in &em.steps {
         match step {
             Emit::Slice { chunk, value, axis } => {
@@ -362,7 +376,6 @@ pub(crate) fn predict(
                     t.wire(b, 8, true);
                 }
                 let out = t.wire(Wire::Chunk(c, v), scaled(v, c), false);
-                pieces.made(out, new_nodes.len(), view, false);
                 if !view {
                     copied += scaled(v, c);
                 }
@@ -379,6 +392,7 @@ pub(crate) fn predict(
                     view,
                     scratch,
                     assembled: false,
+                    joins: None,
                 });
             }
             Emit::Clone {
@@ -436,8 +450,8 @@ pub(crate) fn predict(
                 let (
                     Mem {
                         view,
-                        mut scratch,
-                        seconds: mut s,
+                        scratch,
+                        seconds: s,
                     },
                     in_place,
                 ) = cache.clone[&key];
@@ -462,16 +476,14 @@ pub(crate) fn predict(
                     }
                     reads.push(id);
                 }
-                // A clone of a `Concat` whose inputs are contiguous runs of its output is assembled
-                // in place as the simulator assembles one (see `Pieces::assemble`).
-                let assembled = assemble
-                    && in_place
-                    && reads.len() == inputs.len()
-                    && pieces.assemble(&reads, nv)?;
-                if assembled {
-                    (scratch, s) = (0, cost.view_seconds);
+                // A clone of a `Concat` whose inputs are contiguous runs of its output may be
+                // assembled in place (see `assemble`).
+                let joined = (in_place && reads.len() == inputs.len()).then(|| reads.clone());
+                if joined.is_some() {
+                    joins.push((new_nodes.len(), s, 0, cost.view_seconds));
+                } else {
+                    seconds += s;
                 }
-                seconds += s;
                 reads.sort_unstable();
                 reads.dedup();
                 let outputs: Vec<Option<u32>> = node
@@ -479,25 +491,14 @@ pub(crate) fn predict(
                     .iter()
                     .map(|o| o.map(|v| t.wire(Wire::Chunk(c, v), scaled(v, c), false)))
                     .collect();
-                for (slot, o) in outputs.iter().enumerate() {
-                    if let Some(o) = *o {
-                        pieces.made(o, new_nodes.len(), view && slot == 0, assembled);
-                    }
-                }
-                // A view's output cannot be written into an assembled output, nor can an
-                // assembled one.
-                if view || assembled {
-                    if let Some(Some(y)) = node.outputs.first() {
-                        assembled_out[y.index()] = Some(false);
-                    }
-                }
                 new_nodes.push(ANode {
                     reads,
                     input0,
                     outputs,
                     view,
                     scratch,
-                    assembled,
+                    assembled: false,
+                    joins: joined,
                 });
             }
             Emit::Concat { value, axis } => {
@@ -511,28 +512,23 @@ pub(crate) fn predict(
                     .collect();
                 let node = concat_node(*axis, pieces_of_v.len());
                 let ins: Vec<Option<&Fact>> = piece_facts.iter().map(Some).collect();
-                let can = assemble
-                    && assembled_out[v.index()] != Some(false)
-                    && !pieces.any_taken(&pieces_of_v)
-                    && ops::axes::concat_in_place(&node, &ins, &[Some(f)]);
-                let (scratch, s) = if can {
-                    (0, cost.view_seconds)
+                let in_place = ops::axes::concat_in_place(&node, &ins, &[Some(f)]);
+                let m = mem_of(base, cost, &node, &ins, &[Some(f)])?;
+                let bytes = base.bytes[v.index()];
+                if in_place {
+                    joins.push((new_nodes.len(), m.seconds, bytes, cost.view_seconds));
                 } else {
-                    let m = mem_of(base, cost, &node, &ins, &[Some(f)])?;
-                    (m.scratch, m.seconds)
-                };
-                seconds += s;
-                assembled_out[v.index()] = Some(can);
-                if !can {
-                    copied += base.bytes[v.index()];
+                    seconds += m.seconds;
+                    copied += bytes;
                 }
                 new_nodes.push(ANode {
-                    reads: pieces_of_v,
+                    reads: pieces_of_v.clone(),
                     input0: None,
                     outputs: vec![Some(v.index() as u32)],
                     view: false,
-                    scratch,
-                    assembled: can,
+                    scratch: m.scratch,
+                    assembled: false,
+                    joins: in_place.then_some(pieces_of_v),
                 });
             }
         }
@@ -555,26 +551,16 @@ pub(crate) fn predict(
     // The original position of each listed node; the new ones take the last region node's.
     let mut origin: Vec<usize> = Vec::with_capacity(g.nodes.len() + added);
     let mut new_nodes = Some(new_nodes);
-    for (i, node) in g.nodes.iter().enumerate() {
+    // Where the new nodes start in the list.
+    let mut new_at = 0;
+    for (i, _) in g.nodes.iter().enumerate() {
         let id = NodeId::from_index(i);
         if !region.nodes.contains(&id) || region.keep.contains(&id) {
             origin.push(i);
-            // A `Concat` made of a region output that is now itself assembled is not any more.
-            let unassembled = base.assembled[i]
-                && node
-                    .input_ids()
-                    .any(|v| assembled_out[v.index()] == Some(true));
-            list.push(if unassembled {
-                Cow::Owned(ANode {
-                    scratch: base.scratch[i],
-                    assembled: false,
-                    ..base.nodes[i].clone()
-                })
-            } else {
-                Cow::Borrowed(&base.nodes[i])
-            });
+            list.push(Cow::Borrowed(&base.nodes[i]));
         }
         if i == em.last {
+            new_at = list.len();
             list.extend(
                 new_nodes
                     .take()
@@ -610,9 +596,23 @@ pub(crate) fn predict(
     } else {
         topological(&list, &producer)?
     };
-    // The clones assembled were decided in the order the rewrite makes them; the simulator decides
-    // over the sorted order, which keeps it where no kept node stands between.
-    pieces.check_order(&list, &order, &producer)?;
+    // Which `Concat`s are assembled in place, by the simulator's rule over this order; what the new
+    // ones cost follows.
+    let outputs: BTreeSet<u32> = g.outputs.iter().map(|v| v.index() as u32).collect();
+    let chosen = assemble_in(&list, &order, &producer, &outputs, assemble);
+    for (a, n) in list.iter_mut().enumerate() {
+        if n.assembled != chosen[a] {
+            n.to_mut().assembled = chosen[a];
+        }
+    }
+    for &(k, whole, bytes, view) in &joins {
+        if chosen[new_at + k] {
+            seconds += view;
+        } else {
+            seconds += whole;
+            copied += bytes;
+        }
+    }
     // The simulator's rules over that order.
     let steps = order.len();
     let mut buf = vec![NONE; nvals];
@@ -640,7 +640,7 @@ pub(crate) fn predict(
     for (s, &a) in order.iter().enumerate() {
         let n = &list[a as usize];
         in_window[s] = window.contains(&origin[a as usize]);
-        scratch[s] = n.scratch;
+        scratch[s] = if n.assembled { 0 } else { n.scratch };
         for (slot, o) in n.outputs.iter().enumerate() {
             let Some(o) = *o else { continue };
             let src = n.input0.map_or(NONE, |i| buf[i as usize]);
@@ -711,82 +711,56 @@ pub(crate) fn predict(
     })
 }
 
-/// The new values' makers, for deciding which clones of a `Concat` are assembled in place by the
-/// simulator's rule ([`memplan_sim::timeline::assemblable`]): every input made by a node, each
-/// once, in the order the inputs are listed, by a node that is neither a view nor an assembled
-/// `Concat`, and not already a piece of another assembled `Concat`.
-#[derive(Default)]
-struct Pieces {
-    /// New value -> (its maker's position among the new nodes, made as a view, made assembled).
-    makers: BTreeMap<u32, (usize, bool, bool)>,
-    /// The values an assembled clone writes in place.
-    taken: BTreeSet<u32>,
-}
-
-impl Pieces {
-    fn made(&mut self, value: u32, at: usize, view: bool, assembled: bool) {
-        self.makers.insert(value, (at, view, assembled));
+/// Which nodes of `list` run in `order` are `Concat`s assembled in place: the simulator's rule
+/// ([`memplan_sim::timeline::assemblable`]) over the same order. A `Concat` whose inputs are
+/// contiguous runs of its output is assembled where every input is made by a node, each once, in
+/// the order the inputs are listed, by a node that is neither a view (of that output) nor an
+/// assembled `Concat`, and is neither a graph output nor a piece of an assembled `Concat` before.
+fn assemble_in(
+    list: &[Cow<ANode>],
+    order: &[u32],
+    producer: &[u32],
+    outputs: &BTreeSet<u32>,
+    assemble: bool,
+) -> Vec<bool> {
+    let mut chosen = vec![false; list.len()];
+    if !assemble {
+        return chosen;
     }
-
-    fn any_taken(&self, values: &[u32]) -> bool {
-        values.iter().any(|v| self.taken.contains(v))
+    let mut step = vec![0usize; list.len()];
+    for (s, &a) in order.iter().enumerate() {
+        step[a as usize] = s;
     }
-
-    /// Whether a clone reading `ins` (value indices, in input order) is assembled, taking its
-    /// inputs when it is. An original value read whole is not modelled (an error: the
-    /// region is not predicted).
-    fn assemble(&mut self, ins: &[u32], originals: usize) -> Result<bool, ChunkError> {
-        if ins.iter().any(|&v| (v as usize) < originals) {
-            return Err(ChunkError::Region(
-                "a Concat in the region reads a value whole and its output in place".into(),
-            ));
-        }
+    let mut taken: BTreeSet<u32> = BTreeSet::new();
+    for &a in order {
+        let n = &list[a as usize];
+        let (Some(pieces), Some(Some(_))) = (&n.joins, n.outputs.first()) else {
+            continue;
+        };
         let mut seen = BTreeSet::new();
         let mut prev = 0;
-        for &v in ins {
-            let Some(&(at, view, assembled)) = self.makers.get(&v) else {
-                return Ok(false);
+        let ok = pieces.iter().all(|&v| {
+            let Some(&q) = producer.get(v as usize).filter(|&&q| q != NONE) else {
+                return false;
             };
+            let made = &list[q as usize];
+            let view = made.view && made.outputs.first() == Some(&Some(v));
+            let at = step[q as usize];
             let in_order = at >= prev;
             prev = at;
-            if !seen.insert(v) || view || assembled || self.taken.contains(&v) || !in_order {
-                return Ok(false);
-            }
+            seen.insert(v)
+                && !view
+                && !chosen[q as usize]
+                && !outputs.contains(&v)
+                && !taken.contains(&v)
+                && in_order
+        });
+        if ok {
+            taken.extend(seen);
+            chosen[a as usize] = true;
         }
-        self.taken.extend(seen);
-        Ok(true)
     }
-
-    /// An error when an assembled node's pieces are not made in their listed order in `order`
-    /// (the simulator would not assemble it).
-    fn check_order(
-        &self,
-        list: &[Cow<ANode>],
-        order: &[u32],
-        producer: &[u32],
-    ) -> Result<(), ChunkError> {
-        if self.taken.is_empty() {
-            return Ok(());
-        }
-        let mut step = vec![0usize; list.len()];
-        for (s, &a) in order.iter().enumerate() {
-            step[a as usize] = s;
-        }
-        for n in list.iter().filter(|n| n.assembled) {
-            let at: Vec<usize> = n
-                .reads
-                .iter()
-                .filter_map(|&r| producer.get(r as usize).filter(|&&p| p != NONE))
-                .map(|&p| step[p as usize])
-                .collect();
-            if at.windows(2).any(|w| w[0] > w[1]) {
-                return Err(ChunkError::Region(
-                    "a Concat in the region assembled in place out of order".into(),
-                ));
-            }
-        }
-        Ok(())
-    }
+    chosen
 }
 
 /// The topological sort of `list` that takes the first ready node in list order (a min-heap on
