@@ -1013,10 +1013,67 @@ mod tests {
         assert!(checked > 100, "only {checked} candidates");
     }
 
+    /// A model of `g` at opset 18.
+    fn model_of(g: memplan_ir::graph::Graph) -> Model {
+        Model {
+            graph: g,
+            opsets: vec![memplan_ir::graph::OpsetImport {
+                domain: String::new(),
+                version: 18,
+            }],
+            ..Model::default()
+        }
+    }
+
+    /// `model` with the region grown from node `seed` along axis 0 (of `extent`) in `chunks`
+    /// chunks, as predicted and as simulated once built: the region's node count, the prediction,
+    /// whether the node named `cat` was assembled in place before, and the built model's simulated
+    /// peak, live bytes per step and `Concat`s assembled in place that are named from `cat`.
+    fn chunked_concat(
+        model: &Model,
+        seed: &str,
+        extent: i64,
+        chunks: usize,
+    ) -> (usize, Prediction, bool, (u64, Vec<u64>, usize)) {
+        let dims = BTreeMap::new();
+        let (m, facts) = sorted(model, &dims).unwrap();
+        let base = Base::new(&m.graph, &facts, &dims, true).unwrap();
+        let at = |g: &memplan_ir::graph::Graph, name: &str| {
+            g.nodes.iter().position(|n| n.name == name).unwrap()
+        };
+        let light = crate::remat::light_values(&m.graph, &facts, &dims);
+        let frozen = vec![false; m.graph.nodes.len()];
+        let growth = region::grow(
+            &m.graph,
+            &facts,
+            &dims,
+            &base.consumers,
+            &light,
+            NodeId::from_index(at(&m.graph, seed)),
+            0,
+            100,
+            &frozen,
+        );
+        let nodes: BTreeSet<NodeId> = growth.iter().map(|(n, _)| *n).collect();
+        let count = nodes.len();
+        let axes = growth.into_iter().flat_map(|(_, a)| a).collect();
+        let shape = (nodes, axes, BTreeSet::new());
+        let opts = ChunkOptions::default();
+        let c = evaluate(&base, &opts, &shape, extent, chunks, &mut 0).expect(seed);
+        let out = apply(&m, &facts, &dims, &c.region).unwrap();
+        let f2 = memplan_ir::infer_model(&out).unwrap();
+        let b2 = Base::new(&out.graph, &f2, &dims, true).unwrap();
+        let cats = (0..out.graph.nodes.len())
+            .filter(|&i| out.graph.nodes[i].name.starts_with("cat") && b2.assembled(i))
+            .count();
+        let before = base.assembled(at(&m.graph, "cat"));
+        (count, c.pred, before, (b2.peak, b2.per_step.clone(), cats))
+    }
+
     /// `y = Sigmoid(Concat(p, q, axis 1))` of `x [4, 8, 16]`, its pieces made by `makers` from `x`
     /// (in that order) and joined as `order` lists them.
     fn concat_graph(makers: [&str; 2], order: [usize; 2]) -> Model {
-        use memplan_ir::graph::{DeclDim, DeclType, Graph, OpsetImport};
+        use memplan_ir::graph::{DeclDim, DeclType, Graph};
         let mut g = Graph::default();
         let dims = [4, 8, 16].map(DeclDim::Value).to_vec();
         let x = g.add_input("x", DeclType::tensor(memplan_ir::DataType::F32, dims));
@@ -1040,14 +1097,7 @@ mod tests {
         let c = g.add_node("cat", "Concat", &ins, &["c"], axis).1[0];
         let y = g.add_node("out", "Sigmoid", &[Some(c)], &["y"], vec![]).1[0];
         g.outputs = vec![y];
-        Model {
-            graph: g,
-            opsets: vec![OpsetImport {
-                domain: String::new(),
-                version: 18,
-            }],
-            ..Model::default()
-        }
+        model_of(g)
     }
 
     /// A `Concat` chunked along the axis before the one it joins, one row per chunk, is assembled
@@ -1055,7 +1105,6 @@ mod tests {
     /// not views, in order), and the prediction is the simulated peak of the rewrite in each case.
     #[test]
     fn a_concat_assembled_in_place_per_chunk_is_predicted() {
-        let dims = BTreeMap::new();
         for (makers, order, assembled) in [
             (["Relu", "Neg"], [0, 1], true),
             // A view's output is not written into another buffer.
@@ -1064,45 +1113,11 @@ mod tests {
             (["Relu", "Neg"], [1, 0], false),
         ] {
             let what = format!("{makers:?} joined as {order:?}");
-            let model = concat_graph(makers, order);
-            let (m, facts) = sorted(&model, &dims).unwrap();
-            let base = Base::new(&m.graph, &facts, &dims, true).unwrap();
-            let light = crate::remat::light_values(&m.graph, &facts, &dims);
-            let cat = m.graph.nodes.iter().position(|n| n.name == "cat").unwrap();
-            let frozen = vec![false; m.graph.nodes.len()];
-            let growth = region::grow(
-                &m.graph,
-                &facts,
-                &dims,
-                &base.consumers,
-                &light,
-                NodeId::from_index(cat),
-                0,
-                100,
-                &frozen,
-            );
-            let nodes: BTreeSet<NodeId> = growth.iter().map(|(n, _)| *n).collect();
-            assert_eq!(nodes.len(), 4, "{what}");
-            let axes = growth.into_iter().flat_map(|(_, a)| a).collect();
-            let shape = (nodes, axes, BTreeSet::new());
-            let opts = ChunkOptions::default();
-            let c = evaluate(&base, &opts, &shape, 4, 4, &mut 0).expect(&what);
-            let out = apply(&m, &facts, &dims, &c.region).unwrap();
-            let f2 = memplan_ir::infer_model(&out).unwrap();
-            let b2 = Base::new(&out.graph, &f2, &dims, true).unwrap();
-            assert_eq!(
-                (c.pred.peak, &c.pred.per_step),
-                (b2.peak, &b2.per_step),
-                "{what}"
-            );
-            let clones_assembled = out
-                .graph
-                .nodes
-                .iter()
-                .enumerate()
-                .filter(|(i, n)| n.name.starts_with("cat") && b2.assembled(*i))
-                .count();
-            assert_eq!(clones_assembled, if assembled { 4 } else { 0 }, "{what}");
+            let (nodes, pred, _, (peak, per_step, cats)) =
+                chunked_concat(&concat_graph(makers, order), "cat", 4, 4);
+            assert_eq!(nodes, 4, "{what}");
+            assert_eq!((pred.peak, &pred.per_step), (peak, &per_step), "{what}");
+            assert_eq!(cats, if assembled { 4 } else { 0 }, "{what}");
         }
     }
 
@@ -1111,7 +1126,7 @@ mod tests {
     /// by the rewrite's `Concat` of its chunks, and `y` is assembled. The prediction follows.
     #[test]
     fn a_concat_after_the_region_assembled_once_its_piece_is_no_view_is_predicted() {
-        use memplan_ir::graph::{DeclDim, DeclType, Graph, OpsetImport};
+        use memplan_ir::graph::{DeclDim, DeclType, Graph};
         let mut g = Graph::default();
         let t = |d: &[i64]| {
             let dims = d.iter().map(|&k| DeclDim::Value(k)).collect();
@@ -1134,43 +1149,12 @@ mod tests {
             .add_node("cat", "Concat", &[Some(v), Some(w)], &["y"], axis)
             .1[0];
         g.outputs = vec![y];
-        let model = Model {
-            graph: g,
-            opsets: vec![OpsetImport {
-                domain: String::new(),
-                version: 18,
-            }],
-            ..Model::default()
-        };
-        let dims = BTreeMap::new();
-        let (m, facts) = sorted(&model, &dims).unwrap();
-        let base = Base::new(&m.graph, &facts, &dims, true).unwrap();
-        let at = |g: &Graph, name: &str| g.nodes.iter().position(|n| n.name == name).unwrap();
-        assert!(!base.assembled(at(&m.graph, "cat")));
-        let light = crate::remat::light_values(&m.graph, &facts, &dims);
-        let frozen = vec![false; m.graph.nodes.len()];
-        let seed = NodeId::from_index(at(&m.graph, "view"));
-        let growth = region::grow(
-            &m.graph,
-            &facts,
-            &dims,
-            &base.consumers,
-            &light,
-            seed,
-            0,
-            100,
-            &frozen,
-        );
-        let nodes: BTreeSet<NodeId> = growth.iter().map(|(n, _)| *n).collect();
-        assert_eq!(nodes.len(), 2);
-        let axes = growth.into_iter().flat_map(|(_, a)| a).collect();
-        let shape = (nodes, axes, BTreeSet::new());
-        let c = evaluate(&base, &ChunkOptions::default(), &shape, 4, 2, &mut 0).unwrap();
-        let out = apply(&m, &facts, &dims, &c.region).unwrap();
-        let f2 = memplan_ir::infer_model(&out).unwrap();
-        let b2 = Base::new(&out.graph, &f2, &dims, true).unwrap();
-        assert!(b2.assembled(at(&out.graph, "cat")));
-        assert_eq!((c.pred.peak, &c.pred.per_step), (b2.peak, &b2.per_step));
+        let (nodes, pred, before, (peak, per_step, cats)) =
+            chunked_concat(&model_of(g), "view", 4, 2);
+        assert_eq!(nodes, 2);
+        assert!(!before);
+        assert_eq!(cats, 1);
+        assert_eq!((pred.peak, &pred.per_step), (peak, &per_step));
     }
 
     /// The corpus's tri_att_start chunked with the default options (at least one step).

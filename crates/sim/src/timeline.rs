@@ -112,44 +112,84 @@ pub fn assemblable(graph: &Graph, facts: &Facts) -> Vec<NodeId> {
         }
     }
     let is_output: std::collections::BTreeSet<ValueId> = graph.outputs.iter().copied().collect();
-    let mut taken: std::collections::BTreeSet<ValueId> = std::collections::BTreeSet::new();
-    let mut chosen: Vec<NodeId> = Vec::new();
-    let mut is_chosen = vec![false; graph.nodes.len()];
-    for &nid in &facts.order {
+    let concats = facts.order.iter().enumerate().filter_map(|(s, &nid)| {
         let node = graph.node(nid);
         let (ins, outs) = facts.node_io(node);
-        if !ops::axes::concat_in_place(node, &ins, &outs) {
-            continue;
+        if !ops::axes::concat_in_place(node, &ins, &outs)
+            || node.outputs.first().copied().flatten().is_none()
+        {
+            return None;
         }
-        let mut seen: std::collections::BTreeSet<ValueId> = std::collections::BTreeSet::new();
-        let mut prev = 0usize;
-        let ok = node.inputs.iter().all(|i| {
-            let Some(v) = *i else { return false };
+        let pieces = node.inputs.iter().map(|i| {
+            let v = (*i)?;
             let ValueKind::Node { node: q, slot } = graph.value(v).kind else {
-                return false;
+                return None;
             };
-            let Some(&at) = pos.get(q.index()) else {
-                return false;
-            };
+            let &maker = pos.get(q.index())?;
+            if is_output.contains(&v) || facts.get(v).bytes().is_none() {
+                return None;
+            }
             let qn = graph.node(q);
-            let q_view = slot == 0 && {
+            let view = slot == 0 && {
                 let (qi, qo) = facts.node_io(qn);
                 ops::is_view(qn, &qi, &qo)
             };
-            let in_order = at >= prev;
-            prev = at;
-            seen.insert(v)
-                && !q_view
-                && !is_chosen[q.index()]
-                && !is_output.contains(&v)
-                && !taken.contains(&v)
-                && in_order
-                && facts.get(v).bytes().is_some()
+            Some(Piece {
+                value: v.index(),
+                maker,
+                view,
+            })
         });
-        if ok && node.outputs.first().copied().flatten().is_some() {
+        Some((s, pieces.collect()))
+    });
+    let chosen = choose_assembled(facts.order.len(), concats);
+    facts
+        .order
+        .iter()
+        .zip(chosen)
+        .filter_map(|(&n, c)| c.then_some(n))
+        .collect()
+}
+
+/// One input of a `Concat` whose inputs are contiguous runs of its output, for
+/// [`choose_assembled`]: the value (by index), the position of the node that makes it in the order
+/// the nodes run, and whether that node makes it as a view.
+#[derive(Clone, Copy, Debug)]
+pub struct Piece {
+    pub value: usize,
+    pub maker: usize,
+    pub view: bool,
+}
+
+/// The rule by which the simulator assembles `Concat`s in place, over `concats` in the order they
+/// run (each its position in that order, of `len`, and its inputs in order; `None` for an input no
+/// node makes, a graph output, or one of unknown size): a `Concat` is assembled where every input
+/// is a distinct value made by a node that is not a view of it and not itself assembled, taken by
+/// no assembled `Concat` before, and made in the inputs' order. By position, whether each is
+/// assembled. [`assemblable`] decides a graph by it, and chunking's prediction the graph a rewrite
+/// would make.
+pub fn choose_assembled(
+    len: usize,
+    concats: impl IntoIterator<Item = (usize, Vec<Option<Piece>>)>,
+) -> Vec<bool> {
+    let mut chosen = vec![false; len];
+    let mut taken: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
+    for (at, pieces) in concats {
+        let mut seen: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
+        let mut prev = 0usize;
+        let ok = pieces.iter().all(|p| {
+            let Some(p) = p else { return false };
+            let in_order = p.maker >= prev;
+            prev = p.maker;
+            seen.insert(p.value)
+                && !p.view
+                && !chosen.get(p.maker).copied().unwrap_or(false)
+                && !taken.contains(&p.value)
+                && in_order
+        });
+        if ok {
             taken.extend(seen);
-            is_chosen[nid.index()] = true;
-            chosen.push(nid);
+            chosen[at] = true;
         }
     }
     chosen

@@ -20,7 +20,7 @@ use memplan_ir::graph::{Graph, Node, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::{Fact, Facts, Known};
 use memplan_ir::{ops, Expr};
 use memplan_sim::peak::concrete_peak;
-use memplan_sim::timeline::{assemblable, Category, Timeline};
+use memplan_sim::timeline::{assemblable, choose_assembled, Category, Piece, Timeline};
 
 use super::rewrite::{Emit, Emitted, Wire};
 use super::{ChunkError, Region};
@@ -231,7 +231,7 @@ struct ANode {
     /// A `Concat` whose output is assembled in place from its inputs.
     assembled: bool,
     /// For a `Concat` whose inputs are contiguous runs of its output: its inputs in order (what
-    /// [`assemble`] decides it on).
+    /// [`assemble_in`] decides it on).
     joins: Option<Vec<u32>>,
 }
 
@@ -294,10 +294,9 @@ fn mem_of(
     })
 }
 
-/// Predicts the rewrite `em` of `region` over `base`. With `assemble`, a `Concat` whose inputs are
-/// contiguous runs of its output (see [`memplan_ir::ops::axes::concat_in_place`]) and are each made
-/// by a node that is not a view is counted as assembled in place: its buffer is taken when its
-/// first input is made, and its inputs are written into it.
+/// Predicts the rewrite `em` of `region` over `base`. With `assemble`, a `Concat` the simulator
+/// would assemble in place over the rewritten order ([`assemble_in`]) is counted so: its buffer is
+/// taken when its first input is made, and its inputs are written into it.
 pub(crate) fn predict(
     base: &Base,
     region: &Region,
@@ -332,7 +331,7 @@ pub(crate) fn predict(
     let mut seconds = 0.0f64;
     // The new `Concat`s whose inputs are contiguous runs of their output, by their index among the
     // new nodes: seconds and bytes copied when not assembled in place, seconds when assembled
-    // (decided once the order is known, see `assemble`).
+    // (decided once the order is known, see `assemble_in`).
     let mut joins: Vec<(usize, f64, u64, f64)> = Vec::new();
     for step in &em.steps {
         match step {
@@ -477,7 +476,7 @@ pub(crate) fn predict(
                     reads.push(id);
                 }
                 // A clone of a `Concat` whose inputs are contiguous runs of its output may be
-                // assembled in place (see `assemble`).
+                // assembled in place (see `assemble_in`).
                 let joined = (in_place && reads.len() == inputs.len()).then(|| reads.clone());
                 if joined.is_some() {
                     joins.push((new_nodes.len(), s, 0, cost.view_seconds));
@@ -711,11 +710,8 @@ pub(crate) fn predict(
     })
 }
 
-/// Which nodes of `list` run in `order` are `Concat`s assembled in place: the simulator's rule
-/// ([`memplan_sim::timeline::assemblable`]) over the same order. A `Concat` whose inputs are
-/// contiguous runs of its output is assembled where every input is made by a node, each once, in
-/// the order the inputs are listed, by a node that is neither a view (of that output) nor an
-/// assembled `Concat`, and is neither a graph output nor a piece of an assembled `Concat` before.
+/// Which nodes of `list`, run in `order`, are `Concat`s assembled in place: the simulator's rule
+/// ([`choose_assembled`]) over the same order, the pieces read from the list.
 fn assemble_in(
     list: &[Cow<ANode>],
     order: &[u32],
@@ -731,34 +727,28 @@ fn assemble_in(
     for (s, &a) in order.iter().enumerate() {
         step[a as usize] = s;
     }
-    let mut taken: BTreeSet<u32> = BTreeSet::new();
-    for &a in order {
+    let concats = order.iter().enumerate().filter_map(|(s, &a)| {
         let n = &list[a as usize];
-        let (Some(pieces), Some(Some(_))) = (&n.joins, n.outputs.first()) else {
-            continue;
+        let (Some(joins), Some(Some(_))) = (&n.joins, n.outputs.first()) else {
+            return None;
         };
-        let mut seen = BTreeSet::new();
-        let mut prev = 0;
-        let ok = pieces.iter().all(|&v| {
-            let Some(&q) = producer.get(v as usize).filter(|&&q| q != NONE) else {
-                return false;
-            };
+        let pieces = joins.iter().map(|&v| {
+            let &q = producer.get(v as usize).filter(|&&q| q != NONE)?;
+            if outputs.contains(&v) {
+                return None;
+            }
             let made = &list[q as usize];
-            let view = made.view && made.outputs.first() == Some(&Some(v));
-            let at = step[q as usize];
-            let in_order = at >= prev;
-            prev = at;
-            seen.insert(v)
-                && !view
-                && !chosen[q as usize]
-                && !outputs.contains(&v)
-                && !taken.contains(&v)
-                && in_order
+            Some(Piece {
+                value: v as usize,
+                maker: step[q as usize],
+                view: made.view && made.outputs.first() == Some(&Some(v)),
+            })
         });
-        if ok {
-            taken.extend(seen);
-            chosen[a as usize] = true;
-        }
+        Some((s, pieces.collect()))
+    });
+    let by_step = choose_assembled(order.len(), concats);
+    for (&a, c) in order.iter().zip(by_step) {
+        chosen[a as usize] = c;
     }
     chosen
 }

@@ -399,7 +399,8 @@ pub(crate) fn apply_unrolled(
 }
 
 /// Where a rewrite adds its nodes: fresh names in `out`, each node recorded in `added` in the order
-/// it is added (after what it reads). The selections' sink and the box scatters build with it.
+/// it is added (after what it reads). The selections' sink builds with it, and so does every
+/// rewrite through [`rewrite_nodes`].
 pub(super) struct Adder<'a> {
     pub out: &'a mut Graph,
     pub names: &'a mut Names,

@@ -211,8 +211,8 @@ fn back_digits(
         Moves::Scatters => {
             let (a, s, k) = scattered_rows(g, facts, dims, node, &from)?;
             let (lo, hi) = d.range(0);
-            let (ilo, ihi) = (a, a + s * (k as i64 - 1));
-            if hi < ilo.min(ihi) || lo > ilo.max(ihi) {
+            let (ilo, ihi) = rows_range(a, s, k);
+            if hi < ilo || lo > ihi {
                 return Some((0, At::Digits(w)));
             }
             // Row `first - a` of the updates, inside them for every element.
@@ -251,6 +251,12 @@ fn scattered_rows(
         return None;
     };
     Some((idx.offset, idx.coef[0], k))
+}
+
+/// The least and greatest of the `k` rows `a + s r` ([`scattered_rows`]).
+fn rows_range(a: i64, s: i64, k: u64) -> (i64, i64) {
+    let last = a + s * (k as i64 - 1);
+    (a.min(last), a.max(last))
 }
 
 /// The coordinates in the input that `node` (making a value of `to`, these coordinates `c` in
@@ -336,7 +342,7 @@ fn scatter_back(
     let (a, s, k) = scattered_rows(g, facts, dims, node, from)?;
     let first = c.0.first()?;
     let (lo, hi) = first.range();
-    let (ilo, ihi) = (a.min(a + s * (k as i64 - 1)), a.max(a + s * (k as i64 - 1)));
+    let (ilo, ihi) = rows_range(a, s, k);
     if hi < ilo || lo > ihi {
         return Some((0, c.clone()));
     }

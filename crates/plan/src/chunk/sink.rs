@@ -16,7 +16,7 @@ use memplan_ir::ops::axes::{attr_int, norm, AxisFlow};
 use memplan_ir::ops::{self, Moves};
 
 use super::gathers::{index_in_axis, strided};
-use super::rewrite::{axis_attr, holds_at_least, shape_input, Adder};
+use super::rewrite::{axis_attr, holds_at_least, shape_input, Adder, NewNode};
 
 /// The positions kept along each axis cut, ascending by axis: each inside its axis, at least one.
 type Cut = BTreeMap<usize, Vec<i64>>;
@@ -410,12 +410,12 @@ fn sink<'a>(
         unread.extend(new.input_ids());
         match zero {
             Some(z) => new.inputs = vec![Some(made), Some(z)],
-            None => {
-                new.op = "Identity".into();
-                new.domain = String::new();
-                new.inputs = vec![Some(made)];
-                new.attrs = Vec::new();
+            None => NewNode {
+                op: "Identity",
+                inputs: vec![Some(made)],
+                attrs: Vec::new(),
             }
+            .replace(new),
         }
         before.insert(p.index(), s.added[mark..].to_vec());
     }
