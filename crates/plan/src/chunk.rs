@@ -31,6 +31,7 @@ mod boxes;
 mod broadcasts;
 mod freeze;
 mod gathers;
+mod heads;
 mod positions;
 mod predict;
 mod region;
@@ -737,6 +738,17 @@ pub fn chunk_to_budget_with(
         if let Some(m) = broadcasts::tiles_as_expands(&cur, &facts, dims, peak / 64) {
             facts = rewritten_facts(&m, dims)?;
             cur = m;
+        }
+        // A large reshape of a product's columns into heads as the product over heads it is, so
+        // regions split heads from the product on; the transposes it meets composed. Each
+        // projection is a few of the values live at an attention's peak, hence the lower bar.
+        if let Some(m) = heads::heads_as_axes(&cur, &facts, dims, peak / 64) {
+            facts = rewritten_facts(&m, dims)?;
+            cur = m;
+            if let Some(m) = heads::transposes_composed(&cur, &facts, dims, peak / 64) {
+                facts = rewritten_facts(&m, dims)?;
+                cur = m;
+            }
         }
         // A large value made to keep a small selection of it (a mask built `[B, 1, S, S]` to
         // read one row) made already selected, where its makers split the axes selected.

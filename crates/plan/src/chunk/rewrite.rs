@@ -485,13 +485,38 @@ pub(crate) fn rewrite_nodes(
     changed.then(|| finish(model, &out, &before, BTreeSet::new(), unread))
 }
 
-/// An `axis` attribute (a `Concat`'s, a `Gather`'s, the slices' and gathers' rewrites write).
-pub(crate) fn axis_attr(axis: usize) -> Attribute {
+/// An attribute `name` of `value`.
+pub(crate) fn attr(name: &str, value: AttrValue) -> Attribute {
     Attribute {
-        name: "axis".into(),
-        value: AttrValue::Int(axis as i64),
+        name: name.into(),
+        value,
         doc: String::new(),
     }
+}
+
+/// An `axis` attribute (a `Concat`'s, a `Gather`'s, the slices' and gathers' rewrites write).
+pub(crate) fn axis_attr(axis: usize) -> Attribute {
+    attr("axis", AttrValue::Int(axis as i64))
+}
+
+/// How many times each value of `g` is read: by each node input that names it, each subgraph that
+/// reads it, and as a graph output.
+pub(crate) fn read_counts(g: &Graph) -> Vec<usize> {
+    let mut reads = vec![0usize; g.values.len()];
+    for n in &g.nodes {
+        for v in n.input_ids() {
+            reads[v.index()] += 1;
+        }
+        for sub in n.subgraphs() {
+            for v in sub.outer_reads_resolved(g) {
+                reads[v.index()] += 1;
+            }
+        }
+    }
+    for v in &g.outputs {
+        reads[v.index()] += 1;
+    }
+    reads
 }
 
 /// Points every node output's value at its producer.
