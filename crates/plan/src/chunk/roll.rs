@@ -27,11 +27,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::graph::{
-    AttrValue, Attribute, DeclDim, DeclType, Graph, Model, Names, Node, NodeId, ValueId, ValueKind,
+    AttrValue, DeclDim, DeclType, Graph, Model, Names, Node, NodeId, ValueId, ValueKind,
 };
 use memplan_ir::infer::Facts;
 use memplan_ir::TensorData;
 
+use super::rewrite::attr;
 use super::ChunkError;
 
 /// The nodes one chunk of an unrolled region is made of, by name.
@@ -112,14 +113,6 @@ fn const_shape(
                 "the shape of '{name}' is not known at the given dims"
             ))
         })
-}
-
-fn attr(name: &str, value: AttrValue) -> Attribute {
-    Attribute {
-        name: name.into(),
-        value,
-        doc: String::new(),
-    }
 }
 
 fn blank(name: String, op: &str, inputs: Vec<Option<ValueId>>, outputs: Vec<ValueId>) -> Node {
