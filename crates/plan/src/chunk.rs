@@ -740,8 +740,7 @@ pub fn chunk_to_budget_with(
             cur = m;
         }
         // A large reshape of a product's columns into heads as the product over heads it is, so
-        // regions split heads from the product on; the transposes it meets composed. Each
-        // projection is a few of the values live at an attention's peak, hence the lower bar.
+        // regions split heads from the product on; the transposes it meets composed.
         if let Some(m) = heads::heads_as_axes(&cur, &facts, dims, peak / 64) {
             facts = rewritten_facts(&m, dims)?;
             cur = m;

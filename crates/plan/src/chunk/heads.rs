@@ -127,7 +127,8 @@ fn projection<'a>(
     let mut steps = Vec::new();
     let mut v = x;
     loop {
-        if reads[v.index()] != 1 || g.outputs.contains(&v) {
+        // Read once (a graph output counts as a read).
+        if reads[v.index()] != 1 {
             return None;
         }
         let p = g.node(g.producer(v)?);
@@ -310,7 +311,7 @@ pub(crate) fn transposes_composed(
         if first.op != "Transpose" || !first.is_onnx_domain() {
             return None;
         }
-        if reads[u.index()] != 1 || g.outputs.contains(&u) {
+        if reads[u.index()] != 1 {
             return None;
         }
         let a = first.inputs.first().copied().flatten()?;

@@ -571,21 +571,9 @@ pub(crate) fn compact_mapped(g: Graph) -> (Graph, Vec<Option<ValueId>>) {
 /// Whether each value of `g` is read: by a node, a subgraph (by name) or as a graph output or input.
 /// A `value_info` entry is a declaration, not a read.
 fn read_values(g: &Graph) -> Vec<bool> {
-    let mut read = vec![false; g.values.len()];
-    for v in g
-        .nodes
-        .iter()
-        .flat_map(|n| n.input_ids())
-        .chain(g.outputs.iter().chain(&g.inputs).copied())
-    {
+    let mut read: Vec<bool> = read_counts(g).iter().map(|&n| n > 0).collect();
+    for v in &g.inputs {
         read[v.index()] = true;
-    }
-    for n in &g.nodes {
-        for sub in n.subgraphs() {
-            for v in sub.outer_reads_resolved(g) {
-                read[v.index()] = true;
-            }
-        }
     }
     read
 }
