@@ -340,6 +340,7 @@ pub(crate) fn transposes_composed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chunk::rewrite::test_node;
     use memplan_ir::graph::{DeclDim, DeclType};
     use memplan_ir::DataType;
 
@@ -362,15 +363,7 @@ mod tests {
         let b = g.add_node("bi", "Identity", &[Some(b)], &["bi"], vec![]).1[0];
         let s = g.add_initializer(TensorData::from_f32("s", vec![], &[0.25]));
         let to = g.add_initializer(TensorData::from_i64("to", vec![4], &[1, 3, 2, 2]));
-        let mut node = |op: &str, ins: &[ValueId], perm: Option<Vec<i64>>| {
-            let name = format!("n{}", g.nodes.len());
-            let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
-            let attrs = perm
-                .map(|p| attr("perm", AttrValue::Ints(p)))
-                .into_iter()
-                .collect();
-            g.add_node(name.clone(), op, &ins, &[&name], attrs).1[0]
-        };
+        let mut node = |op: &str, ins: &[ValueId], perm| test_node(&mut g, op, ins, perm);
         let p = node("MatMul", &[x, w], None);
         let p = node("Add", &[b, p], None);
         let p = node("Mul", &[p, s], None);

@@ -519,6 +519,24 @@ pub(crate) fn read_counts(g: &Graph) -> Vec<usize> {
     reads
 }
 
+/// A test graph's node `op` over `ins` (with a `perm`, when given), named and its output named
+/// `n{index}`: its output.
+#[cfg(test)]
+pub(crate) fn test_node(
+    g: &mut Graph,
+    op: &str,
+    ins: &[ValueId],
+    perm: Option<Vec<i64>>,
+) -> ValueId {
+    let name = format!("n{}", g.nodes.len());
+    let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
+    let attrs = perm
+        .map(|p| attr("perm", AttrValue::Ints(p)))
+        .into_iter()
+        .collect();
+    g.add_node(name.clone(), op, &ins, &[&name], attrs).1[0]
+}
+
 /// Points every node output's value at its producer.
 pub(crate) fn set_producers(g: &mut Graph) {
     let mut owner = Vec::new();

@@ -448,19 +448,9 @@ pub(crate) fn forward_scattered_reads(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunk::rewrite::attr;
-    use memplan_ir::graph::{AttrValue, DeclDim, DeclType};
+    use crate::chunk::rewrite::test_node as op;
+    use memplan_ir::graph::{DeclDim, DeclType};
     use memplan_ir::{DataType, TensorData};
-
-    fn op(g: &mut Graph, op: &str, ins: &[ValueId], perm: Option<Vec<i64>>) -> ValueId {
-        let name = format!("n{}", g.nodes.len());
-        let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
-        let attrs = perm
-            .map(|p| attr("perm", AttrValue::Ints(p)))
-            .into_iter()
-            .collect();
-        g.add_node(name.clone(), op, &ins, &[&name], attrs).1[0]
-    }
 
     fn ints(g: &mut Graph, name: &str, dims: Vec<u64>, v: &[i64]) -> ValueId {
         g.add_initializer(TensorData::from_i64(name, dims, v))
