@@ -15,12 +15,11 @@
 //! The swap back meets the model's own move of heads before rows (`.transpose(1, 2)`): two
 //! transposes in a row are one ([`transposes_composed`]), none where they undo each other.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use memplan_ir::graph::{AttrValue, Graph, Model, Node, ValueId};
 use memplan_ir::infer::Facts;
-use memplan_ir::ops::axes::attr_ints;
+use memplan_ir::ops::movement::transpose_perm;
 use memplan_ir::TensorData;
 
 use super::positions::constant_tensor;
@@ -45,35 +44,16 @@ fn constant_data(g: &Graph, mut v: ValueId) -> Option<&TensorData> {
     }
 }
 
-/// The data of a `[rows, cols]` weight `v`: a constant ([`constant_data`]) or the `Transpose` of
-/// one (dynamo writes `x @ W.T` so, the transpose computed each run).
-fn weight_data(g: &Graph, v: ValueId) -> Option<Cow<'_, TensorData>> {
+/// The data of a weight `v`: a constant ([`constant_data`]), or the `Transpose` of a 2-D one
+/// (dynamo writes `x @ W.T` so, the transpose computed each run), then `true`.
+fn weight_data(g: &Graph, v: ValueId) -> Option<(&TensorData, bool)> {
     if let Some(t) = constant_data(g, v) {
-        return Some(Cow::Borrowed(t));
+        return Some((t, false));
     }
     let n = g.node(g.producer(v)?);
     let t = constant_data(g, n.inputs.first().copied().flatten()?)?;
-    let swaps = attr_ints(n, "perm").is_none_or(|p| p == [1, 0]);
-    if n.op != "Transpose" || !n.is_onnx_domain() || t.dims.len() != 2 || !swaps {
-        return None;
-    }
-    if t.dtype.bits() % 8 != 0 {
-        return None;
-    }
-    let size = (t.dtype.bits() / 8) as usize;
-    let raw = t.raw()?;
-    let (rows, cols) = (t.dims[0] as usize, t.dims[1] as usize);
-    let mut out = Vec::with_capacity(raw.len());
-    for c in 0..cols {
-        for r in 0..rows {
-            let at = (r * cols + c) * size;
-            out.extend_from_slice(&raw[at..at + size]);
-        }
-    }
-    let dims = vec![t.dims[1], t.dims[0]];
-    TensorData::from_raw(t.name.clone(), t.dtype, dims, out.into())
-        .ok()
-        .map(Cow::Owned)
+    let swaps = t.dims.len() == 2 && transpose_perm(n, 2) == [1, 0];
+    (n.op == "Transpose" && n.is_onnx_domain() && swaps).then_some((t, true))
 }
 
 /// An elementwise op between the product and the reshape: the node, whether the chain is its first
@@ -89,8 +69,9 @@ struct Step<'a> {
 struct Projection<'a> {
     /// The product's left operand, `[..., S, E]`.
     x: ValueId,
-    /// Its weight, `[E, H*D]`.
-    weight: Cow<'a, TensorData>,
+    /// Its weight, `[E, H*D]`: this data, or its transpose where `transposed`.
+    weight: &'a TensorData,
+    transposed: bool,
     /// The elementwise ops from the product to the reshape, in order.
     steps: Vec<Step<'a>>,
     /// The rank of the product.
@@ -137,16 +118,18 @@ fn projection<'a>(
             return None;
         }
         if p.op == "MatMul" {
-            let w = weight_data(g, ins[1])?;
+            let (w, transposed) = weight_data(g, ins[1])?;
             let a = facts.get(ins[0]).shape_at(dims)?;
             let whole_bytes = w.dtype.bits() % 8 == 0 && w.raw().is_some();
-            if w.dims.len() != 2 || w.dims[1] != cols || a.len() != r || !whole_bytes {
+            let out_cols = if transposed { w.dims[0] } else { w.dims[1] };
+            if w.dims.len() != 2 || out_cols != cols || a.len() != r || !whole_bytes {
                 return None;
             }
             steps.reverse();
             return Some(Projection {
                 x: ins[0],
                 weight: w,
+                transposed,
                 steps,
                 rank: r,
                 heads,
@@ -178,20 +161,38 @@ fn projection<'a>(
     }
 }
 
-/// `t` (`[rows, heads * width]`) as `[heads, rows, width]`, its element `[h, e, d]` the element
-/// `[e, h * width + d]`, named `name`.
-fn per_head(t: &TensorData, heads: u64, width: u64, name: String) -> Option<TensorData> {
+/// The weight `t` (`[rows, heads * width]`, or its transpose where `transposed`) as
+/// `[heads, rows, width]`, its element `[h, e, d]` the weight's element `[e, h * width + d]`,
+/// named `name`.
+fn per_head(
+    t: &TensorData,
+    transposed: bool,
+    heads: u64,
+    width: u64,
+    name: String,
+) -> Option<TensorData> {
     let size = (t.dtype.bits() / 8) as usize;
     let raw = t.raw()?;
-    let (rows, h, w) = (t.dims[0] as usize, heads as usize, width as usize);
+    let (h, w) = (heads as usize, width as usize);
+    let rows = if transposed { t.dims[1] } else { t.dims[0] };
+    // Where the weight's element `[e, c]` is in `raw`.
+    let at = |e: usize, c: usize| {
+        if transposed {
+            c * rows as usize + e
+        } else {
+            e * h * w + c
+        }
+    };
     let mut out = Vec::with_capacity(raw.len());
     for head in 0..h {
-        for e in 0..rows {
-            let at = (e * h * w + head * w) * size;
-            out.extend_from_slice(&raw[at..at + w * size]);
+        for e in 0..rows as usize {
+            for d in 0..w {
+                let i = at(e, head * w + d) * size;
+                out.extend_from_slice(&raw[i..i + size]);
+            }
         }
     }
-    TensorData::from_raw(name, t.dtype, vec![heads, t.dims[0], width], out.into()).ok()
+    TensorData::from_raw(name, t.dtype, vec![heads, rows, width], out.into()).ok()
 }
 
 /// A perm attribute.
@@ -205,7 +206,7 @@ fn perm_attr(perm: Vec<i64>) -> memplan_ir::graph::Attribute {
 fn per_head_product(p: &Projection, base: &str, opset: i64, add: &mut Adder) -> Option<ValueId> {
     let (r, heads, width) = (p.rank, p.heads, p.width);
     let name = add.names.fresh(&format!("{base}/weight"));
-    let weight = per_head(&p.weight, heads, width, name)?;
+    let weight = per_head(p.weight, p.transposed, heads, width, name)?;
     // Constants along the columns, as `[H, 1, D]`: their bytes in the same order.
     let mut constants = Vec::with_capacity(p.steps.len());
     for s in &p.steps {
@@ -278,14 +279,6 @@ pub(crate) fn heads_as_axes(
     })
 }
 
-/// A `Transpose`'s perm over `rank` axes (reversed when it has none).
-fn perm_of(node: &Node, rank: usize) -> Option<Vec<usize>> {
-    match attr_ints(node, "perm") {
-        Some(p) => p.iter().map(|&a| usize::try_from(a).ok()).collect(),
-        None => Some((0..rank).rev().collect()),
-    }
-}
-
 /// `model` with every `Transpose` of at least `min_bytes` whose input is a `Transpose`'s output
 /// read by it alone written as the one transpose of the first's input they make together, or as
 /// `Identity` where they undo each other. Only elements move, so the bits are the same. `None`
@@ -316,8 +309,14 @@ pub(crate) fn transposes_composed(
         }
         let a = first.inputs.first().copied().flatten()?;
         let rank = facts.get(u).rank()?;
-        let (p1, p2) = (perm_of(first, rank)?, perm_of(node, rank)?);
-        if p1.len() != rank || p2.len() != rank || p2.iter().any(|&i| i >= rank) {
+        let perm_of = |n: &Node| -> Option<Vec<usize>> {
+            let p = transpose_perm(n, rank);
+            p.iter()
+                .map(|&a| usize::try_from(a).ok().filter(|&a| a < rank))
+                .collect()
+        };
+        let (p1, p2) = (perm_of(first)?, perm_of(node)?);
+        if p1.len() != rank || p2.len() != rank {
             return None;
         }
         // Output axis `i` is `u`'s axis `p2[i]`, which is `a`'s axis `p1[p2[i]]`.
@@ -473,7 +472,8 @@ mod tests {
         let m = transposes_composed(&model, &facts, &dims, 0).unwrap();
         assert_eq!(m.graph.nodes.len(), 1);
         // y[i, j, k] = u[j, k, i] = x[k, j, i]: axes (2, 1, 0) of x.
-        assert_eq!(attr_ints(&m.graph.nodes[0], "perm"), Some(vec![2, 1, 0]));
+        let perm = memplan_ir::ops::axes::attr_ints(&m.graph.nodes[0], "perm");
+        assert_eq!(perm, Some(vec![2, 1, 0]));
         let f2 = memplan_ir::infer_model_for(&m, &dims).unwrap();
         let shape = |f: &Facts, m: &Model| f.get(m.graph.outputs[0]).shape_at(&dims);
         assert_eq!(shape(&f2, &m), shape(&facts, &model));
