@@ -121,8 +121,8 @@ fn projection<'a>(
             let (w, transposed) = weight_data(g, ins[1])?;
             let a = facts.get(ins[0]).shape_at(dims)?;
             let whole_bytes = w.dtype.bits() % 8 == 0 && w.raw().is_some();
-            let out_cols = if transposed { w.dims[0] } else { w.dims[1] };
-            if w.dims.len() != 2 || out_cols != cols || a.len() != r || !whole_bytes {
+            let out_cols = w.dims.get(usize::from(!transposed)).copied();
+            if w.dims.len() != 2 || out_cols != Some(cols) || a.len() != r || !whole_bytes {
                 return None;
             }
             steps.reverse();
@@ -428,7 +428,7 @@ mod tests {
     }
 
     /// A reshape that does not split the product's columns alone is left (one that moves its rows
-    /// too), and so is a product whose weight is not a constant.
+    /// too), and so is a product whose weight is not a constant matrix (an input, a vector).
     #[test]
     fn other_reshapes_of_a_product_are_left() {
         let mut m = attention_input(false);
@@ -449,6 +449,20 @@ mod tests {
             .add_input("wi", DeclType::tensor(DataType::F32, dims));
         let product = m.graph.nodes.iter_mut().find(|n| n.op == "MatMul").unwrap();
         product.inputs[1] = Some(w);
+        assert!(rewritten(&m).is_none());
+        // A product with a vector, `[1, 3, 4] @ [4]`, its `[1, 3]` reshaped to `[1, 3, 1]`.
+        let mut g = Graph::default();
+        let dims = [1, 3, 4].iter().map(|&d| DeclDim::Value(d)).collect();
+        let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
+        let v = g.add_initializer(TensorData::from_f32("v", vec![4], &[1.0; 4]));
+        let to = g.add_initializer(TensorData::from_i64("to", vec![3], &[1, 3, 1]));
+        let p = test_node(&mut g, "MatMul", &[x, v], None);
+        let y = test_node(&mut g, "Reshape", &[p, to], None);
+        g.outputs = vec![y];
+        let m = Model {
+            graph: g,
+            ..Model::default()
+        };
         assert!(rewritten(&m).is_none());
     }
 
