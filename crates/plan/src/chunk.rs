@@ -208,6 +208,96 @@ pub(crate) fn rewritten_facts(
     infer_model_at(m, dims).map_err(|e| ChunkError::Infer(e.to_string()))
 }
 
+/// A rewrite before chunking: `model` with its values of at least `min_bytes` that it knows
+/// written in the form regions split, or `None` where there is none.
+type Rewrite = fn(&Model, &Facts, &BTreeMap<String, i64>, u64) -> Option<Model>;
+
+/// What applying a rewrite before chunking does besides giving regions another form.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    /// Only the form: the peak is the same until a region is chunked.
+    Form,
+    /// It lowers the peak on its own: a change even when no region is chunked.
+    Lowers,
+    /// Only where chunking trades it: tried with and without, the lower plan kept.
+    Traded,
+}
+
+/// One rewrite before chunking, and the one applied after it where it applied.
+struct Before {
+    rewrite: Rewrite,
+    effect: Effect,
+    then: Option<Rewrite>,
+}
+
+/// The rewrites before chunking, in the order they are applied, each to the values of at least
+/// 1/64 of the peak.
+const BEFORE_CHUNKING: [Before; 9] = [
+    // A large `Tile` of axes of one element as the `Expand` it is, so regions split it.
+    Before {
+        rewrite: broadcasts::tiles_as_expands,
+        effect: Effect::Form,
+        then: None,
+    },
+    // A large reshape of a product's columns into heads as the product over heads it is, so
+    // regions split heads from the product on; the transposes it meets composed.
+    Before {
+        rewrite: heads::heads_as_axes,
+        effect: Effect::Form,
+        then: Some(heads::transposes_composed),
+    },
+    // A large value made to keep a small selection of it (a mask built `[B, 1, S, S]` to read
+    // one row) made already selected, where its makers split the axes selected.
+    Before {
+        rewrite: sink::selections_sunk,
+        effect: Effect::Lowers,
+        then: None,
+    },
+    // A large mask made by an op of positions (`Trilu`) as elementwise comparisons of index
+    // constants, so regions grow through it and it is light.
+    Before {
+        rewrite: positions::positions_as_values,
+        effect: Effect::Form,
+        then: None,
+    },
+    // The same for a large mask kept as a weight (a causal mask `tril` of ones): made from index
+    // constants, it is no longer resident, and light.
+    Before {
+        rewrite: positions::constants_as_positions,
+        effect: Effect::Lowers,
+        then: None,
+    },
+    // A large value read back, through moves, from the region a scatter wrote (an in-place op on
+    // a view, as dynamo writes it) is the update itself.
+    Before {
+        rewrite: scatters::forward_scattered_reads,
+        effect: Effect::Form,
+        then: None,
+    },
+    // A large chain of movements that is a gather along one axis (a relative shift), as
+    // `GatherElements`, so regions grow through it along every other axis.
+    Before {
+        rewrite: gathers::movements_as_gathers,
+        effect: Effect::Form,
+        then: None,
+    },
+    // A large slice that copies and cuts one axis, as a gather of the positions it keeps, so
+    // regions split the axis it cuts (a band of blocks at offsets along it).
+    Before {
+        rewrite: gathers::slices_as_gathers,
+        effect: Effect::Traded,
+        then: None,
+    },
+    // A scatter of a box (a slice assignment, its index grid as large as the box, or larger) as
+    // slices of its data around the box joined with its update, so regions split the axes the
+    // box spans whole, and no index grid is made.
+    Before {
+        rewrite: boxes::scatters_as_boxes,
+        effect: Effect::Traded,
+        then: None,
+    },
+];
+
 /// A candidate rewrite and what it is predicted to give.
 struct Candidate {
     region: Region,
@@ -734,73 +824,21 @@ pub fn chunk_to_budget_with(
     // positions, values made already selected): a change even when no region is chunked.
     let mut lowered = false;
     if opts.budget.is_none_or(|b| peak > b) {
-        // A large `Tile` of axes of one element as the `Expand` it is, so regions split it.
-        if let Some(m) = broadcasts::tiles_as_expands(&cur, &facts, dims, peak / 64) {
+        for before in BEFORE_CHUNKING {
+            if before.effect == Effect::Traded && !trade {
+                continue;
+            }
+            let Some(m) = (before.rewrite)(&cur, &facts, dims, peak / 64) else {
+                continue;
+            };
             facts = rewritten_facts(&m, dims)?;
             cur = m;
-        }
-        // A large reshape of a product's columns into heads as the product over heads it is, so
-        // regions split heads from the product on; the transposes it meets composed.
-        if let Some(m) = heads::heads_as_axes(&cur, &facts, dims, peak / 64) {
-            facts = rewritten_facts(&m, dims)?;
-            cur = m;
-            if let Some(m) = heads::transposes_composed(&cur, &facts, dims, peak / 64) {
+            lowered |= before.effect == Effect::Lowers;
+            traded |= before.effect == Effect::Traded;
+            if let Some(m) = before.then.and_then(|t| t(&cur, &facts, dims, peak / 64)) {
                 facts = rewritten_facts(&m, dims)?;
                 cur = m;
             }
-        }
-        // A large value made to keep a small selection of it (a mask built `[B, 1, S, S]` to
-        // read one row) made already selected, where its makers split the axes selected.
-        if let Some(m) = sink::selections_sunk(&cur, &facts, dims, peak / 64) {
-            facts = rewritten_facts(&m, dims)?;
-            cur = m;
-            lowered = true;
-        }
-        // A large mask made by an op of positions (`Trilu`) as elementwise comparisons of index
-        // constants, so regions grow through it and it is light.
-        if let Some(m) = positions::positions_as_values(&cur, &facts, dims, peak / 64) {
-            facts = rewritten_facts(&m, dims)?;
-            cur = m;
-        }
-        // The same for a large mask kept as a weight (a causal mask `tril` of ones): made from
-        // index constants, it is no longer resident, and light.
-        if let Some(m) = positions::constants_as_positions(&cur, &facts, dims, peak / 64) {
-            facts = rewritten_facts(&m, dims)?;
-            cur = m;
-            lowered = true;
-        }
-        // A large value read back, through moves, from the region a scatter wrote (an in-place
-        // op on a view, as dynamo writes it) is the update itself.
-        if let Some(m) = scatters::forward_scattered_reads(&cur, &facts, dims, peak / 64) {
-            facts = rewritten_facts(&m, dims)?;
-            cur = m;
-        }
-        // A large chain of movements that is a gather along one axis (a relative shift), as
-        // `GatherElements`, so regions grow through it along every other axis.
-        if let Some(m) = gathers::movements_as_gathers(&cur, &facts, dims, peak / 64) {
-            facts = rewritten_facts(&m, dims)?;
-            cur = m;
-        }
-        // A large slice that copies and cuts one axis, as a gather of the positions it keeps,
-        // so regions split the axis it cuts (a band of blocks at offsets along it).
-        let sliced = trade
-            .then(|| gathers::slices_as_gathers(&cur, &facts, dims, peak / 64))
-            .flatten();
-        if let Some(m) = sliced {
-            facts = rewritten_facts(&m, dims)?;
-            cur = m;
-            traded = true;
-        }
-        // A scatter of a box (a slice assignment, its index grid as large as the box, or
-        // larger) as slices of its data around the box joined with its update, so regions split
-        // the axes the box spans whole, and no index grid is made.
-        let boxed = trade
-            .then(|| boxes::scatters_as_boxes(&cur, &facts, dims, peak / 64))
-            .flatten();
-        if let Some(m) = boxed {
-            facts = rewritten_facts(&m, dims)?;
-            cur = m;
-            traded = true;
         }
     }
     if opts.budget.is_some_and(|b| peak > b) {
