@@ -1206,6 +1206,82 @@ mod tests {
         assert_eq!((pred.peak, &pred.per_step), (peak, &per_step));
     }
 
+    /// A region that ends where its output is read by a node as large (an up-projection and its
+    /// bias, read by the activation) is judged at that reader too: there its output is whole, so
+    /// the rewrite does not lower the live bytes there, however low it takes them in its own span.
+    #[test]
+    fn a_region_is_judged_at_the_first_reader_of_its_output() {
+        use memplan_ir::graph::{DeclDim, DeclType, Graph};
+        let mut g = Graph::default();
+        let dims = [256, 32].map(DeclDim::Value).to_vec();
+        let x = g.add_input("x", DeclType::tensor(memplan_ir::DataType::F32, dims));
+        let weight = |g: &mut Graph, name: &str, d: [u64; 2]| {
+            let n = (d[0] * d[1]) as usize;
+            g.add_initializer(memplan_ir::TensorData::from_f32(
+                name,
+                d.to_vec(),
+                &vec![0.5; n],
+            ))
+        };
+        let (w1, b1) = (
+            weight(&mut g, "w1", [32, 128]),
+            weight(&mut g, "b1", [1, 128]),
+        );
+        let w2 = weight(&mut g, "w2", [128, 32]);
+        let a = g.add_node("a", "Relu", &[Some(x)], &["a"], vec![]).1[0];
+        let up0 = g
+            .add_node("up0", "MatMul", &[Some(a), Some(w1)], &["up0"], vec![])
+            .1[0];
+        let up = g
+            .add_node("up", "Add", &[Some(up0), Some(b1)], &["up"], vec![])
+            .1[0];
+        let act = g
+            .add_node("act", "Sigmoid", &[Some(up)], &["act"], vec![])
+            .1[0];
+        let d = g
+            .add_node("down", "MatMul", &[Some(act), Some(w2)], &["d"], vec![])
+            .1[0];
+        g.outputs = vec![d];
+        let model = model_of(g);
+        let dims = BTreeMap::new();
+        let (m, facts) = sorted(&model, &dims).unwrap();
+        let base = Base::new(&m.graph, &facts, &dims, true).unwrap();
+        let id = |name: &str| {
+            NodeId::from_index(m.graph.nodes.iter().position(|n| n.name == name).unwrap())
+        };
+        let light = crate::remat::light_values(&m.graph, &facts, &dims);
+        let frozen = vec![false; m.graph.nodes.len()];
+        let region = [id("a"), id("up0"), id("up")];
+        let growth = region::grow(
+            &m.graph,
+            &facts,
+            &dims,
+            &base.consumers,
+            &light,
+            id("up"),
+            0,
+            100,
+            &frozen,
+        );
+        let growth: Vec<_> = growth
+            .into_iter()
+            .filter(|(n, _)| region.contains(n))
+            .collect();
+        assert_eq!(growth.len(), 3);
+        let nodes: BTreeSet<NodeId> = growth.iter().map(|(n, _)| *n).collect();
+        let axes = growth.into_iter().flat_map(|(_, a)| a).collect();
+        let shape = (nodes, axes, BTreeSet::new());
+        let c = evaluate(&base, &ChunkOptions::default(), &shape, 256, 8, &mut 0).unwrap();
+        // At the activation: `up` whole and the activation's output, 128 KiB each.
+        let at_reader = 2 * 256 * 128 * 4;
+        assert!(c.pred.peak >= at_reader, "{}", c.pred.peak);
+        assert!(
+            c.pred.local >= at_reader,
+            "local {} below {at_reader}",
+            c.pred.local
+        );
+    }
+
     /// The corpus's tri_att_start chunked with the default options (at least one step).
     fn chunked_tri_att_start() -> (String, Chunked, BTreeMap<String, i64>) {
         let (name, _, out, dims) = chunked("of3_tri_att_start", &ChunkOptions::default());

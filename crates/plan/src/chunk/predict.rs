@@ -574,6 +574,19 @@ pub(crate) fn predict(
     let first_region = em.order.first().map_or(0, |n| n.index());
     let peak_step = base.peak_step.unwrap_or(first_region);
     let window = first_region.min(peak_step)..=em.last.max(peak_step);
+    // And the step where each output is first read after it: there the output is whole (a region
+    // that ends before a large reader moves the peak to that reader, not below it).
+    let first_readers: BTreeSet<usize> = em
+        .outputs
+        .iter()
+        .filter_map(|v| {
+            base.consumers[v.index()]
+                .iter()
+                .map(|n| n.index())
+                .filter(|&n| n > em.last && !region.nodes.contains(&NodeId::from_index(n)))
+                .min()
+        })
+        .collect();
 
     // The topological sort of the rewritten graph: a min-heap on list position.
     let nvals = bytes.len();
@@ -638,7 +651,8 @@ pub(crate) fn predict(
     let mut in_window = vec![false; steps];
     for (s, &a) in order.iter().enumerate() {
         let n = &list[a as usize];
-        in_window[s] = window.contains(&origin[a as usize]);
+        let o = origin[a as usize];
+        in_window[s] = window.contains(&o) || first_readers.contains(&o);
         scratch[s] = if n.assembled { 0 } else { n.scratch };
         for (slot, o) in n.outputs.iter().enumerate() {
             let Some(o) = *o else { continue };
