@@ -13,6 +13,10 @@ Longformer, BigBird (OUT=target/fresh6; BIGBIRD_S sets BigBird's traced length, 
 LongT5's encoder (transient-global attention; OUT=target/fresh11; LONGT5_S exports it static at
 that length, as its dynamo export needs), PEGASUS-X's encoder (block-local attention with global
 tokens; OUT=target/fresh11).
+A twelfth batch (OUT=target/fresh12): BLOOM and MPT (ALiBi), Falcon (RW, rotary, multi-query), Mistral
+(sliding window 64), GPT-J (interleaved rotary), ModernBERT and T5Gemma's encoder (local/global
+layers), Whisper's encoder (static 3000 frames), BEiT (relative position bias, static 224), DINOv2
+(interpolated positions, 14*h x 14*w), ConvNeXt, MobileViT.
 usage: python bench/fresh_exports.py NAME [legacy|dynamo|both]   (OUT=dir, default target/fresh)
 Writes $OUT/NAME_{legacy,dynamo}.onnx
 """
@@ -647,6 +651,153 @@ def pegasus_x():
     return text_encoder(PegasusXModel(cfg).eval().get_encoder(), seq=256, max_s=4096)
 
 
+
+# ---- twelfth batch (OUT=target/fresh12): ALiBi, sliding windows, rotary variants, vision ----
+
+def bloom():
+    """BLOOM: ALiBi attention bias (per-head slopes times a cumsum of the attention mask), fused
+    qkv, embedding layer norm; all-ones mask."""
+    from transformers import BloomConfig, BloomModel
+    cfg = BloomConfig(vocab_size=1000, hidden_size=128, n_layer=2, n_head=4, attn_implementation="eager")
+    return masked_decoder(BloomModel(cfg).eval())
+
+
+def mpt():
+    """MPT: ALiBi bias built from arange over the key positions (no learned positions), fused Wqkv,
+    no biases."""
+    from transformers import MptConfig, MptModel
+    cfg = MptConfig(vocab_size=1000, d_model=128, n_heads=4, n_layers=2, expansion_ratio=2, max_seq_len=4096,
+                    attn_config={"alibi": True}, attn_implementation="eager")
+    return masked_decoder(MptModel(cfg).eval())
+
+
+def falcon():
+    """Falcon (old architecture, RW-style): multi-query attention, parallel attention + MLP, rotary."""
+    from transformers import FalconConfig, FalconModel
+    cfg = FalconConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       new_decoder_architecture=False, alibi=False, multi_query=True, parallel_attn=True,
+                       max_position_embeddings=4096, attn_implementation="eager")
+    return masked_decoder(FalconModel(cfg).eval())
+
+
+def mistral():
+    """Mistral: GQA (4 q heads, 2 kv heads), rotary, causal mask limited to a sliding window of 64."""
+    from transformers import MistralConfig, MistralModel
+    cfg = MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, sliding_window=64,
+                        max_position_embeddings=4096, attn_implementation="eager")
+    # traced at 128 tokens, more than the window, so the legacy trace records the windowed mask
+    return masked_decoder(MistralModel(cfg).eval(), seq=128)
+
+
+def whisper_encoder():
+    """Whisper's encoder: two Conv1d (the second stride 2) over 80 mel bins, sinusoidal positions
+    added by shape, 2 layers. The encoder insists on T = 2 * max_source_positions (here 3000 frames,
+    1500 positions, as in real Whisper), so the file is static."""
+    from transformers import WhisperConfig, WhisperModel
+    cfg = WhisperConfig(vocab_size=1000, d_model=128, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=256, decoder_ffn_dim=256, num_mel_bins=80,
+                        max_source_positions=1500, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                        decoder_start_token_id=1, attn_implementation="eager")
+    enc = WhisperModel(cfg).eval().get_encoder()
+    x = torch.randn(1, 80, 3000)
+    return (Called(enc, ["input_features"], ["last_hidden_state"]), (x,), ["input_features"],
+            ["last_hidden_state"], None, None)
+
+
+def beit():
+    """BEiT: per-layer relative position bias tables (window 14x14 + 3 cls entries) indexed by a
+    fixed relative-position index, layer scale, mean-pooled output; static 224x224 (the bias index is
+    built from Python ints)."""
+    from transformers import BeitConfig, BeitModel
+    cfg = BeitConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=256, image_size=224, patch_size=16, use_relative_position_bias=True,
+                     use_shared_relative_position_bias=False, use_absolute_position_embeddings=False,
+                     use_mean_pooling=True, attn_implementation="eager")
+    m = BeitModel(cfg).eval()
+    x = torch.randn(1, 3, 224, 224)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"], None, None)
+
+
+def dinov2():
+    """DINOv2: patch 14, position embeddings bicubically interpolated to H/14 x W/14, layer scale.
+    Exported at 224x280: at the config's square 224 the interpolation is skipped (and torch.export
+    then fixes the token count), so the example is non-square."""
+    from transformers import Dinov2Config, Dinov2Model
+    cfg = Dinov2Config(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=224,
+                       patch_size=14, attn_implementation="eager")
+    m = Dinov2Model(cfg).eval()
+    x = torch.randn(1, 3, 224, 280)
+    h, w = Dim("h", min=2, max=64), Dim("w", min=2, max=64)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
+            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 14 * h, 3: 14 * w}})
+
+
+def convnext():
+    """ConvNeXt: 4x4 patchify stem, 7x7 depthwise convs, channels-last layer norms (permutes), layer scale."""
+    from transformers import ConvNextConfig, ConvNextModel
+    cfg = ConvNextConfig(hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1])
+    m = ConvNextModel(cfg).eval()
+    x = torch.randn(1, 3, 224, 224)
+    h, w = Dim("h", min=2, max=64), Dim("w", min=2, max=64)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
+            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 32 * h, 3: 32 * w}})
+
+
+def mobilevit():
+    """MobileViT (small): MobileNetV2 blocks, transformer blocks over unfolded 2x2 patches
+    (reshape/transpose folding), conv fusion. The dynamo file keeps H/W symbolic on its input but
+    bakes the 256x256 patch counts into its reshapes (onnxruntime fails at 512x512), so only its
+    export size is checked."""
+    from transformers import MobileViTConfig, MobileViTModel
+    cfg = MobileViTConfig(image_size=256)
+    m = MobileViTModel(cfg).eval()
+    # transformers' init (std-0.02 normal convs) makes the features vanish (outputs ~1e-40, denormal),
+    # so a comparison says nothing: torch's default init instead
+    for mod in m.modules():
+        if mod is not m and hasattr(mod, "reset_parameters"):
+            mod.reset_parameters()
+    x = torch.randn(1, 3, 256, 256)
+    h, w = Dim("h", min=2, max=32), Dim("w", min=2, max=32)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
+            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 64 * h, 3: 64 * w}})
+
+
+def gptj():
+    """GPT-J: interleaved (rotate-every-two) partial rotary (16 of 32) from a sin/cos table, parallel
+    attention + MLP."""
+    from transformers import GPTJConfig, GPTJModel
+    cfg = GPTJConfig(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_inner=256, rotary_dim=16,
+                     n_positions=4096, attn_implementation="eager")
+    return masked_decoder(GPTJModel(cfg).eval())
+
+
+def modernbert():
+    """ModernBERT: alternating global and local (window 64) attention, rotary with separate global /
+    local bases, GeGLU MLP, no biases; unpadded (no mask) input."""
+    from transformers import ModernBertConfig, ModernBertModel
+    cfg = ModernBertConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                           num_attention_heads=4, local_attention=64, max_position_embeddings=4096,
+                           pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+                           layer_types=["full_attention", "sliding_attention"], attn_implementation="eager")
+    return text_encoder(ModernBertModel(cfg).eval(), seq=128, max_s=4096)
+
+
+def t5gemma():
+    """T5Gemma's encoder: bidirectional Gemma-2 layers alternating sliding-window (64) and full
+    attention, attention-logit softcapping (tanh), GQA, rotary, RMS norms before and after each block."""
+    from transformers import T5GemmaConfig, T5GemmaEncoderModel, T5GemmaModuleConfig
+    mod = dict(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=32, sliding_window=64,
+               max_position_embeddings=4096, layer_types=["sliding_attention", "full_attention"])
+    cfg = T5GemmaConfig(encoder=T5GemmaModuleConfig(**mod), decoder=T5GemmaModuleConfig(**mod), vocab_size=1000,
+                        is_encoder_decoder=False)
+    cfg._attn_implementation = "eager"
+    m = T5GemmaEncoderModel(cfg).eval()
+    # traced at 128 tokens, more than the window, so the legacy trace records the windowed mask
+    return text_encoder(m, seq=128, max_s=4096)
+
+
 MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
               fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip,
               xlnet=xlnet, roformer=roformer, mpnet=mpnet, opt=opt, nystromformer=nystromformer,
@@ -655,7 +806,10 @@ MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=ph
               maxvit_t=maxvit_t, googlenet=googlenet,
               gpt_neo=gpt_neo, codegen=codegen, gpt_bigcode=gpt_bigcode, biogpt=biogpt, xglm=xglm,
               electra=electra, fnet=fnet, mamba=mamba, openai_gpt=openai_gpt, imagegpt=imagegpt, funnel=funnel,
-              esmfold_block=esmfold_block, longformer=longformer, led=led, bigbird=bigbird, longt5=longt5, pegasus_x=pegasus_x)
+              esmfold_block=esmfold_block, longformer=longformer, led=led, bigbird=bigbird, longt5=longt5, pegasus_x=pegasus_x,
+              bloom=bloom, mpt=mpt, falcon=falcon, mistral=mistral, whisper_encoder=whisper_encoder,
+              beit=beit, dinov2=dinov2, convnext=convnext, mobilevit=mobilevit, gptj=gptj,
+              modernbert=modernbert, t5gemma=t5gemma)
 
 if __name__ == "__main__":
     name = sys.argv[1]
