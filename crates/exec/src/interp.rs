@@ -997,6 +997,55 @@ mod tests {
         assert_eq!(at, inside);
     }
 
+    /// A `Cast` to the type its input has is a view of the input: `x -> Cast(float) -> Neg` peaks
+    /// where `x -> Neg` does, and a cast to another type (double) is a new buffer; a same-type cast
+    /// that is a graph output is the input's values.
+    #[test]
+    fn a_cast_to_its_own_type_is_a_view() {
+        let peak_and_out = |casts: &[i64], output_is_cast: bool| {
+            let mut g = Graph::default();
+            let x = g.add_input(
+                "x",
+                DeclType::tensor(DataType::F32, vec![DeclDim::Value(256)]),
+            );
+            let mut v = x;
+            for (i, &to) in casts.iter().enumerate() {
+                let name = format!("c{i}");
+                let attrs = vec![attr("to", AttrValue::Int(to))];
+                v = g.add_node(&name, "Cast", &[Some(v)], &[&name], attrs).1[0];
+            }
+            if !output_is_cast {
+                v = g.add_node("neg", "Neg", &[Some(v)], &["y"], vec![]).1[0];
+            }
+            g.outputs.push(v);
+            let facts = memplan_ir::infer_graph(&g, 18).unwrap();
+            let values: Vec<f32> = (0..256).map(|i| i as f32 - 100.5).collect();
+            let mut inputs = BTreeMap::new();
+            inputs.insert(
+                "x".to_string(),
+                Tensor::from_vec::<f32>(&[256], &values, None).unwrap(),
+            );
+            let r = run(&g, &facts, inputs, &RunOptions::default()).unwrap();
+            let t = memplan_sim::Timeline::build(&g, &facts, &facts.order).unwrap();
+            let est = memplan_sim::peak::concrete_peak(&t, &BTreeMap::new())
+                .unwrap()
+                .peak_bytes;
+            assert_eq!(r.peak_bytes, est, "{casts:?}");
+            let out = r.outputs[0].1.clone();
+            (r.peak_bytes, out, values)
+        };
+        let (plain, want, _) = peak_and_out(&[], false);
+        let (same, got, _) = peak_and_out(&[1, 1], false);
+        assert_eq!(same, plain);
+        assert_eq!(got.bytes(), want.bytes());
+        // To double and back: two new buffers on the way, so the peak is higher.
+        let (other, got, _) = peak_and_out(&[11, 1], false);
+        assert!(other > plain, "{other} <= {plain}");
+        assert_eq!(got.bytes(), want.bytes());
+        let (_, got, values) = peak_and_out(&[1], true);
+        assert_eq!(got.data::<f32>().unwrap(), values.as_slice());
+    }
+
     /// x [B, 3] -> MatMul W [3, 4] -> Add b -> Softmax -> Reshape [-1] (a view) -> Slice [2..6)
     /// and ReduceSum over the rows of the softmax; every value checked by hand.
     #[test]

@@ -11,6 +11,7 @@
 use half::{bf16, f16};
 use memplan_ir::DataType;
 
+use super::basic::view_or_copy;
 use super::{fail, opt, raw, raw_mut, req, unsupported, OpCtx, OpFail, OpFn};
 use crate::kernels::cast::{CastElem, CastValue};
 use crate::kernels::elementwise::{
@@ -1359,6 +1360,9 @@ fn cast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
     let Some(to) = DataType::from_onnx(to as i32) else {
         return fail(format!("Cast to unknown type code {to}"));
     };
+    if to == x.dtype {
+        return Ok(vec![view_or_copy(ctx, x, &x.shape)?]);
+    }
     Ok(vec![cast_tensor(ctx, x, to, CastMode::of(ctx)?)?])
 }
 
@@ -1384,6 +1388,9 @@ fn bitcast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
 
 fn cast_like(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let (x, like) = (req(inputs, 0)?, req(inputs, 1)?);
+    if like.dtype == x.dtype {
+        return Ok(vec![view_or_copy(ctx, x, &x.shape)?]);
+    }
     Ok(vec![cast_tensor(ctx, x, like.dtype, CastMode::of(ctx)?)?])
 }
 

@@ -95,10 +95,10 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("Where", THREE, where_, WHERE_MEM)
         .flow(axes::broadcast)
         .pointwise(),
-    OpDef::new("Cast", ONE, cast, Mem::NEW)
+    OpDef::new("Cast", ONE, cast, CAST_MEM)
         .flow(axes::first_input)
         .pointwise(),
-    OpDef::new("CastLike", TWO, cast_like, Mem::NEW)
+    OpDef::new("CastLike", TWO, cast_like, CAST_MEM)
         .flow(cast_like_flow)
         .pointwise(),
     // The same bits read as another type of the same width.
@@ -225,6 +225,12 @@ pub const DEFS: &[OpDef] = &[
         .flow(axes::first_input)
         .pointwise(),
 ];
+
+/// A cast to the type its input has is that input: output 0 shares its bytes.
+const CAST_MEM: Mem = Mem {
+    view: super::View::SameType,
+    ..Mem::NEW
+};
 
 /// `Where` may write into either value input.
 const WHERE_MEM: Mem = Mem {

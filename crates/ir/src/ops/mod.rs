@@ -60,6 +60,9 @@ pub enum View {
     /// Output 0 is a sub-range of input 0's bytes when the slice is contiguous (decided at run time
     /// from concrete dims; see `exec`).
     ContiguousSlice,
+    /// Output 0 shares input 0's bytes when its element type is input 0's (a `Cast` to the type it
+    /// has: every element is converted to itself).
+    SameType,
 }
 
 /// Memory behaviour of an op, declared next to its shape rule.
@@ -413,7 +416,8 @@ pub fn arity(op: &str) -> Option<Arity> {
 /// Whether output 0 of `node` is a zero-copy view of input 0, decided from the symbolic facts so that
 /// the simulator and the executor agree for every value of the symbols.
 ///
-/// `Alias` ops always are. A `Slice` is when its steps are all 1 and the kept region is one
+/// `Alias` ops always are; `SameType` ops when their output's element type is their input's. A
+/// `Slice` is when its steps are all 1 and the kept region is one
 /// contiguous run: every axis before the first cut axis has extent 1 and every axis after it is kept
 /// whole.
 pub fn is_view(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>]) -> bool {
@@ -423,6 +427,12 @@ pub fn is_view(node: &Node, inputs: &[Option<&Fact>], outputs: &[Option<&Fact>])
     match def.mem.view {
         View::None => false,
         View::Alias => true,
+        View::SameType => {
+            let (Some(Some(inp)), Some(Some(out))) = (inputs.first(), outputs.first()) else {
+                return false;
+            };
+            inp.dtype.is_some() && inp.dtype == out.dtype
+        }
         View::ContiguousSlice => {
             let (Some(Some(inp)), Some(Some(out))) = (inputs.first(), outputs.first()) else {
                 return false;
