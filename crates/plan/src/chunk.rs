@@ -610,6 +610,7 @@ fn tiled(
             let pred = Prediction {
                 peak: t.peak,
                 local: t.local,
+                span: t.local,
                 copied: 0,
                 added: t.added,
                 seconds: t.seconds,
@@ -653,11 +654,18 @@ fn choose(base: &Base, opts: &ChunkOptions, mut cands: Vec<Candidate>) -> Option
         cands = rest;
     }
     // As low as possible: the lowest local peak, and within 2% of it, the cheapest (2% of the
-    // lowest, not of the current peak: before a large step that would be a wide margin).
+    // lowest, not of the current peak: before a large step that would be a wide margin). Where
+    // the local peaks are a reader's after the region (its output whole there, whatever the
+    // region), those that take their own span lowest, within 2%: the reader is chunked later.
     let low = cands.iter().map(|c| c.pred.local).min()?;
     let near: Vec<Candidate> = cands
         .into_iter()
         .filter(|c| c.pred.local <= low + low / 50)
+        .collect();
+    let low_span = near.iter().map(|c| c.pred.span).min()?;
+    let near = near
+        .into_iter()
+        .filter(|c| c.pred.span <= low_span + low_span / 50)
         .collect();
     cheapest(near)
 }

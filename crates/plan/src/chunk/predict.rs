@@ -204,8 +204,12 @@ pub(crate) struct Prediction {
     pub peak: u64,
     /// The highest live bytes over the steps of the nodes that ran from the first region node to
     /// the last and at the old peak (the new nodes, and the untouched nodes in that span; resident
-    /// bytes included). It was the old peak; the rewrite is progress where it drops.
+    /// bytes included), and at the first reader of each region output after it (where the output
+    /// is whole). It was the old peak; the rewrite is progress where it drops.
     pub local: u64,
+    /// The same over the span and the old peak only, without the readers after: how low the
+    /// rewrite takes the steps it runs.
+    pub span: u64,
     /// Bytes the rewrite copies that the original did not: slices that are not views, and the
     /// concatenations unless they are assembled in place.
     pub copied: u64,
@@ -648,11 +652,16 @@ pub(crate) fn predict(
             }
         }
     }
-    let mut in_window = vec![false; steps];
+    // Per step: in the span (`Some(true)`), at a first reader after it (`Some(false)`), or neither.
+    let mut in_window = vec![None; steps];
     for (s, &a) in order.iter().enumerate() {
         let n = &list[a as usize];
         let o = origin[a as usize];
-        in_window[s] = window.contains(&o) || first_readers.contains(&o);
+        in_window[s] = match (window.contains(&o), first_readers.contains(&o)) {
+            (true, _) => Some(true),
+            (false, true) => Some(false),
+            (false, false) => None,
+        };
         scratch[s] = if n.assembled { 0 } else { n.scratch };
         for (slot, o) in n.outputs.iter().enumerate() {
             let Some(o) = *o else { continue };
@@ -702,7 +711,7 @@ pub(crate) fn predict(
         .filter(|(_, r)| **r)
         .map(|(b, _)| *b)
         .sum();
-    let (mut peak, mut local) = (res, 0u64);
+    let (mut peak, mut local, mut span) = (res, 0u64, 0u64);
     let mut live: i128 = 0;
     let mut per_step = Vec::with_capacity(steps);
     for s in 0..steps {
@@ -710,13 +719,17 @@ pub(crate) fn predict(
         let here = res + live.max(0) as u64 + scratch[s];
         per_step.push(here);
         peak = peak.max(here);
-        if in_window[s] {
+        if let Some(in_span) = in_window[s] {
             local = local.max(here);
+            if in_span {
+                span = span.max(here);
+            }
         }
     }
     Ok(Prediction {
         peak,
         local,
+        span,
         copied,
         added,
         seconds,
