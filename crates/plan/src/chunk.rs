@@ -24,8 +24,11 @@
 //! prefixes. Keep the cheapest candidate that brings the live bytes around the region under the
 //! budget, or else the one that brings them lowest; apply it and repeat at the new peak until the
 //! budget is met or nothing helps. "Around the region" (over the steps of the nodes from its first
-//! node to its last, and the old peak's) and not the global peak: when two regions tie at the peak,
-//! chunking either one leaves the global peak where it is, but is still progress.
+//! node to its last, the old peak's, and the first reader's of each region output, where that
+//! output is whole) and not the global peak: when two regions tie at the peak, chunking either one
+//! leaves the global peak where it is, but is still progress. Among candidates near the lowest,
+//! those that take their own steps lowest come first (where a reader after the region holds the
+//! local peak, it does so whatever the region), then the cheapest.
 
 mod boxes;
 mod broadcasts;
