@@ -578,11 +578,14 @@ pub(crate) fn predict(
     let first_region = em.order.first().map_or(0, |n| n.index());
     let peak_step = base.peak_step.unwrap_or(first_region);
     let window = first_region.min(peak_step)..=em.last.max(peak_step);
-    // And the step where each output is first read after it: there the output is whole (a region
-    // that ends before a large reader moves the peak to that reader, not below it).
+    // And the step where each large output (1/64 of the peak or more) is first read after it:
+    // there the output is whole (a region that ends before a large reader moves the peak to that
+    // reader, not below it). A small output (a mask's indices) read layers later is not the
+    // region's doing there.
     let first_readers: BTreeSet<usize> = em
         .outputs
         .iter()
+        .filter(|v| bytes.get(v.index()).is_some_and(|&b| b >= base.peak / 64))
         .filter_map(|v| {
             base.consumers[v.index()]
                 .iter()
