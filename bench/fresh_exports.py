@@ -17,6 +17,9 @@ A twelfth batch (OUT=target/fresh12): BLOOM and MPT (ALiBi), Falcon (RW, rotary,
 (sliding window 64), GPT-J (interleaved rotary), ModernBERT and T5Gemma's encoder (local/global
 layers), Whisper's encoder (static 3000 frames), BEiT (relative position bias, static 224), DINOv2
 (interpolated positions, 14*h x 14*w), ConvNeXt, MobileViT.
+A thirteenth batch (OUT=target/fresh13): ConvBERT, CANINE, YOSO, Swin, LeViT, PVT, RegNet, UMT5's and
+Switch Transformers' encoders (MoE), Wav2Vec2-Conformer; torchvision's EfficientNet-B0, MobileNetV3-Small, ViT-B/16 (torchvision from PYTHONPATH where not installed). MRA is left out: without
+its CUDA kernels (fetched from a hub) its attention returns zeros.
 usage: python bench/fresh_exports.py NAME [legacy|dynamo|both]   (OUT=dir, default target/fresh)
 Writes $OUT/NAME_{legacy,dynamo}.onnx
 """
@@ -798,6 +801,181 @@ def t5gemma():
     return text_encoder(m, seq=128, max_s=4096)
 
 
+# ---- thirteenth batch (OUT=target/fresh13): dynamic conv, char models, MoE, conformer, vision ----
+
+def convbert():
+    """ConvBERT: mixed attention, half the heads replaced by span-based dynamic convolution (kernel 9,
+    per-token kernels from a depthwise-separable conv, unfold of the value map)."""
+    from transformers import ConvBertConfig, ConvBertModel
+    cfg = ConvBertConfig(vocab_size=1000, hidden_size=128, embedding_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=256, head_ratio=2, conv_kernel_size=9,
+                         max_position_embeddings=4096)
+    return text_encoder(ConvBertModel(cfg).eval(), seq=64, max_s=4096)
+
+
+def canine():
+    """CANINE-s: hashed character embeddings (8 hash functions), a local (chunked, 128-wide) initial
+    transformer, strided-conv downsampling (rate 4), deep transformer, repeat-upsampling and a final
+    conv + transformer. Ids are small codepoints; traced at 256 (several chunks)."""
+    from transformers import CanineConfig, CanineModel
+    cfg = CanineConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                       downsampling_rate=4, num_hash_functions=8, num_hash_buckets=4096,
+                       max_position_embeddings=4096, local_transformer_stride=128)
+    return text_encoder(CanineModel(cfg).eval(), vocab=1000, seq=256, max_s=4096)
+
+
+def yoso():
+    """YOSO: LSH-expectation attention (use_expectation: (1 - acos(q.k)/pi)^tau with unit q/k,
+    an autograd.Function), depthwise conv over values."""
+    from transformers import YosoConfig, YosoModel
+    cfg = YosoConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=256, max_position_embeddings=4096, use_expectation=True,
+                     conv_window=None)
+    return text_encoder(YosoModel(cfg).eval(), seq=64, max_s=4000)
+
+
+def swin():
+    """transformers' Swin: 7x7 windows, shifted (torch.roll) every other block, padding to window
+    multiples, relative position bias by index; 2 stages (patch 4, one patch merging). H = W = 56*h
+    (the stage sizes multiples of the window; 224x224 example)."""
+    from transformers import SwinConfig, SwinModel
+    cfg = SwinConfig(image_size=224, patch_size=4, embed_dim=32, depths=[2, 2], num_heads=[2, 4],
+                     window_size=7, mlp_ratio=2.0)
+    m = SwinModel(cfg).eval()
+    x = torch.randn(1, 3, 224, 224)
+    h, w = Dim("h", min=2, max=16), Dim("w", min=2, max=16)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
+            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 56 * h, 3: 56 * w}})
+
+
+def levit():
+    """LeViT: conv stem (4 stride-2 convs), attention with per-head biases gathered by a fixed index
+    (built from Python ints: static 224x224), subsampling attention, hardswish, BatchNorm linears
+    (statistics calibrated, `bn_calibrated`)."""
+    from transformers import LevitConfig, LevitModel
+    cfg = LevitConfig(image_size=224, hidden_sizes=[64, 128, 192], num_attention_heads=[2, 4, 6],
+                      depths=[1, 1, 1], key_dim=[16, 16, 16], attention_ratio=[2, 2, 2], mlp_ratio=[2, 2, 2])
+    m = LevitModel(cfg).eval()
+    x = torch.randn(1, 3, 224, 224)
+    # the features vanish with the init's BatchNorm statistics (outputs ~1e-8): calibrated
+    return bn_calibrated((Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"], None, None))
+
+
+def pvt():
+    """PVT v1: spatial-reduction attention (k/v from a strided conv, ratios 8/4/2/1), position
+    embeddings per stage (interpolated away from 224)."""
+    from transformers import PvtConfig, PvtModel
+    cfg = PvtConfig(image_size=224, num_encoder_blocks=4, depths=[1, 1, 1, 1], sequence_reduction_ratios=[8, 4, 2, 1],
+                    hidden_sizes=[16, 32, 64, 128], num_attention_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])
+    m = PvtModel(cfg).eval()
+    x = torch.randn(1, 3, 224, 224)
+    h, w = Dim("h", min=2, max=64), Dim("w", min=2, max=64)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
+            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 32 * h, 3: 32 * w}})
+
+
+def regnet():
+    """RegNet (Y): grouped 3x3 convs (group width 8), squeeze-excitation, 4 stages."""
+    from transformers import RegNetConfig, RegNetModel
+    cfg = RegNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 2, 1], groups_width=8,
+                       layer_type="y")
+    m = RegNetModel(cfg).eval()
+    x = torch.randn(1, 3, 224, 224)
+    h, w = Dim("h", min=2, max=64), Dim("w", min=2, max=64)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
+            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 32 * h, 3: 32 * w}})
+
+
+def umt5():
+    """UMT5's encoder: T5 with a bucketed relative position bias computed in every layer (not shared)."""
+    from transformers import UMT5Config, UMT5EncoderModel
+    cfg = UMT5Config(vocab_size=1000, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4,
+                     relative_attention_num_buckets=32, relative_attention_max_distance=128)
+    return text_encoder(UMT5EncoderModel(cfg).eval(), seq=64, max_s=4096)
+
+
+def switch_transformers():
+    """Switch Transformers' encoder: every layer's MLP a mixture of 4 experts with top-1 routing
+    (capacity 64 per expert, tokens over it pass unchanged), experts run on the tokens routed to them
+    (nonzero / index_add)."""
+    from transformers import SwitchTransformersConfig, SwitchTransformersEncoderModel
+    cfg = SwitchTransformersConfig(vocab_size=1000, d_model=128, d_kv=32, d_ff=256, num_layers=2,
+                                   num_sparse_encoder_layers=2, num_decoder_layers=2, num_sparse_decoder_layers=2,
+                                   num_heads=4, num_experts=4, expert_capacity=64,
+                                   relative_attention_num_buckets=32)
+    m = SwitchTransformersEncoderModel(cfg).eval()
+    # with no mask, its encoder indexes a None mask under torch.export ("'NoneType' object is not
+    # subscriptable"): an all-ones mask passed, for both exporters
+    ids = torch.randint(0, 1000, (1, 64))
+    return (OnesMaskedEncoder(m), (ids,), ["input_ids"], ["last_hidden_state"],
+            {"input_ids": {1: "S"}}, {"input_ids": {1: Dim("S", min=2, max=4096)}})
+
+
+class OnesMaskedEncoder(nn.Module):
+    """`last_hidden_state` of an encoder for `input_ids` with an all-ones `attention_mask`."""
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).last_hidden_state
+
+
+def wav2vec2_conformer():
+    """Wav2Vec2-Conformer: conv feature encoder (7 layers, 320x downsampling), conformer blocks with
+    relative (Transformer-XL) positional attention and rel-shift, depthwise conv module (kernel 31)."""
+    from transformers import Wav2Vec2ConformerConfig, Wav2Vec2ConformerModel
+    cfg = Wav2Vec2ConformerConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=256, conv_dim=(32,) * 7, conv_stride=(5, 2, 2, 2, 2, 2, 2),
+                                  conv_kernel=(10, 3, 3, 3, 3, 2, 2), num_conv_pos_embeddings=16,
+                                  num_conv_pos_embedding_groups=4, position_embeddings_type="relative",
+                                  conv_depthwise_kernel_size=31, feat_extract_norm="group",
+                                  apply_spec_augment=False, max_source_positions=5000)
+    m = Wav2Vec2ConformerModel(cfg).eval()
+    x = torch.randn(1, 16000)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["input_values"], ["last_hidden_state"],
+            {"input_values": {1: "T"}}, {"input_values": {1: Dim("T", min=400, max=400000)}})
+
+
+def bn_calibrated(spec):
+    """`spec` (tv_model's tuple) with its BatchNorm running statistics set from one random batch: with
+    torchvision's init (running var 1) the features of these nets shrink ~10x per block (logits ~1e-14),
+    and a comparison then says nothing."""
+    m = spec[0]
+    for mod in m.modules():
+        if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+            mod.reset_running_stats()
+            mod.momentum = None
+    m.train()
+    with torch.no_grad():
+        m(torch.randn(4, 3, 224, 224))
+    m.eval()
+    return spec
+
+
+def efficientnet_b0():
+    """torchvision EfficientNet-B0: MBConv with squeeze-excitation, SiLU, depthwise 3x3/5x5
+    (BatchNorm statistics calibrated, `bn_calibrated`)."""
+    return bn_calibrated(tv_model("efficientnet_b0"))
+
+
+def mobilenet_v3_small():
+    """torchvision MobileNetV3-Small: hardswish / hardsigmoid, SE blocks, depthwise convs
+    (BatchNorm statistics calibrated, `bn_calibrated`)."""
+    return bn_calibrated(tv_model("mobilenet_v3_small"))
+
+
+def vit_b_16():
+    """torchvision ViT-B/16 (full size, 86M parameters): class token, learned positions for 14x14
+    patches (fixed 224x224). nn.MultiheadAttention's fast path (`aten::_native_multi_head_attention`,
+    which the TorchScript exporter cannot export) is turned off."""
+    torch.backends.mha.set_fastpath_enabled(False)
+    spec = tv_model("vit_b_16", dyn=False)
+    # torchvision zero-initializes the head (logits all 0, a comparison says nothing): a random head
+    nn.init.normal_(spec[0].heads.head.weight, std=0.02)
+    return spec
+
+
 MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=phi, gemma=gemma, segformer=segformer, rnn=rnn,
               fcn=fcn, deeplab=deeplab, r3d=r3d, clip=clip,
               xlnet=xlnet, roformer=roformer, mpnet=mpnet, opt=opt, nystromformer=nystromformer,
@@ -809,7 +987,10 @@ MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=ph
               esmfold_block=esmfold_block, longformer=longformer, led=led, bigbird=bigbird, longt5=longt5, pegasus_x=pegasus_x,
               bloom=bloom, mpt=mpt, falcon=falcon, mistral=mistral, whisper_encoder=whisper_encoder,
               beit=beit, dinov2=dinov2, convnext=convnext, mobilevit=mobilevit, gptj=gptj,
-              modernbert=modernbert, t5gemma=t5gemma)
+              modernbert=modernbert, t5gemma=t5gemma,
+              convbert=convbert, canine=canine, yoso=yoso, swin=swin, levit=levit, pvt=pvt, regnet=regnet,
+              umt5=umt5, switch_transformers=switch_transformers, wav2vec2_conformer=wav2vec2_conformer,
+              efficientnet_b0=efficientnet_b0, mobilenet_v3_small=mobilenet_v3_small, vit_b_16=vit_b_16)
 
 if __name__ == "__main__":
     name = sys.argv[1]
