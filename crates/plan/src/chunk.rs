@@ -1085,6 +1085,30 @@ mod tests {
         }
     }
 
+    /// `model` in topological order, its facts (at no dims), and the growth from node `seed` along
+    /// axis 0, up to 100 nodes.
+    fn grown(model: &Model, seed: &str) -> (Model, Facts, Vec<region::Joined>) {
+        let dims = BTreeMap::new();
+        let (m, facts) = sorted(model, &dims).unwrap();
+        let base = Base::new(&m.graph, &facts, &dims, true).unwrap();
+        let seed = m.graph.nodes.iter().position(|n| n.name == seed).unwrap();
+        let light = crate::remat::light_values(&m.graph, &facts, &dims);
+        let frozen = vec![false; m.graph.nodes.len()];
+        let growth = region::grow(
+            &m.graph,
+            &facts,
+            &dims,
+            &base.consumers,
+            &light,
+            NodeId::from_index(seed),
+            0,
+            100,
+            &frozen,
+        );
+        drop(base);
+        (m, facts, growth)
+    }
+
     /// `model` with the region grown from node `seed` along axis 0 (of `extent`) in `chunks`
     /// chunks, as predicted and as simulated once built: the region's node count, the prediction,
     /// whether the node named `cat` was assembled in place before, and the built model's simulated
@@ -1096,24 +1120,11 @@ mod tests {
         chunks: usize,
     ) -> (usize, Prediction, bool, (u64, Vec<u64>, usize)) {
         let dims = BTreeMap::new();
-        let (m, facts) = sorted(model, &dims).unwrap();
+        let (m, facts, growth) = grown(model, seed);
         let base = Base::new(&m.graph, &facts, &dims, true).unwrap();
         let at = |g: &memplan_ir::graph::Graph, name: &str| {
             g.nodes.iter().position(|n| n.name == name).unwrap()
         };
-        let light = crate::remat::light_values(&m.graph, &facts, &dims);
-        let frozen = vec![false; m.graph.nodes.len()];
-        let growth = region::grow(
-            &m.graph,
-            &facts,
-            &dims,
-            &base.consumers,
-            &light,
-            NodeId::from_index(at(&m.graph, seed)),
-            0,
-            100,
-            &frozen,
-        );
         let nodes: BTreeSet<NodeId> = growth.iter().map(|(n, _)| *n).collect();
         let count = nodes.len();
         let axes = growth.into_iter().flat_map(|(_, a)| a).collect();
@@ -1255,25 +1266,12 @@ mod tests {
         g.outputs = vec![d];
         let model = model_of(g);
         let dims = BTreeMap::new();
-        let (m, facts) = sorted(&model, &dims).unwrap();
+        let (m, facts, growth) = grown(&model, "up");
         let base = Base::new(&m.graph, &facts, &dims, true).unwrap();
         let id = |name: &str| {
             NodeId::from_index(m.graph.nodes.iter().position(|n| n.name == name).unwrap())
         };
-        let light = crate::remat::light_values(&m.graph, &facts, &dims);
-        let frozen = vec![false; m.graph.nodes.len()];
         let region = [id("a"), id("up0"), id("up")];
-        let growth = region::grow(
-            &m.graph,
-            &facts,
-            &dims,
-            &base.consumers,
-            &light,
-            id("up"),
-            0,
-            100,
-            &frozen,
-        );
         let growth: Vec<_> = growth
             .into_iter()
             .filter(|(n, _)| region.contains(n))
