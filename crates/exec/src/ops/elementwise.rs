@@ -1202,19 +1202,19 @@ impl CastMode {
 
 /// Casts `x` into a new tensor of type `to` (semantics in `kernels::cast`: each element goes through
 /// its exact [`CastValue`], so the result does not depend on how the tensor is split; the narrow
-/// types follow `kernels::minifloat`).
+/// types follow `kernels::minifloat`). To the type `x` has, `x` itself: a view where the plan says
+/// so (`View::SameType`), else a copy.
 pub fn cast_tensor(
     ctx: &OpCtx,
     x: &Tensor,
     to: DataType,
     mode: CastMode,
 ) -> Result<Tensor, OpFail> {
+    if x.dtype == to {
+        return view_or_copy(ctx, x, &x.shape);
+    }
     // Every path below writes every element (or fails); packed outputs write whole bytes.
     let mut out = ctx.alloc_for_overwrite(to, &x.shape)?;
-    if x.dtype == to {
-        out.bytes_mut()?.copy_from_slice(x.bytes());
-        return Ok(out);
-    }
     if cast_typed(x, to, &mut out)? {
         return Ok(out);
     }
@@ -1360,9 +1360,6 @@ fn cast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> 
     let Some(to) = DataType::from_onnx(to as i32) else {
         return fail(format!("Cast to unknown type code {to}"));
     };
-    if to == x.dtype {
-        return Ok(vec![view_or_copy(ctx, x, &x.shape)?]);
-    }
     Ok(vec![cast_tensor(ctx, x, to, CastMode::of(ctx)?)?])
 }
 
@@ -1388,9 +1385,6 @@ fn bitcast(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
 
 fn cast_like(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
     let (x, like) = (req(inputs, 0)?, req(inputs, 1)?);
-    if like.dtype == x.dtype {
-        return Ok(vec![view_or_copy(ctx, x, &x.shape)?]);
-    }
     Ok(vec![cast_tensor(ctx, x, like.dtype, CastMode::of(ctx)?)?])
 }
 
