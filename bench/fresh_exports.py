@@ -227,6 +227,14 @@ class Called(nn.Module):
         return tuple(getattr(o, k) for k in self.keys)
 
 
+def image_encoder(m, x, stride, max_blocks):
+    """`last_hidden_state` of `m` for `pixel_values` `x` [1, 3, H, W]; the dynamo export takes H and W
+    as multiples of `stride` (its patch or total downsampling), 2 to `max_blocks` of them."""
+    h, w = Dim("h", min=2, max=max_blocks), Dim("w", min=2, max=max_blocks)
+    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
+            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: stride * h, 3: stride * w}})
+
+
 def text_encoder(m, vocab=1000, seq=32, max_s=2000, **kw):
     """`last_hidden_state` of `m` for `input_ids` [1, S], ids in [0, vocab)."""
     ids = torch.randint(0, vocab, (1, seq))
@@ -731,9 +739,7 @@ def dinov2():
                        patch_size=14, attn_implementation="eager")
     m = Dinov2Model(cfg).eval()
     x = torch.randn(1, 3, 224, 280)
-    h, w = Dim("h", min=2, max=64), Dim("w", min=2, max=64)
-    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
-            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 14 * h, 3: 14 * w}})
+    return image_encoder(m, x, stride=14, max_blocks=64)
 
 
 def convnext():
@@ -742,9 +748,7 @@ def convnext():
     cfg = ConvNextConfig(hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1])
     m = ConvNextModel(cfg).eval()
     x = torch.randn(1, 3, 224, 224)
-    h, w = Dim("h", min=2, max=64), Dim("w", min=2, max=64)
-    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
-            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 32 * h, 3: 32 * w}})
+    return image_encoder(m, x, stride=32, max_blocks=64)
 
 
 def mobilevit():
@@ -761,9 +765,7 @@ def mobilevit():
         if mod is not m and hasattr(mod, "reset_parameters"):
             mod.reset_parameters()
     x = torch.randn(1, 3, 256, 256)
-    h, w = Dim("h", min=2, max=32), Dim("w", min=2, max=32)
-    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
-            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 64 * h, 3: 64 * w}})
+    return image_encoder(m, x, stride=64, max_blocks=32)
 
 
 def gptj():
@@ -843,9 +845,7 @@ def swin():
                      window_size=7, mlp_ratio=2.0)
     m = SwinModel(cfg).eval()
     x = torch.randn(1, 3, 224, 224)
-    h, w = Dim("h", min=2, max=16), Dim("w", min=2, max=16)
-    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
-            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 56 * h, 3: 56 * w}})
+    return image_encoder(m, x, stride=56, max_blocks=16)
 
 
 def levit():
@@ -869,9 +869,7 @@ def pvt():
                     hidden_sizes=[16, 32, 64, 128], num_attention_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2])
     m = PvtModel(cfg).eval()
     x = torch.randn(1, 3, 224, 224)
-    h, w = Dim("h", min=2, max=64), Dim("w", min=2, max=64)
-    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
-            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 32 * h, 3: 32 * w}})
+    return image_encoder(m, x, stride=32, max_blocks=64)
 
 
 def regnet():
@@ -881,9 +879,7 @@ def regnet():
                        layer_type="y")
     m = RegNetModel(cfg).eval()
     x = torch.randn(1, 3, 224, 224)
-    h, w = Dim("h", min=2, max=64), Dim("w", min=2, max=64)
-    return (Wrap(m, ["last_hidden_state"]), (x,), ["pixel_values"], ["last_hidden_state"],
-            {"pixel_values": {2: "H", 3: "W"}}, {"pixel_values": {2: 32 * h, 3: 32 * w}})
+    return image_encoder(m, x, stride=32, max_blocks=64)
 
 
 def umt5():
