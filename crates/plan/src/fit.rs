@@ -21,6 +21,11 @@
 //! 6. When chunking did not meet the budget, narrowing and recomputation (chosen on the graph-order
 //!    peak, before chunking) may have stood in its way: the model is fitted again without each, and
 //!    the fit that meets the budget, or else plans lower, is kept.
+//! 7. When the budget is still not met (`lowest` never is), the best fit's levers are fitted once
+//!    more with rounds that ask for an eighth less than the lowest plan so far, while each plans
+//!    lower (three at most): a greedy search that can fit its target takes the cheapest
+//!    fitting region and goes on, where one that cannot takes the lowest region each time and may
+//!    leave no progress after it.
 //!
 //! Every bound is on work (rounds, candidates, search states), never on time: the same input gives
 //! the same plan on any machine.
@@ -168,14 +173,16 @@ pub enum FitError {
 /// fitted once more with regions also cut at topological prefixes of their growth
 /// ([`ChunkOptions::topological`]), and the better fit is kept; when that still misses, once more
 /// with regions also chunked in tiles ([`ChunkOptions::tiles`]: a value every chunk reads whole made
-/// again per chunk, its makers paid once per chunk).
+/// again per chunk, its makers paid once per chunk). When the best fit still misses (as every fit
+/// to `lowest`, a budget of 0, does), its levers are fitted once more with chunking targets a
+/// little below its plan ([`next_target`]), and the better fit is kept.
 pub fn fit_budget(
     model: &Model,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
     opts: &FitOptions,
 ) -> Result<Fit, FitError> {
-    let mut best = fit_with(model, facts, dims, opts)?;
+    let mut best = fit_with(model, facts, dims, opts, None)?;
     if best.fits || best.chunking.is_none() {
         return Ok(best);
     }
@@ -194,7 +201,7 @@ pub fn fit_budget(
     }
     let mut levers = opts.clone();
     for v in variants {
-        let other = fit_with(model, facts, dims, &v)?;
+        let other = fit_with(model, facts, dims, &v, None)?;
         if better(&other, &best) {
             (best, levers) = (other, v);
         }
@@ -211,9 +218,27 @@ pub fn fit_budget(
         if best.fits || !set(&mut next.chunk) {
             continue;
         }
-        let other = fit_with(model, facts, dims, &next)?;
+        let other = fit_with(model, facts, dims, &next, None)?;
         if better(&other, &best) {
             (best, levers) = (other, next);
+        }
+    }
+    // Last, on the levers of the best fit, rounds that ask for less than its plan (see
+    // `next_target`), once: on every variant they would multiply the work. The report counts
+    // their rounds and candidates whichever fit is kept.
+    if let (false, Some(c)) = (best.fits, &best.chunking) {
+        let from = Some(best.outcome.report.peak_bytes_after);
+        let (rounds, candidates) = (c.rounds, c.candidates);
+        let other = fit_with(model, facts, dims, &levers, from)?;
+        let ran = other
+            .chunking
+            .as_ref()
+            .map_or((0, 0), |c| (c.rounds, c.candidates));
+        if better(&other, &best) {
+            best = other;
+        }
+        if let Some(c) = &mut best.chunking {
+            (c.rounds, c.candidates) = (rounds + ran.0, candidates + ran.1);
         }
     }
     Ok(best)
@@ -226,12 +251,13 @@ fn better(a: &Fit, b: &Fit) -> bool {
             && a.outcome.report.peak_bytes_after < b.outcome.report.peak_bytes_after)
 }
 
-/// [`fit_budget`] with the levers of `opts` as given.
+/// [`fit_budget`] with the levers of `opts` as given; `descend`: see [`chunk_and_plan`].
 fn fit_with(
     model: &Model,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
     opts: &FitOptions,
+    descend: Option<u64>,
 ) -> Result<Fit, FitError> {
     let budget = opts.budget;
     let mut model = model.clone();
@@ -306,7 +332,7 @@ fn fit_with(
         .cost
         .plan_seconds(&model.graph, &facts, &out.plan);
     let (chunked, chunked_facts, o, summary) =
-        chunk_and_fold(&model, dims, opts, unchunked_seconds)?;
+        chunk_and_fold(&model, dims, opts, unchunked_seconds, descend)?;
     // Passes: the original graph order (and recomputation), each chunking step, then the planner's
     // passes over the chunked graph (after its own graph order).
     let mut passes: Vec<Pass> = out
@@ -382,8 +408,9 @@ fn chunk_and_fold(
     dims: &BTreeMap<String, i64>,
     opts: &FitOptions,
     unchunked_seconds: f64,
+    descend: Option<u64>,
 ) -> Result<(Model, Facts, Outcome, ChunkSummary), FitError> {
-    let (m, f, o, mut s) = chunk_and_plan(model, dims, opts, unchunked_seconds)?;
+    let (m, f, o, mut s) = chunk_and_plan(model, dims, opts, unchunked_seconds, descend)?;
     let Some(from) = opts.scan_from else {
         return Ok((m, f, o, s));
     };
@@ -395,7 +422,7 @@ fn chunk_and_fold(
         budget: opts.budget.saturating_sub(short),
         ..opts.clone()
     };
-    let (m2, f2, o2, mut s2) = chunk_and_plan(model, dims, &lower, unchunked_seconds)?;
+    let (m2, f2, o2, mut s2) = chunk_and_plan(model, dims, &lower, unchunked_seconds, descend)?;
     let (m2, f2, o2, _) = fold_into_scans(m2, f2, o2, &mut s2, dims, opts, from)?;
     let laned = s2.steps.iter().any(|st| st.lanes > 1);
     if laned && o2.report.peak_bytes_after <= opts.budget {
@@ -512,22 +539,40 @@ fn chunked_and_planned(
     Ok((c, facts, out))
 }
 
-/// Chunks to a target and plans, lowering the target by the planned excess while the plan does not
-/// fit (three rounds at most); keeps the round with the lowest planned peak. `unchunked_seconds`:
-/// the predicted run of `model` under its own plan
+/// Chunk-then-plan rounds at most ([`chunk_and_plan`]), and in a descent.
+const ROUNDS: usize = 3;
+const DESCENT_ROUNDS: usize = 3;
+
+/// Chunks to a target and plans, then again to other targets ([`next_target`]) while the plan does
+/// not fit ([`ROUNDS`] rounds at most); keeps the round with the lowest planned peak. With
+/// `descend`, the lowest planned peak of a fit whose chunking stopped above its target: the rounds
+/// ([`DESCENT_ROUNDS`] at most) ask for less than the lowest plan, from the first.
+/// `unchunked_seconds`: the predicted run of `model` under its own plan
 /// ([`CostModel::plan_seconds`](crate::cost::CostModel::plan_seconds)).
 fn chunk_and_plan(
     model: &Model,
     dims: &BTreeMap<String, i64>,
     opts: &FitOptions,
     unchunked_seconds: f64,
+    descend: Option<u64>,
 ) -> Result<(Model, Facts, Outcome, ChunkSummary), FitError> {
     let budget = opts.budget;
     let mut target = budget;
     let mut copts = opts.chunk.clone();
     let mut candidates = 0;
     let mut best: Option<(Model, Facts, Outcome, ChunkSummary)> = None;
-    for round in 1..=3 {
+    let rounds = if descend.is_some() {
+        DESCENT_ROUNDS
+    } else {
+        ROUNDS
+    };
+    if let Some(lowest) = descend {
+        // As after a round that stopped above the budget and planned `lowest`.
+        let first = (budget, false, lowest, true);
+        target = next_target(budget, first, lowest, true).unwrap_or(budget);
+    }
+    let mut lowest_so_far = descend;
+    for round in 1..=rounds {
         copts.budget = Some(target);
         let (c, facts, out) = chunked_and_planned(model, dims, &copts, opts, &mut candidates)?;
         let planned = out.report.peak_bytes_after;
@@ -556,23 +601,64 @@ fn chunk_and_plan(
             steps: c.steps,
             per_reader: c.per_reader,
         };
-        let done = planned <= budget || c.peak_after > target;
-        let excess = planned.saturating_sub(budget);
-        let better = best
+        let reached = c.peak_after <= target;
+        let lower = lowest_so_far.is_none_or(|l| planned < l);
+        lowest_so_far = Some(lowest_so_far.map_or(planned, |l| l.min(planned)));
+        let lower_here = best
             .as_ref()
             .is_none_or(|b| planned < b.2.report.peak_bytes_after);
-        if better {
+        if lower_here {
             best = Some((c.model, facts, out, summary));
         } else if let Some(b) = &mut best {
             b.3.candidates = candidates;
             b.3.rounds = round;
         }
-        if done || excess >= target {
+        if planned <= budget {
             break;
         }
-        target -= excess;
+        let lowest = lowest_so_far.unwrap_or(planned);
+        let round = (target, reached, planned, lower);
+        let Some(next) = next_target(budget, round, lowest, descend.is_some()) else {
+            break;
+        };
+        target = next;
     }
     best.ok_or_else(|| FitError::Infer("chunking made no attempt".into()))
+}
+
+/// The chunking target of the next round, after a round to `target` that `reached` it (the
+/// simulated peak within it) or not, planned `planned` bytes and planned `lower` than every round
+/// before it or not; `lowest`: the lowest planned peak of the rounds so far (this one included);
+/// `descend`: whether the rounds descend (second case below). `None`: no round is worth running.
+///
+/// - Chunking reached its target and the plan still misses the budget: the target is lowered by
+///   the excess (the planner's peak and the simulated one differ by about that much).
+/// - Chunking stopped above its target (every `lowest` round does): a lower target does not give
+///   the greedy search another route, but a higher one does. Where candidates fit the target,
+///   chunking takes the cheapest of them and stops when the peak fits; where none does, it takes
+///   the lowest each time, and a region of many narrow chunks taken early can leave no progress
+///   after it. So a descent asks for an eighth less than the lowest plan so far (halfway to the
+///   budget where that is at or below it: the budget was tried), while each round plans lower.
+fn next_target(
+    budget: u64,
+    (target, reached, planned, lower): (u64, bool, u64, bool),
+    lowest: u64,
+    descend: bool,
+) -> Option<u64> {
+    if reached && budget > 0 {
+        let excess = planned - budget;
+        return (excess < target).then(|| target - excess);
+    }
+    if !descend || !lower {
+        return None;
+    }
+    let next = lowest - lowest / 8;
+    let next = if next <= budget {
+        budget + (lowest - budget) / 2
+    } else {
+        next
+    };
+    (next > budget && next != target).then_some(next)
 }
 
 #[cfg(test)]
@@ -580,11 +666,38 @@ mod tests {
     use super::*;
     use crate::gen;
 
+    /// The targets of the rounds: lowered by the excess while chunking reaches them; where it stops
+    /// above them, only in a descent, an eighth below the lowest plan while rounds plan lower,
+    /// never at or below the budget, and never the target just tried.
+    #[test]
+    fn rounds_ask_for_less_than_the_lowest_plan_where_chunking_stops_above_its_target() {
+        // In MiB: the budget, the round (target, reached, planned, lower), the lowest plan.
+        const MIB: u64 = 1 << 20;
+        type Round = (u64, bool, u64, bool);
+        fn next(budget: u64, (t, r, p, l): Round, low: u64, descend: bool) -> Option<u64> {
+            next_target(budget * MIB, (t * MIB, r, p * MIB, l), low * MIB, descend).map(|x| x / MIB)
+        }
+        // Chunking reached 100, the plan is 10 over a budget of 100: ask for 90, descent or not.
+        assert_eq!(next(100, (100, true, 110, true), 110, true), Some(90));
+        assert_eq!(next(100, (100, true, 110, true), 110, false), Some(90));
+        // Stopped above the target: nothing more without a descent.
+        assert_eq!(next(100, (100, false, 128, true), 128, false), None);
+        // `lowest` (budget 0): an eighth below the lowest plan, again after a lower round, and
+        // no more after a round that plans no lower.
+        assert_eq!(next(0, (0, false, 128, true), 128, true), Some(112));
+        assert_eq!(next(0, (112, true, 96, true), 96, true), Some(84));
+        assert_eq!(next(0, (84, false, 99, false), 96, true), None);
+        // A budget less than an eighth below the lowest plan: halfway to it instead, not twice.
+        assert_eq!(next(120, (120, false, 128, true), 128, true), Some(124));
+        assert_eq!(next(120, (124, false, 126, true), 126, true), Some(123));
+        assert_eq!(next(120, (123, false, 127, false), 126, true), None);
+    }
+
     /// On random graphs: a plan fits exactly when its planned peak is within the budget, the plan
     /// has passed the checker against the returned model's facts, and a rerun gives the same plan.
     #[test]
     fn fit_is_checked_deterministic_and_says_whether_it_fits() {
-        let (mut tested, mut chunked) = (0, 0);
+        let (mut tested, mut chunked, mut descended) = (0, 0, 0);
         for seed in 0..40u64 {
             let rg = gen::random_graph(&mut gen::SplitMix(seed), 24);
             let dims = rg.dims;
@@ -621,9 +734,18 @@ mod tests {
                 chunked += usize::from(!c.steps.is_empty());
             }
             crate::check(&a.model.graph, &a.facts, &a.outcome.plan).unwrap();
+            // `lowest` (a budget of 0) is never met: after the fits of every lever, a descent
+            // runs rounds below the best plan, and its report counts them.
+            let low = fit_budget(&model, &facts, &dims, &FitOptions::new(0)).unwrap();
+            if let Some(c) = low.chunking.as_ref().filter(|c| !c.steps.is_empty()) {
+                assert!(c.rounds >= 2, "seed {seed}: {} round(s)", c.rounds);
+                descended += 1;
+            }
+            crate::check(&low.model.graph, &low.facts, &low.outcome.plan).unwrap();
             tested += 1;
         }
         assert!(tested >= 20, "only {tested} random models");
         assert!(chunked > 0, "no random model was chunked");
+        assert!(descended > 0, "no random model was chunked to `lowest`");
     }
 }
