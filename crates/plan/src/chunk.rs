@@ -613,7 +613,7 @@ fn tiled(
             let pred = Prediction {
                 peak: t.peak,
                 local: t.local,
-                span: t.local,
+                span: t.span,
                 copied: 0,
                 added: t.added,
                 seconds: t.seconds,

@@ -582,18 +582,8 @@ pub(crate) fn predict(
     // there the output is whole (a region that ends before a large reader moves the peak to that
     // reader, not below it). A small output (a mask's indices) read layers later is not the
     // region's doing there.
-    let first_readers: BTreeSet<usize> = em
-        .outputs
-        .iter()
-        .filter(|v| bytes.get(v.index()).is_some_and(|&b| b >= base.peak / 64))
-        .filter_map(|v| {
-            base.consumers[v.index()]
-                .iter()
-                .map(|n| n.index())
-                .filter(|&n| n > em.last && !region.nodes.contains(&NodeId::from_index(n)))
-                .min()
-        })
-        .collect();
+    let inside = |n: usize| region.nodes.contains(&NodeId::from_index(n));
+    let first_readers = first_readers(base, &bytes, &em.outputs, em.last, inside, base.peak / 64);
 
     // The topological sort of the rewritten graph: a min-heap on list position.
     let nvals = bytes.len();
@@ -836,6 +826,30 @@ fn synthetic(op: &str, inputs: usize) -> Node {
         doc: String::new(),
         metadata: Vec::new(),
     }
+}
+
+/// The steps after `last` where each of `outputs` of at least `least` bytes (by `bytes`) is first
+/// read by a node that is not `inside` (the region or the new nodes that made it): there it is
+/// whole, whatever the region.
+pub(crate) fn first_readers(
+    base: &Base,
+    bytes: &[u64],
+    outputs: &[ValueId],
+    last: usize,
+    inside: impl Fn(usize) -> bool,
+    least: u64,
+) -> BTreeSet<usize> {
+    outputs
+        .iter()
+        .filter(|v| bytes.get(v.index()).is_some_and(|&b| b >= least))
+        .filter_map(|v| {
+            base.consumers[v.index()]
+                .iter()
+                .map(|n| n.index())
+                .filter(|&n| n > last && !inside(n))
+                .min()
+        })
+        .collect()
 }
 
 /// A `Concat` of `inputs` values along `axis`, for the op table's rules.

@@ -20,7 +20,7 @@ use memplan_ir::graph::{Graph, Model, NodeId, ValueId};
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::axes::AxisFlow;
 
-use super::predict::Base;
+use super::predict::{first_readers, Base};
 use super::rewrite::{apply_unrolled, compact_mapped, drop_unread_initializers, set_producers};
 use super::{region, rewritten_facts, ChunkError, ChunkOptions, Region};
 
@@ -31,10 +31,12 @@ const MAX_COPIED: usize = 48;
 pub(crate) struct Tiled {
     pub model: Model,
     pub facts: Facts,
-    /// The simulated peak of the built graph, and the highest live bytes over the steps of the
-    /// nodes the rewrite made (resident bytes included).
+    /// The simulated peak of the built graph; the highest live bytes over the steps of the nodes
+    /// the rewrite made and the first readers after them of their large outputs (resident bytes
+    /// included), and over the new nodes' steps alone (see `Prediction`).
     pub peak: u64,
     pub local: u64,
+    pub span: u64,
     /// Predicted extra seconds (the cost model over every node, new less old).
     pub seconds: f64,
     pub added: usize,
@@ -360,9 +362,22 @@ pub(crate) fn tile(
     let new_steps: Vec<usize> = (0..m.graph.nodes.len())
         .filter(|&i| !old.contains(m.graph.nodes[i].name.as_str()))
         .collect();
-    let local = match (new_steps.first(), new_steps.last()) {
-        (Some(&lo), Some(&hi)) => b.per_step[lo..=hi].iter().copied().max().unwrap_or(0),
-        _ => b.peak,
+    let (local, span) = match (new_steps.first(), new_steps.last()) {
+        (Some(&lo), Some(&hi)) => {
+            let span = b.per_step[lo..=hi].iter().copied().max().unwrap_or(0);
+            // As a region is judged (`Prediction::local`): also where each large output of the
+            // new nodes is first read after them, whole.
+            let new: BTreeSet<usize> = new_steps.iter().copied().collect();
+            let outputs: Vec<ValueId> = new
+                .iter()
+                .flat_map(|&i| m.graph.nodes[i].output_ids())
+                .collect();
+            let inside = |n: usize| new.contains(&n);
+            let readers = first_readers(&b, &b.bytes, &outputs, hi, inside, base.peak / 64);
+            let at_readers = readers.iter().map(|&s| b.per_step[s]).max().unwrap_or(0);
+            (span.max(at_readers), span)
+        }
+        _ => (b.peak, b.peak),
     };
     let seconds = graph_seconds(opts, &m.graph, &facts, dims) - base_seconds;
     let (peak, added) = (
@@ -375,6 +390,7 @@ pub(crate) fn tile(
         facts,
         peak,
         local,
+        span,
         seconds,
         added,
         inner,
@@ -394,4 +410,53 @@ pub(crate) fn graph_seconds(
         .iter()
         .map(|c| c.seconds)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_ir::graph::{DeclDim, DeclType, OpsetImport};
+    use memplan_ir::DataType;
+
+    /// The first readers of the new steps' outputs: of the large ones only, the first step after
+    /// the new steps that is not new, where the output is whole.
+    #[test]
+    fn the_first_readers_are_those_of_large_outputs_after_the_new_steps() {
+        let mut g = Graph::default();
+        let decl = |d: [i64; 2]| DeclType::tensor(DataType::F32, d.map(DeclDim::Value).to_vec());
+        let x = g.add_input("x", decl([256, 32]));
+        let y = g.add_input("y", decl([1, 32]));
+        let op = |g: &mut Graph, name: &str, op: &str, ins: &[ValueId]| {
+            let ins: Vec<Option<ValueId>> = ins.iter().copied().map(Some).collect();
+            g.add_node(name, op, &ins, &[name], vec![]).1[0]
+        };
+        let a = op(&mut g, "a", "Relu", &[x]);
+        let b = op(&mut g, "b", "Relu", &[a]); // new, large
+        let m = op(&mut g, "m", "Relu", &[y]); // new, small
+        let r1 = op(&mut g, "r1", "Sigmoid", &[b]); // b's first reader after the new steps
+        let r2 = op(&mut g, "r2", "Tanh", &[b]);
+        let r3 = op(&mut g, "r3", "Add", &[r1, m]); // m's first reader
+        let out = op(&mut g, "out", "Add", &[r2, r3]);
+        g.outputs = vec![out];
+        let model = Model {
+            graph: g,
+            opsets: vec![OpsetImport {
+                domain: String::new(),
+                version: 18,
+            }],
+            ..Model::default()
+        };
+        let facts = memplan_ir::infer_model(&model).unwrap();
+        let dims = BTreeMap::new();
+        let b = Base::new(&model.graph, &facts, &dims, true).unwrap();
+        let outputs = [
+            model.graph.nodes[1].outputs[0],
+            model.graph.nodes[2].outputs[0],
+        ];
+        let outputs: Vec<ValueId> = outputs.into_iter().flatten().collect();
+        let new = |n: usize| (1..=2).contains(&n);
+        let at = |least| first_readers(&b, &b.bytes, &outputs, 2, new, least);
+        assert_eq!(at(b.peak / 64), BTreeSet::from([3]));
+        assert_eq!(at(0), BTreeSet::from([3, 5]));
+    }
 }
