@@ -12,7 +12,8 @@ each of its two sizes:
      run (`memplan run OUT --plan PLAN --compare REF --exact`): measured = planned, bit-identical.
   5. run time of the unplanned and the 0.15x run, --repeat alternating runs each, medians.
 Prints one markdown table row per file and size; a problem in any step is a row's `problems` cell,
-never a stop.
+never a stop. A missed 0.15x budget whose floor is below it is a problem, and so is a `lowest` plan
+above the 0.15x one.
 
 Usage: .venv/bin/python bench/fresh_check.py DIR [--memplan target/release/memplan] [--only NAME]
        [--repeat 3] [--threads 2] [--sizes small,large]
@@ -130,7 +131,7 @@ def check(a, model, size, dims, tmp):
             row["ort"] = ort_compare(model, inputs, ref, a.threads)
         except Exception as e:  # noqa: BLE001 - a row's cell, not a stop
             row["ort"] = f"ort error {str(e).splitlines()[0][:120]}"
-    floor = 0
+    floor, reached = 0, {}
     for label in ("lowest", "0.15x"):
         budget = "lowest" if label == "lowest" else f"{max(int(peak * 0.15), floor)}B"
         out, plan = os.path.join(tmp, f"{label}.onnx"), os.path.join(tmp, f"{label}.json")
@@ -150,6 +151,11 @@ def check(a, model, size, dims, tmp):
         if res.get("mismatches"):
             problems.append(f"{label}: {res['mismatches']} mismatches")
         row[label] = f"{res['peak_bytes'] / peak:.3f}" + ("" if rc == 0 else " (missed)")
+        reached[label] = planned
+        if label == "0.15x" and rc == 3 and floor < int(peak * 0.15):
+            problems.append(f"0.15x missed, floor {floor / peak:.3f}x below it")
+        if label == "0.15x" and planned is not None and reached.get("lowest", 0) > planned:
+            problems.append(f"lowest {reached['lowest'] / peak:.3f}x above the 0.15x plan")
         row[f"{label} optimize s"] = f"{owall:.1f}"
         if label == "0.15x" and a.repeat:
             ts = {"base": [], "opt": []}
