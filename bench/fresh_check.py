@@ -13,7 +13,7 @@ each of its two sizes:
   5. run time of the unplanned and the 0.15x run, --repeat alternating runs each, medians.
 Prints one markdown table row per file and size; a problem in any step is a row's `problems` cell,
 never a stop. A missed 0.15x budget whose floor is below it is a problem, and so is a `lowest` plan
-above the 0.15x one.
+more than 0.5% above the 0.15x one.
 
 Usage: .venv/bin/python bench/fresh_check.py DIR [--memplan target/release/memplan] [--only NAME]
        [--repeat 3] [--threads 2] [--sizes small,large]
@@ -154,7 +154,7 @@ def check(a, model, size, dims, tmp):
         reached[label] = planned
         if label == "0.15x" and rc == 3 and floor < int(peak * 0.15):
             problems.append(f"0.15x missed, floor {floor / peak:.3f}x below it")
-        if label == "0.15x" and planned is not None and reached.get("lowest", 0) > planned:
+        if label == "0.15x" and planned is not None and reached.get("lowest", 0) > planned * 1.005:
             problems.append(f"lowest {reached['lowest'] / peak:.3f}x above the 0.15x plan")
         row[f"{label} optimize s"] = f"{owall:.1f}"
         if label == "0.15x" and a.repeat:
