@@ -1,6 +1,7 @@
 //! Kernels: N-D Conv (NCHW-style layout: `[N, C, D1..Dk]`) with group, pads, strides, dilations and
-//! optional bias, as im2col + GEMM per (batch, group), over tiles of whole output lines (the im2col
-//! buffer is one tile, [`COL_TILE_ELEMS`]); also the auto_pad resolution shared with pooling.
+//! optional bias, as im2col + GEMM per (batch, group), over tiles of whole output lines, or of parts
+//! of one line where a line alone is over the tile (the im2col buffer is one tile,
+//! [`COL_TILE_ELEMS`]); also the auto_pad resolution shared with pooling.
 //!
 //! Each output element is one GEMM dot product over `C/group * prod(kernel)` in a fixed order (see
 //! `matmul`), plus the bias added afterwards, so splitting the batch, the groups or the output channels
@@ -236,23 +237,23 @@ pub fn conv_out_shape(
     Ok(conv_geometry(x_shape, w_shape, attrs)?.2)
 }
 
-/// Fills `col` (`[cg * prod(kernel), lines.len() * ol]`) from `xg` (`[cg, in_sp..]`): the columns
-/// of the output `lines` (a line: the `ol` positions along the last output axis, the outer axes
-/// fixed; lines numbered in row-major order).
+/// Fills `col` (`[cg * prod(kernel), cols.len()]`) from `xg` (`[cg, in_sp..]`): the columns of the
+/// output positions `cols` (row-major over the output spatial axes; a range may start and end
+/// inside a line, the `ol` positions along the last axis with the outer axes fixed).
 fn im2col<T: GemmFloat>(
     xg: &[T],
     in_sp: &[usize],
     out_sp: &[usize],
     win: &Window,
-    lines: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
     col: &mut [T],
 ) {
     let nd = in_sp.len();
     let kn: usize = win.kernel.iter().product();
     let plane: usize = in_sp.iter().product();
     let ol = out_sp[nd - 1];
-    let p = lines.len() * ol;
-    if p == 0 {
+    let p = cols.len();
+    if p == 0 || ol == 0 {
         return;
     }
     let fill_row = |r: usize, row: &mut [T]| {
@@ -264,9 +265,15 @@ fn im2col<T: GemmFloat>(
             kr /= win.kernel[i];
         }
         let xp = &xg[c * plane..(c + 1) * plane];
-        for (op, dst) in row.chunks_exact_mut(ol).enumerate() {
+        let mut q = cols.start;
+        while q < cols.end {
+            // The part of one line: positions `ow0..ow0 + n` of line `q / ol`.
+            let ow0 = q % ol;
+            let n = (ol - ow0).min(cols.end - q);
+            let dst = &mut row[q - cols.start..q - cols.start + n];
             // Decode the outer output position and the input offset of the line.
-            let mut t = lines.start + op;
+            let mut t = q / ol;
+            q += n;
             let mut base = 0usize;
             let mut stride = in_sp[nd - 1];
             let mut valid = true;
@@ -287,8 +294,8 @@ fn im2col<T: GemmFloat>(
             }
             let last = nd - 1;
             let dlen = in_sp[last] as isize;
-            for (ow, v) in dst.iter_mut().enumerate() {
-                let iw = win.coord(last, ow, kslot[last]);
+            for (i, v) in dst.iter_mut().enumerate() {
+                let iw = win.coord(last, ow0 + i, kslot[last]);
                 *v = if iw >= 0 && iw < dlen {
                     xp[base + iw as usize]
                 } else {
@@ -309,34 +316,35 @@ fn im2col<T: GemmFloat>(
 }
 
 /// Elements of one im2col tile: the columns of whole output lines, as many lines as keep the tile
-/// within this many elements (one line at least). The GEMM runs tile by tile, so the buffer stays
-/// this small whatever the image; each output element is the same dot product either way.
+/// within this many elements; where one line is over it (a long 1-D signal), as many positions of
+/// a line as keep it within (one at least). The GEMM runs tile by tile, so the buffer stays this
+/// small whatever the input; each output element is the same dot product either way.
 pub const COL_TILE_ELEMS: usize = 1 << 20;
 
-/// Output lines per im2col tile for `kdim` rows of lines of `ol` columns: see [`COL_TILE_ELEMS`].
-/// The memory rule of `Conv` (`memplan_ir`) states the same formula.
-pub fn col_tile_lines(kdim: usize, ol: usize) -> usize {
-    (COL_TILE_ELEMS / kdim.saturating_mul(ol).max(1)).max(1)
-}
-
-/// `(lines, columns)` of one im2col tile for `kdim` rows over the output spatial extents `out_sp`:
-/// [`col_tile_lines`] lines of its last extent, no more columns than the output has.
-fn col_tile(kdim: usize, out_sp: &[usize]) -> (usize, usize) {
-    let ol = out_sp.last().copied().unwrap_or(1);
-    let lines = col_tile_lines(kdim, ol);
-    (lines, out_sp.iter().product::<usize>().min(lines * ol))
+/// Columns (output positions) of one im2col tile for `kdim` rows over the output spatial extents
+/// `out_sp`: see [`COL_TILE_ELEMS`]; no more than the output has. The memory rule of `Conv`
+/// (`memplan_ir`) states the same formula.
+pub fn col_tile(kdim: usize, out_sp: &[usize]) -> usize {
+    let ol = out_sp.last().copied().unwrap_or(1).max(1);
+    let lines = COL_TILE_ELEMS / kdim.saturating_mul(ol).max(1);
+    let cols = if lines >= 1 {
+        lines * ol
+    } else {
+        (COL_TILE_ELEMS / kdim.max(1)).max(1)
+    };
+    out_sp.iter().product::<usize>().min(cols)
 }
 
 /// Elements of the im2col buffer [`conv_with_col`] needs: `C/group * prod(kernel)` rows of one
-/// tile's columns, `min(prod(out spatial), lines * ol)` ([`col_tile_lines`]), or 0 for a 1x1,
-/// stride-1, unpadded kernel (which reads X directly).
+/// tile's columns ([`col_tile`]), or 0 for a 1x1, stride-1, unpadded kernel (which reads X
+/// directly).
 pub fn conv_col_len(x_shape: &[usize], w_shape: &[usize], attrs: &ConvAttrs) -> KResult<usize> {
     let (win, group, out_shape) = conv_geometry(x_shape, w_shape, attrs)?;
     if win.is_direct() {
         return Ok(0);
     }
     let kdim = x_shape[1] / group * win.kernel.iter().product::<usize>();
-    Ok(kdim * col_tile(kdim, &out_shape[2..]).1)
+    Ok(kdim * col_tile(kdim, &out_shape[2..]))
 }
 
 /// ONNX Conv (explicit pads; see [`resolve_pads`] for auto_pad). `out` holds `conv_out_shape` elements.
@@ -392,8 +400,7 @@ pub fn conv_with_col<T: GemmFloat>(
     if out.is_empty() {
         return Ok(());
     }
-    let ol = out_sp[out_sp.len() - 1];
-    let (tile_lines, tile) = col_tile(kdim, out_sp);
+    let tile = col_tile(kdim, out_sp);
     if !direct && col_buf.len() != kdim * tile {
         return Err(shape_err(format!(
             "Conv im2col buffer has {} elements, needs {}",
@@ -442,12 +449,11 @@ pub fn conv_with_col<T: GemmFloat>(
         if direct {
             return gemm(g, xg, 0..p, yb, inner_par);
         }
-        let lines = p / ol.max(1);
-        for first in (0..lines).step_by(tile_lines) {
-            let last = (first + tile_lines).min(lines);
-            let col = &mut col_buf[..kdim * (last - first) * ol];
+        for first in (0..p).step_by(tile.max(1)) {
+            let last = (first + tile).min(p);
+            let col = &mut col_buf[..kdim * (last - first)];
             im2col(xg, in_sp, out_sp, &win, first..last, col);
-            gemm(g, col, first * ol..last * ol, yb, inner_par)?;
+            gemm(g, col, first..last, yb, inner_par)?;
         }
         Ok(())
     };
@@ -703,23 +709,61 @@ mod tests {
         let os = conv_out_shape(&xs, &ws, &a).unwrap();
         let (kdim, p) = (72, os[2] * os[3]);
         let col_len = conv_col_len(&xs, &ws, &a).unwrap();
-        let lines = col_tile_lines(kdim, os[3]);
-        assert_eq!((lines, col_len), (112, kdim * 112 * os[3]));
+        let tile = col_tile(kdim, &os[2..]);
+        assert_eq!((tile, col_len), (112 * os[3], kdim * 112 * os[3]));
         assert!(col_len < kdim * p, "one tile, not the whole matrix");
         let mut y = vec![0.0f32; os.iter().product()];
         let mut col = vec![0.0f32; col_len];
         conv_with_col(&x, &xs, &w, &ws, Some(&b), &a, &mut y, &mut col).unwrap();
+        assert!(same_bits(&y, &whole_product(&x, &xs, &w, &ws, &b, &a)));
+    }
 
-        let (win, _, _) = conv_geometry(&xs, &ws, &a).unwrap();
-        let plane = xs[2] * xs[3];
-        let mut want = vec![0.0f32; y.len()];
+    /// Where one output line alone is over the tile (a long 1-D signal), a tile is part of a line,
+    /// and tiles cross from one line into the next; still the bits of one whole im2col product.
+    #[test]
+    fn a_conv_whose_lines_are_over_the_tile_runs_in_parts_of_lines() {
+        // kdim 128, lines of 10000 positions: 1.28 Mi elements a line, tiles of 8192 positions.
+        let xs = [1, 16, 3, 10007];
+        let ws = [4, 16, 1, 8];
+        let x = rand_vec(xs.iter().product(), 31);
+        let w = rand_vec(ws.iter().product(), 32);
+        let b = rand_vec(4, 33);
+        let a = ConvAttrs::default();
+        let os = conv_out_shape(&xs, &ws, &a).unwrap();
+        assert_eq!(os, vec![1, 4, 3, 10000]);
+        let kdim = 128;
+        let col_len = conv_col_len(&xs, &ws, &a).unwrap();
+        assert_eq!(col_tile(kdim, &os[2..]), COL_TILE_ELEMS / kdim);
+        assert_eq!(col_len, COL_TILE_ELEMS);
+        let mut y = vec![0.0f32; os.iter().product()];
+        let mut col = vec![0.0f32; col_len];
+        conv_with_col(&x, &xs, &w, &ws, Some(&b), &a, &mut y, &mut col).unwrap();
+        assert!(same_bits(&y, &whole_product(&x, &xs, &w, &ws, &b, &a)));
+    }
+
+    /// The conv as one GEMM of the filters with the whole im2col matrix of each batch item, bias
+    /// added after.
+    fn whole_product(
+        x: &[f32],
+        xs: &[usize],
+        w: &[f32],
+        ws: &[usize],
+        b: &[f32],
+        a: &ConvAttrs,
+    ) -> Vec<f32> {
+        let os = conv_out_shape(xs, ws, a).unwrap();
+        let (win, _, _) = conv_geometry(xs, ws, a).unwrap();
+        let kdim: usize = ws[1..].iter().product();
+        let p: usize = os[2..].iter().product();
+        let plane: usize = xs[2..].iter().product();
+        let mut want = vec![0.0f32; os.iter().product()];
         let mut whole = vec![0.0f32; kdim * p];
         for bi in 0..xs[0] {
             let xb = &x[bi * xs[1] * plane..(bi + 1) * xs[1] * plane];
-            im2col(xb, &xs[2..], &os[2..], &win, 0..os[2], &mut whole);
+            im2col(xb, &xs[2..], &os[2..], &win, 0..p, &mut whole);
             let yb = &mut want[bi * ws[0] * p..(bi + 1) * ws[0] * p];
             let wm = MatRef {
-                data: &w,
+                data: w,
                 off: 0,
                 rs: kdim,
                 cs: 1,
@@ -735,7 +779,7 @@ mod tests {
                 row.iter_mut().for_each(|v| *v += b[m]);
             }
         }
-        assert!(same_bits(&y, &want));
+        want
     }
 
     #[test]

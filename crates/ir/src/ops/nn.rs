@@ -298,8 +298,9 @@ pub(super) fn widened_scratch(
 pub const CONV_COL_TILE_ELEMS: i64 = 1 << 20;
 
 /// Conv: one tile of the im2col buffer, `e * C/group * prod(kernel)` rows of whole lines of Y's last
-/// spatial axis (as many as keep it within [`CONV_COL_TILE_ELEMS`], one at least, all of Y's at
-/// most), none for a 1x1 stride-1 unpadded kernel; f16/bf16 add `4 * (|X| + |W| + |B| + |Y|)`.
+/// spatial axis (as many as keep it within [`CONV_COL_TILE_ELEMS`], all of Y's at most), or where
+/// one line is over it, of as many positions of a line as keep it within (one at least); none for a
+/// 1x1 stride-1 unpadded kernel; f16/bf16 add `4 * (|X| + |W| + |B| + |Y|)`.
 fn conv_scratch(
     node: &Node,
     opset: i64,
@@ -335,16 +336,19 @@ fn conv_scratch(
             _ => 1,
         };
         // `C/group * prod(kernel)` rows of one tile of whole output lines: as many lines of `ol`
-        // as keep the tile within `CONV_COL_TILE_ELEMS` elements, one at least, and no more than
-        // the output has (the executor's `conv_col_len`).
+        // as keep the tile within `CONV_COL_TILE_ELEMS` elements, no more than the output has; where
+        // none does (`lines` 0), `min(max(CAP / kdim, 1), ol)` positions of a line, which is then
+        // below `ol` (the executor's `col_tile`).
         let kdim = c.floor_div(&Expr::int(group)) * Expr::product(kernel.iter());
         let out_sp = y.get(2..)?;
         let ol = out_sp.last()?;
-        let lines = Expr::max(
-            &Expr::int(CONV_COL_TILE_ELEMS).floor_div(&(&kdim * ol)),
-            &Expr::int(1),
+        let cap = Expr::int(CONV_COL_TILE_ELEMS);
+        let lines = cap.floor_div(&(&kdim * ol));
+        let part = Expr::min(&Expr::max(&cap.floor_div(&kdim), &Expr::int(1)), ol);
+        let cols = Expr::min(
+            &Expr::max(&(lines * ol), &part),
+            &Expr::product(out_sp.iter()),
         );
-        let cols = Expr::min(&(lines * ol), &Expr::product(out_sp.iter()));
         Some(kdim * cols * e)
     };
     col().unwrap_or_else(Expr::zero) + widened_scratch(node, opset, inputs, outputs)
