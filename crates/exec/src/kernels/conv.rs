@@ -697,25 +697,16 @@ mod tests {
     #[test]
     fn a_conv_tiled_over_output_lines_matches_the_whole_im2col_product() {
         // kdim 72, output [130, 129] with pads 1: 1.2 Mi im2col elements, tiles of 112 lines.
-        let xs = [2, 8, 130, 129];
-        let ws = [4, 8, 3, 3];
-        let x = rand_vec(xs.iter().product(), 21);
-        let w = rand_vec(ws.iter().product(), 22);
-        let b = rand_vec(4, 23);
         let a = ConvAttrs {
             pads: vec![1, 1, 1, 1],
             ..Default::default()
         };
-        let os = conv_out_shape(&xs, &ws, &a).unwrap();
-        let (kdim, p) = (72, os[2] * os[3]);
-        let col_len = conv_col_len(&xs, &ws, &a).unwrap();
-        let tile = col_tile(kdim, &os[2..]);
-        assert_eq!((tile, col_len), (112 * os[3], kdim * 112 * os[3]));
-        assert!(col_len < kdim * p, "one tile, not the whole matrix");
-        let mut y = vec![0.0f32; os.iter().product()];
-        let mut col = vec![0.0f32; col_len];
-        conv_with_col(&x, &xs, &w, &ws, Some(&b), &a, &mut y, &mut col).unwrap();
-        assert!(same_bits(&y, &whole_product(&x, &xs, &w, &ws, &b, &a)));
+        let (os, tile, col_len) = tiled_is_whole([2, 8, 130, 129], [4, 8, 3, 3], &a, 21);
+        assert_eq!((tile, col_len), (112 * os[3], 72 * 112 * os[3]));
+        assert!(
+            col_len < 72 * os[2] * os[3],
+            "one tile, not the whole matrix"
+        );
     }
 
     /// Where one output line alone is over the tile (a long 1-D signal), a tile is part of a line,
@@ -723,22 +714,33 @@ mod tests {
     #[test]
     fn a_conv_whose_lines_are_over_the_tile_runs_in_parts_of_lines() {
         // kdim 128, lines of 10000 positions: 1.28 Mi elements a line, tiles of 8192 positions.
-        let xs = [1, 16, 3, 10007];
-        let ws = [4, 16, 1, 8];
-        let x = rand_vec(xs.iter().product(), 31);
-        let w = rand_vec(ws.iter().product(), 32);
-        let b = rand_vec(4, 33);
         let a = ConvAttrs::default();
-        let os = conv_out_shape(&xs, &ws, &a).unwrap();
+        let (os, tile, col_len) = tiled_is_whole([1, 16, 3, 10007], [4, 16, 1, 8], &a, 31);
         assert_eq!(os, vec![1, 4, 3, 10000]);
-        let kdim = 128;
-        let col_len = conv_col_len(&xs, &ws, &a).unwrap();
-        assert_eq!(col_tile(kdim, &os[2..]), COL_TILE_ELEMS / kdim);
-        assert_eq!(col_len, COL_TILE_ELEMS);
+        assert_eq!((tile, col_len), (COL_TILE_ELEMS / 128, COL_TILE_ELEMS));
+    }
+
+    /// Runs a conv of random X, W and bias (seeds from `seed`) through [`conv_with_col`] with a
+    /// buffer of [`conv_col_len`] elements and asserts its bits are the whole im2col product's;
+    /// returns the output shape, the tile's columns ([`col_tile`]) and the buffer's length.
+    fn tiled_is_whole(
+        xs: [usize; 4],
+        ws: [usize; 4],
+        a: &ConvAttrs,
+        seed: u64,
+    ) -> (Vec<usize>, usize, usize) {
+        let x = rand_vec(xs.iter().product(), seed);
+        let w = rand_vec(ws.iter().product(), seed + 1);
+        let b = rand_vec(ws[0], seed + 2);
+        let os = conv_out_shape(&xs, &ws, a).unwrap();
+        let kdim: usize = ws[1..].iter().product();
+        let col_len = conv_col_len(&xs, &ws, a).unwrap();
         let mut y = vec![0.0f32; os.iter().product()];
         let mut col = vec![0.0f32; col_len];
-        conv_with_col(&x, &xs, &w, &ws, Some(&b), &a, &mut y, &mut col).unwrap();
-        assert!(same_bits(&y, &whole_product(&x, &xs, &w, &ws, &b, &a)));
+        conv_with_col(&x, &xs, &w, &ws, Some(&b), a, &mut y, &mut col).unwrap();
+        assert!(same_bits(&y, &whole_product(&x, &xs, &w, &ws, &b, a)));
+        let tile = col_tile(kdim, &os[2..]);
+        (os, tile, col_len)
     }
 
     /// The conv as one GEMM of the filters with the whole im2col matrix of each batch item, bias
