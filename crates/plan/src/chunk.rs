@@ -1090,7 +1090,6 @@ mod tests {
     fn grown(model: &Model, seed: &str) -> (Model, Facts, Vec<region::Joined>) {
         let dims = BTreeMap::new();
         let (m, facts) = sorted(model, &dims).unwrap();
-        let base = Base::new(&m.graph, &facts, &dims, true).unwrap();
         let seed = m.graph.nodes.iter().position(|n| n.name == seed).unwrap();
         let light = crate::remat::light_values(&m.graph, &facts, &dims);
         let frozen = vec![false; m.graph.nodes.len()];
@@ -1098,14 +1097,13 @@ mod tests {
             &m.graph,
             &facts,
             &dims,
-            &base.consumers,
+            &m.graph.consumers(),
             &light,
             NodeId::from_index(seed),
             0,
             100,
             &frozen,
         );
-        drop(base);
         (m, facts, growth)
     }
 
@@ -1289,6 +1287,41 @@ mod tests {
             "local {} below {at_reader}",
             c.pred.local
         );
+    }
+
+    /// The first readers of new steps' outputs (`predict::first_readers`, as tiles use it): of the
+    /// large ones only, the first step after the new steps that is not new, where the output is
+    /// whole.
+    #[test]
+    fn the_first_readers_are_those_of_large_outputs_after_the_new_steps() {
+        use memplan_ir::graph::{DeclDim, DeclType, Graph};
+        let mut g = Graph::default();
+        let decl = |d: [i64; 2]| {
+            DeclType::tensor(memplan_ir::DataType::F32, d.map(DeclDim::Value).to_vec())
+        };
+        let x = g.add_input("x", decl([256, 32]));
+        let y = g.add_input("y", decl([1, 32]));
+        let op = |g: &mut Graph, name: &str, op: &str, ins: &[ValueId]| {
+            let ins: Vec<Option<ValueId>> = ins.iter().copied().map(Some).collect();
+            g.add_node(name, op, &ins, &[name], vec![]).1[0]
+        };
+        let a = op(&mut g, "a", "Relu", &[x]);
+        let b = op(&mut g, "b", "Relu", &[a]); // new, large
+        let m = op(&mut g, "m", "Relu", &[y]); // new, small
+        let r1 = op(&mut g, "r1", "Sigmoid", &[b]); // b's first reader after the new steps
+        let r2 = op(&mut g, "r2", "Tanh", &[b]);
+        let r3 = op(&mut g, "r3", "Add", &[r1, m]); // m's first reader
+        let out = op(&mut g, "out", "Add", &[r2, r3]);
+        g.outputs = vec![out];
+        let model = model_of(g);
+        let facts = memplan_ir::infer_model(&model).unwrap();
+        let dims = BTreeMap::new();
+        let base = Base::new(&model.graph, &facts, &dims, true).unwrap();
+        let outputs = [b, m];
+        let new = |n: usize| (1..=2).contains(&n);
+        let at = |least| predict::first_readers(&base, &base.bytes, &outputs, 2, new, least);
+        assert_eq!(at(base.peak / 64), BTreeSet::from([3]));
+        assert_eq!(at(0), BTreeSet::from([3, 5]));
     }
 
     /// The corpus's tri_att_start chunked with the default options (at least one step).

@@ -539,14 +539,13 @@ fn chunked_and_planned(
     Ok((c, facts, out))
 }
 
-/// Chunk-then-plan rounds at most ([`chunk_and_plan`]), and in a descent.
+/// Chunk-then-plan rounds at most ([`chunk_and_plan`]), in a descent too.
 const ROUNDS: usize = 3;
-const DESCENT_ROUNDS: usize = 3;
 
 /// Chunks to a target and plans, then again to other targets ([`next_target`]) while the plan does
 /// not fit ([`ROUNDS`] rounds at most); keeps the round with the lowest planned peak. With
 /// `descend`, the lowest planned peak of a fit whose chunking stopped above its target: the rounds
-/// ([`DESCENT_ROUNDS`] at most) ask for less than the lowest plan, from the first.
+/// ask for less than the lowest plan, from the first.
 /// `unchunked_seconds`: the predicted run of `model` under its own plan
 /// ([`CostModel::plan_seconds`](crate::cost::CostModel::plan_seconds)).
 fn chunk_and_plan(
@@ -561,18 +560,12 @@ fn chunk_and_plan(
     let mut copts = opts.chunk.clone();
     let mut candidates = 0;
     let mut best: Option<(Model, Facts, Outcome, ChunkSummary)> = None;
-    let rounds = if descend.is_some() {
-        DESCENT_ROUNDS
-    } else {
-        ROUNDS
-    };
     if let Some(lowest) = descend {
         // As after a round that stopped above the budget and planned `lowest`.
         let first = (budget, false, lowest, true);
         target = next_target(budget, first, lowest, true).unwrap_or(budget);
     }
-    let mut lowest_so_far = descend;
-    for round in 1..=rounds {
+    for round in 1..=ROUNDS {
         copts.budget = Some(target);
         let (c, facts, out) = chunked_and_planned(model, dims, &copts, opts, &mut candidates)?;
         let planned = out.report.peak_bytes_after;
@@ -602,11 +595,11 @@ fn chunk_and_plan(
             per_reader: c.per_reader,
         };
         let reached = c.peak_after <= target;
-        let lower = lowest_so_far.is_none_or(|l| planned < l);
-        lowest_so_far = Some(lowest_so_far.map_or(planned, |l| l.min(planned)));
         let lower_here = best
             .as_ref()
             .is_none_or(|b| planned < b.2.report.peak_bytes_after);
+        // Lower than every round before, the plan a descent starts from included.
+        let lower = lower_here && descend.is_none_or(|l| planned < l);
         if lower_here {
             best = Some((c.model, facts, out, summary));
         } else if let Some(b) = &mut best {
@@ -616,7 +609,10 @@ fn chunk_and_plan(
         if planned <= budget {
             break;
         }
-        let lowest = lowest_so_far.unwrap_or(planned);
+        let kept = best
+            .as_ref()
+            .map_or(planned, |b| b.2.report.peak_bytes_after);
+        let lowest = descend.map_or(kept, |l| l.min(kept));
         let round = (target, reached, planned, lower);
         let Some(next) = next_target(budget, round, lowest, descend.is_some()) else {
             break;
