@@ -772,6 +772,17 @@ pub(crate) fn nodes_rewritten_split(
     out
 }
 
+/// The axis flow regions grow along at `dims` (a reshape's scaled axes split too, see
+/// `region::grow_flows`): what the floor takes as split.
+pub(crate) fn growth_flows(
+    g: &memplan_ir::graph::Graph,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    n: NodeId,
+) -> Option<Vec<Vec<memplan_ir::ops::axes::AxisFlow>>> {
+    region::grow_flows(g, facts, dims, n)
+}
+
 /// Whether chunking makes constant `v` (a weight, or a `Constant` node's output) from index
 /// constants (a constant of positions, see `positions::constants_as_positions`) rather than
 /// holding it.

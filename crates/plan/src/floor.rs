@@ -1,7 +1,8 @@
 //! A lower bound on the peak any plan of a model can reach at given dims, whatever the order,
 //! in-place reuse or chunking: the resident weights and inputs are held throughout; at the end every
 //! graph output is held at once; and a node that no axis lets chunking split (its op has no axis
-//! flow, or every axis of its outputs needs more than the matching part of its inputs) runs whole,
+//! flow, or every axis of its outputs needs more than the matching part of its inputs; the flows
+//! regions grow along, a reshape's scaled axes included) runs whole,
 //! so its inputs and outputs are held at once while it runs (less the input its output 0 may
 //! overwrite in place). A node that only axes of a few elements split (the heads of an attention
 //! whose query and key axes a reshape mixes) runs in at most as many pieces as the product of
@@ -15,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use memplan_ir::graph::{Graph, NodeId};
 use memplan_ir::infer::Facts;
-use memplan_ir::ops::axes::{axis_flow, AxisFlow};
+use memplan_ir::ops::axes::AxisFlow;
 use memplan_sim::timeline::{BufId, Category, SimError, Timeline};
 
 /// The floor and what holds it up.
@@ -64,8 +65,7 @@ fn cut(
     {
         return Some(Cut::Free);
     }
-    let (ins, outs) = f.node_io(node);
-    let flow = axis_flow(node, &ins, &outs)?;
+    let flow = crate::chunk::growth_flows(g, f, dims, n)?;
     let mut most: Option<u64> = None;
     for (slot, axes) in flow.iter().enumerate() {
         let split: Vec<usize> = (0..axes.len())

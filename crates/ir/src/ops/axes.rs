@@ -246,6 +246,54 @@ pub fn reshape_flow(a: &[Expr], b: &[Expr]) -> Vec<AxisFlow> {
         .collect()
 }
 
+/// Reshape-like ops where an axis's extent changes by a whole factor (`[S, 64, 9] -> [2S, 32, 9]`,
+/// `[S, 2, 32] -> [2S, 32]`): output axis `o` maps to input axis `a` when everything before them
+/// has the same element count and one extent is a whole multiple `k` of the other, both known.
+/// Elements keep their row-major order, so under each prefix, row `r` of the smaller axis (with
+/// everything inside it) is rows `[r * k, (r + 1) * k)` of the larger: a slice along one is a
+/// slice along the other, scaled by `k`. Axes of equal extents map as in [`reshape_flow`]; an axis
+/// neither maps is `None`.
+pub fn reshape_scaled_flow(a: &[Expr], b: &[Expr]) -> Vec<Option<usize>> {
+    let product = |s: &[Expr]| Expr::product(s.iter());
+    let whole = |x: &Expr, y: &Expr| match (x.as_const(), y.as_const()) {
+        (Some(x), Some(y)) if x > 1 && y > 1 => x % y == 0 || y % x == 0,
+        _ => x == y && *x != Expr::one(),
+    };
+    (0..b.len())
+        .map(|o| {
+            let before = product(&b[..o]);
+            (0..a.len()).find(|&k| whole(&a[k], &b[o]) && product(&a[..k]) == before)
+        })
+        .collect()
+}
+
+/// The flow of an op that keeps its elements in order ([`Moves::Order`](super::Moves::Order):
+/// reshapes) with the scaled axes of [`reshape_scaled_flow`] split too: output axis `o` split
+/// from input 0's axis `a` whose extent may differ by a whole factor. `None` for other ops, or
+/// when the facts are incomplete. Only a chunker that scales each value's slices by its extent
+/// may read it (`axis_flow` keeps extents equal).
+pub fn scaled_axis_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    (super::lookup(node)?.moves? == super::Moves::Order).then_some(())?;
+    let a = in_shape(inputs, 0)?;
+    let b = out_shape(outputs, 0)?;
+    let flows = reshape_scaled_flow(a, b)
+        .into_iter()
+        .map(|k| match k {
+            Some(k) => {
+                let mut v = vec![None; inputs.len()];
+                v[0] = Some(k);
+                AxisFlow::Split(v)
+            }
+            None => AxisFlow::Mixed,
+        })
+        .collect();
+    Some(vec![flows])
+}
+
 /// Einsum: an output label maps to the axis with that label in each operand that has it; `...`
 /// dims align from the right as in broadcasting. Operands that repeat a label (diagonals) and
 /// equations without `->` are not handled.
@@ -329,6 +377,28 @@ mod tests {
 
     fn s(v: &[Option<usize>]) -> AxisFlow {
         AxisFlow::Split(v.to_vec())
+    }
+
+    #[test]
+    fn a_reshape_scales_an_axis_whose_extent_changes_by_a_whole_factor() {
+        let c = |v: &[i64]| -> Vec<Expr> { v.iter().map(|&x| Expr::from(x)).collect() };
+        // ConvBERT: [1, S, 64, 9] -> [2S, 32, 9]: S rows are pairs of output rows.
+        let (a, b) = (c(&[1, 6, 64, 9]), c(&[12, 32, 9]));
+        assert_eq!(reshape_scaled_flow(&a, &b), [Some(1), None, Some(3)]);
+        assert_eq!(reshape_scaled_flow(&b, &a), [None, Some(0), None, Some(2)]);
+        // Equal extents map as `reshape_flow` maps them; an axis with a different prefix does not.
+        let (a, b) = (c(&[4, 6, 8]), c(&[4, 48]));
+        assert_eq!(reshape_scaled_flow(&a, &b), [Some(0), Some(1)]);
+        let (a, b) = (c(&[6, 4]), c(&[4, 6]));
+        assert_eq!(reshape_scaled_flow(&a, &b), [None, None]);
+        // A symbolic extent maps only to itself.
+        let n = Expr::sym("N");
+        let (a, b) = (
+            vec![n.clone(), Expr::from(2)],
+            vec![n.clone() * Expr::from(2)],
+        );
+        assert_eq!(reshape_scaled_flow(&a, &b), [None]);
+        assert_eq!(reshape_scaled_flow(&a, &a), [Some(0), Some(1)]);
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub(crate) struct Base<'a> {
 struct Cache {
     /// By region node, chunk width and the split axis of each of its inputs and outputs; with
     /// whether it is a `Concat` whose inputs are contiguous runs of its output (at that width).
-    clone: BTreeMap<(NodeId, i64, Vec<Option<usize>>), (Mem, bool)>,
+    clone: BTreeMap<(NodeId, i64, Vec<Option<(usize, i64)>>), (Mem, bool)>,
     /// By sliced value, axis and chunk width.
     slice: BTreeMap<(ValueId, usize, i64), Mem>,
     /// Predicted seconds of the graph's nodes, by node.
@@ -309,7 +309,6 @@ pub(crate) fn predict(
     cost: &CostModel,
 ) -> Result<Prediction, ChunkError> {
     let g = base.g;
-    let width = |c: u32| em.width(c);
     // The value table: original values first, then the new ones in the order they are made.
     let mut t = Table {
         bytes: base.bytes.clone(),
@@ -326,8 +325,10 @@ pub(crate) fn predict(
         wires: BTreeMap::new(),
     };
     let split = |v: ValueId| region.axes.get(&v).copied().flatten();
-    let scaled =
-        |v: ValueId, c: u32| base.bytes[v.index()] / em.extent.max(1) as u64 * width(c) as u64;
+    // Chunk `c` of `v`: its share of `v`'s bytes.
+    let scaled = |v: ValueId, c: u32| {
+        base.bytes[v.index()] / (em.extent * em.mult(v)).max(1) as u64 * em.width_of(c, v) as u64
+    };
 
     let mut cache = base.cache.borrow_mut();
     let mut new_nodes: Vec<ANode> = Vec::with_capacity(em.steps.len());
@@ -340,7 +341,8 @@ pub(crate) fn predict(
     for step in &em.steps {
         match step {
             Emit::Slice { chunk, value, axis } => {
-                let (c, v, w) = (*chunk, *value, width(*chunk));
+                let (c, v) = (*chunk, *value);
+                let (w, m) = (em.width_of(c, v), em.mult(v));
                 let key = (v, *axis, w);
                 let Mem {
                     view,
@@ -359,7 +361,7 @@ pub(crate) fn predict(
                             )
                         };
                         let (lo, hi) = em.bounds[c as usize];
-                        let (s, e, a) = (k(lo), k(hi), k(*axis as i64));
+                        let (s, e, a) = (k(lo * m), k(hi * m), k(*axis as i64));
                         let node = synthetic("Slice", 4);
                         let m = mem_of(
                             base,
@@ -372,8 +374,8 @@ pub(crate) fn predict(
                     }
                 };
                 for b in [
-                    Wire::Bound(c, false),
-                    Wire::Bound(c, true),
+                    Wire::Bound(c, false, m),
+                    Wire::Bound(c, true, m),
                     Wire::Axis(*axis),
                 ] {
                     t.wire(b, 8, true);
@@ -386,8 +388,8 @@ pub(crate) fn predict(
                 new_nodes.push(ANode {
                     reads: vec![
                         v.index() as u32,
-                        t.get(Wire::Bound(c, false)),
-                        t.get(Wire::Bound(c, true)),
+                        t.get(Wire::Bound(c, false, m)),
+                        t.get(Wire::Bound(c, true, m)),
                         t.get(Wire::Axis(*axis)),
                     ],
                     input0: Some(v.index() as u32),
@@ -403,18 +405,20 @@ pub(crate) fn predict(
                 node: n,
                 inputs,
             } => {
-                let (c, w) = (*chunk, width(*chunk));
+                let (c, w) = (*chunk, em.width(*chunk));
                 let node = g.node(*n);
-                let axes: Vec<Option<usize>> = node
+                let axes: Vec<Option<(usize, i64)>> = node
                     .inputs
                     .iter()
                     .chain(&node.outputs)
-                    .map(|v| v.and_then(split))
+                    .map(|v| v.and_then(|v| split(v).map(|a| (a, em.mult(v)))))
                     .collect();
+                // Value `v`'s extent in this chunk.
+                let w_of = |v: ValueId| w * em.mult(v);
                 let key = (*n, w, axes);
                 if !cache.clone.contains_key(&key) {
                     let shape_fact = |y: ValueId| -> Result<Fact, ChunkError> {
-                        let f = chunk_fact(base.facts.get(y), split(y), w);
+                        let f = chunk_fact(base.facts.get(y), split(y), w_of(y));
                         let s = f.shape.clone().unwrap_or_default();
                         let vals = s
                             .iter()
@@ -436,13 +440,13 @@ pub(crate) fn predict(
                                     None => None,
                                 }
                             }
-                            Some(v) => Some(chunk_fact(base.facts.get(*v), split(*v), w)),
+                            Some(v) => Some(chunk_fact(base.facts.get(*v), split(*v), w_of(*v))),
                         });
                     }
                     let outs: Vec<Option<Fact>> = node
                         .outputs
                         .iter()
-                        .map(|o| o.map(|v| chunk_fact(base.facts.get(v), split(v), w)))
+                        .map(|o| o.map(|v| chunk_fact(base.facts.get(v), split(v), w_of(v))))
                         .collect();
                     let ins: Vec<Option<&Fact>> = owned.iter().map(Option::as_ref).collect();
                     let outs: Vec<Option<&Fact>> = outs.iter().map(Option::as_ref).collect();
@@ -511,7 +515,7 @@ pub(crate) fn predict(
                     .collect();
                 let f = base.facts.get(v);
                 let piece_facts: Vec<Fact> = (0..em.bounds.len() as u32)
-                    .map(|c| chunk_fact(f, Some(*axis), width(c)))
+                    .map(|c| chunk_fact(f, Some(*axis), em.width_of(c, v)))
                     .collect();
                 let node = concat_node(*axis, pieces_of_v.len());
                 let ins: Vec<Option<&Fact>> = piece_facts.iter().map(Some).collect();

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use memplan_ir::graph::{Graph, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
-use memplan_ir::ops::axes::{axis_flow, AxisFlow};
+use memplan_ir::ops::axes::{axis_flow, scaled_axis_flow, AxisFlow, FlowFn};
 use memplan_ir::{Expr, Fact};
 
 /// One node joining a growing region and the split axes of the values it touches (`None`: read
@@ -23,6 +23,38 @@ pub(crate) fn flows(
     f: &Facts,
     dims: &BTreeMap<String, i64>,
     n: NodeId,
+) -> Option<Vec<Vec<AxisFlow>>> {
+    flows_by(g, f, dims, n, axis_flow)
+}
+
+/// [`flows`], with a reshape's axes whose extents differ by a whole factor split too
+/// ([`scaled_axis_flow`]): what regions grow along, each value sliced in proportion to its extent
+/// (see [`unit_extent`]).
+pub(crate) fn grow_flows(
+    g: &Graph,
+    f: &Facts,
+    dims: &BTreeMap<String, i64>,
+    n: NodeId,
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let mut fl = flows(g, f, dims, n)?;
+    if let Some(scaled) = flows_by(g, f, dims, n, scaled_axis_flow) {
+        for (o, s) in fl.iter_mut().zip(scaled) {
+            for (a, s) in o.iter_mut().zip(s) {
+                if *a == AxisFlow::Mixed {
+                    *a = s;
+                }
+            }
+        }
+    }
+    Some(fl)
+}
+
+fn flows_by(
+    g: &Graph,
+    f: &Facts,
+    dims: &BTreeMap<String, i64>,
+    n: NodeId,
+    rule: FlowFn,
 ) -> Option<Vec<Vec<AxisFlow>>> {
     let node = g.node(n);
     if node.subgraphs().next().is_some() {
@@ -43,7 +75,38 @@ pub(crate) fn flows(
     let outs: Vec<Option<Fact>> = node.outputs.iter().map(|o| o.map(at)).collect();
     let ins: Vec<Option<&Fact>> = ins.iter().map(Option::as_ref).collect();
     let outs: Vec<Option<&Fact>> = outs.iter().map(Option::as_ref).collect();
-    axis_flow(node, &ins, &outs)
+    rule(node, &ins, &outs)
+}
+
+/// The extent a region's chunks are cut along, and each split value's multiple of it: every
+/// split value's extent along its axis at `dims` is a whole multiple of the unit (their greatest
+/// common divisor), and chunk `[lo, hi)` of the unit is `[lo * m, hi * m)` of a value of multiple
+/// `m`. Values of a region grown through [`scaled_axis_flow`] differ so; the rest have one extent
+/// (multiple 1). `None` when a split value's extent is unknown.
+pub(crate) fn unit_extent(
+    f: &Facts,
+    dims: &BTreeMap<String, i64>,
+    axes: &BTreeMap<ValueId, Option<usize>>,
+) -> Option<(i64, BTreeMap<ValueId, i64>)> {
+    let mut extents = BTreeMap::new();
+    for (&v, a) in axes {
+        let Some(a) = *a else { continue };
+        let e = f.get(v).shape.as_ref()?.get(a)?.eval_map(dims).ok()?;
+        (e > 0).then_some(())?;
+        extents.insert(v, e);
+    }
+    let gcd = |mut x: i64, mut y: i64| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    let unit = extents.values().fold(0, |u, &e| gcd(u, e));
+    (unit > 0).then_some(())?;
+    Some((
+        unit,
+        extents.into_iter().map(|(v, e)| (v, e / unit)).collect(),
+    ))
 }
 
 /// The axes node `n`'s values need when its output `slot` is split along `axis`, or `None` when it
@@ -65,7 +128,7 @@ fn join(
     if frozen.get(n.index()).copied().unwrap_or(true) {
         return None;
     }
-    let fl = flows(g, f, dims, n)?;
+    let fl = grow_flows(g, f, dims, n)?;
     let AxisFlow::Split(ins) = fl.get(slot)?.get(axis)? else {
         return None;
     };
@@ -155,7 +218,7 @@ pub(crate) fn grow(
                 if g.node(c).output_ids().all(|y| light[y.index()]) {
                     continue;
                 }
-                let Some(fl) = flows(g, f, dims, c) else {
+                let Some(fl) = grow_flows(g, f, dims, c) else {
                     continue;
                 };
                 let Some(slot_in) = g.node(c).inputs.iter().position(|i| *i == Some(v)) else {

@@ -25,8 +25,9 @@ pub(crate) enum Wire {
     Chunk(u32, ValueId),
     /// The output shape of the clone of node `n` in chunk `c` (see [`shape_input`]).
     Shape(u32, NodeId),
-    /// Chunk `c`'s start (`false`) or end (`true`) along the split axis, for the slices.
-    Bound(u32, bool),
+    /// Chunk `c`'s start (`false`) or end (`true`) along the split axis, for the slices of values
+    /// of multiple `m` of the unit extent (see [`Emitted::mult`]).
+    Bound(u32, bool, i64),
     /// The axis a slice cuts along.
     Axis(usize),
 }
@@ -53,10 +54,14 @@ pub(crate) enum Emit {
 /// The rewrite of one region, before it is built.
 #[derive(Clone, Debug)]
 pub(crate) struct Emitted {
-    /// The extent of the split axis.
+    /// The unit extent the chunks cut ([`unit_extent`](super::region::unit_extent)): the split
+    /// axis's extent, unless the region passes a reshape that merges it with the axes inside it.
     pub extent: i64,
     /// `[lo, hi)` of each chunk along it.
     pub bounds: Vec<(i64, i64)>,
+    /// Each split value's extent along its axis as a multiple of `extent` (1 where absent): chunk
+    /// `[lo, hi)` of the unit is `[lo * m, hi * m)` of the value.
+    pub mult: BTreeMap<ValueId, i64>,
     pub steps: Vec<Emit>,
     /// Region outputs (made inside, read outside or graph outputs), ascending.
     pub outputs: Vec<ValueId>,
@@ -67,10 +72,20 @@ pub(crate) struct Emitted {
 }
 
 impl Emitted {
-    /// Extent of chunk `c` along the split axis.
+    /// Extent of chunk `c` along the split axis, in units.
     pub fn width(&self, c: u32) -> i64 {
         let (lo, hi) = self.bounds[c as usize];
         hi - lo
+    }
+
+    /// Value `v`'s multiple of the unit extent.
+    pub fn mult(&self, v: ValueId) -> i64 {
+        self.mult.get(&v).copied().unwrap_or(1)
+    }
+
+    /// Extent of chunk `c` of value `v` along its split axis.
+    pub fn width_of(&self, c: u32, v: ValueId) -> i64 {
+        self.width(c) * self.mult(v)
     }
 }
 
@@ -110,19 +125,12 @@ pub(crate) fn emit(
 ) -> Result<Emitted, ChunkError> {
     let err = |m: String| ChunkError::Region(m);
     let made_inside = |v: ValueId| g.producer(v).is_some_and(|p| region.nodes.contains(&p));
-    let (&sv, &sa) = region
-        .axes
-        .iter()
-        .find_map(|(v, a)| a.as_ref().map(|a| (v, a)))
-        .ok_or_else(|| err("no value is split".into()))?;
-    let extent = facts
-        .get(sv)
-        .shape
-        .as_ref()
-        .and_then(|s| s.get(sa))
-        .ok_or_else(|| err(format!("'{}' has no shape", g.value(sv).name)))?
-        .eval_map(dims)
-        .map_err(|e| err(format!("extent of '{}': {e}", g.value(sv).name)))?;
+    if region.axes.values().all(Option::is_none) {
+        return Err(err("no value is split".into()));
+    }
+    let (extent, mut mult) = super::region::unit_extent(facts, dims, &region.axes)
+        .ok_or_else(|| err("a split value's extent is unknown".into()))?;
+    mult.retain(|_, m| *m != 1);
     let bounds = bounds(extent, region.chunks);
     if bounds.len() < 2 {
         return Err(err(format!("an extent of {extent} gives one chunk")));
@@ -201,6 +209,7 @@ pub(crate) fn emit(
     Ok(Emitted {
         extent,
         bounds,
+        mult,
         steps,
         outputs,
         last,
@@ -261,10 +270,24 @@ pub(crate) fn apply_unrolled(
             Emit::Slice { chunk, value, axis } => {
                 let (c, v) = (*chunk, *value);
                 let (lo, hi) = em.bounds[c as usize];
+                let m = em.mult(v);
+                let x = if m == 1 {
+                    String::new()
+                } else {
+                    format!("x{m}")
+                };
                 let mut ins = vec![Some(v)];
                 for (w, base, x) in [
-                    (Wire::Bound(c, false), format!("{tag}__chunk{c}_start"), lo),
-                    (Wire::Bound(c, true), format!("{tag}__chunk{c}_end"), hi),
+                    (
+                        Wire::Bound(c, false, m),
+                        format!("{tag}__chunk{c}_start{x}"),
+                        lo * m,
+                    ),
+                    (
+                        Wire::Bound(c, true, m),
+                        format!("{tag}__chunk{c}_end{x}"),
+                        hi * m,
+                    ),
                     (
                         Wire::Axis(*axis),
                         format!("{tag}__axis{axis}"),
@@ -319,7 +342,7 @@ pub(crate) fn apply_unrolled(
                             let mut vals = Vec::with_capacity(shape.len());
                             for (i, d) in shape.iter().enumerate() {
                                 vals.push(if i == ax {
-                                    em.width(c)
+                                    em.width_of(c, y)
                                 } else {
                                     d.eval_map(dims).map_err(|e| err(e.to_string()))?
                                 });
