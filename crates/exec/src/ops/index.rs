@@ -568,6 +568,18 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn one_hot_passes_the_axes_of_its_indices() {
+        let idx = t_i64(&[4, 3], &[0, 2, -1, 1, 3, 0, 2, 2, 1, -4, 0, 3]);
+        let (depth, vals) = (t_i64(&[1], &[4]), t_f32(&[2], &[0.5, 2.0]));
+        let ins = [&idx, &depth, &vals];
+        // The new axis last: the indices' two axes split, the depth axis is mixed.
+        check_flow("OneHot", &[], &ins, 1, &[0, 1], &[1, 2]).unwrap();
+        // The new axis first: the indices' axes are the output's axes 1 and 2.
+        let first = [("axis", AttrValue::Int(0))];
+        check_flow("OneHot", &first, &ins, 1, &[1, 2], &[1, 2]).unwrap();
+    }
+
+    #[test]
     fn gather_and_topk_ops() {
         let x = t_f32(&[3, 2], &[1., 2., 3., 4., 5., 6.]);
         let o = run_op(

@@ -29,7 +29,7 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("NonZero", ONE, nonzero, Mem::NEW),
     // Input 1 (K) from opset 10; before, attribute `k`.
     OpDef::new("TopK", (1, 2), topk, TOPK_MEM).flow(topk_flow),
-    OpDef::new("OneHot", THREE, one_hot, Mem::NEW),
+    OpDef::new("OneHot", THREE, one_hot, Mem::NEW).flow(one_hot_flow),
     OpDef::new("Compress", TWO, compress, Mem::NEW),
     OpDef::new("Unique", ONE, unique, UNIQUE_MEM),
     // past_cache, update, optional write_indices; output 0 is the cache overwritten.
@@ -219,6 +219,29 @@ fn topk_flow(
 ) -> Option<Vec<Vec<AxisFlow>>> {
     let f = super::axes::along_axis(node, inputs.len(), out_rank(outputs, 0)?)?;
     Some(vec![f.clone(), f])
+}
+
+/// OneHot: every axis of the indices passes to the output axis it becomes (an element is its own
+/// index compared with its position along `depth`); the `depth` axis is mixed (a slice of it
+/// compares with positions that start at the slice), and `depth` and `values` are read whole.
+fn one_hot_flow(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    outputs: &[Option<&Fact>],
+) -> Option<Vec<Vec<AxisFlow>>> {
+    let rank = out_rank(outputs, 0)?;
+    let at = norm(attr_int(node, "axis", -1), rank)?;
+    let flows = (0..rank)
+        .map(|o| {
+            if o == at {
+                return AxisFlow::Mixed;
+            }
+            let mut v = vec![None; inputs.len()];
+            v[0] = Some(if o < at { o } else { o - 1 });
+            AxisFlow::Split(v)
+        })
+        .collect();
+    Some(vec![flows])
 }
 
 /// TopK: the indices of one row along the axis, `8 * shape[axis]`.
