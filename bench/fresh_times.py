@@ -3,7 +3,9 @@ projections"): for each fresh export, each binary's plan at BUDGET is made, then
 both plans (all run by the second binary) alternate R times; medians, 2 threads, random inputs of
 seed 1. Files as in bench/fresh_peaks.py.
 
-Usage: python3 bench/fresh_times.py OLD NEW [R]
+Usage: python3 bench/fresh_times.py OLD NEW [R] [MODEL,DIMS,BUDGET ...]
+(DIMS space-separated, e.g. "target/fresh13/convbert_legacy.onnx,S=2048,0.15x"; the cases below
+when none is given)
 """
 import json
 import os
@@ -26,8 +28,9 @@ def main():
         sys.exit(__doc__)
     old, new = sys.argv[1], sys.argv[2]
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 7
+    cases = [tuple(c.split(",")) for c in sys.argv[4:]] or CASES
     print("| file | budget | unplanned | old plan | new plan |\n|---|---|---:|---:|---:|")
-    for model, dims, budget in CASES:
+    for model, dims, budget in cases:
         if not os.path.exists(model):
             continue
         da = sum([["--dim", x] for x in dims.split()], [])
