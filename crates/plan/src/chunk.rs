@@ -133,6 +133,9 @@ pub struct ChunkOptions {
     /// Also try each growth's prefixes in topological order, besides those in the order its nodes
     /// joined (see `prefix_shapes`): more candidates, and a different greedy path, so a fallback.
     pub topological: bool,
+    /// Also grow regions through reshapes that change the split axis's extent by a whole factor
+    /// (`region::grow_flows`): more regions, and a different greedy path, so a fallback.
+    pub scaled: bool,
     /// Also try the best regions in tiles ([`tile`]): a large value every chunk reads whole made
     /// again per chunk and chunked with it. Its makers run once per chunk, so a fallback.
     pub tiles: bool,
@@ -149,6 +152,7 @@ impl Default for ChunkOptions {
             cost: CostModel::default(),
             copies: crate::remat::Copies::Heavy,
             topological: false,
+            scaled: false,
             tiles: false,
         }
     }
@@ -451,6 +455,7 @@ fn candidates(
                 axis,
                 opts.max_region,
                 frozen,
+                opts.scaled,
             );
             let prefixes = prefix_shapes(base, &growth, opts.topological, &mut tried);
             if !score_prefixes(base, opts, &prefixes, extent, evaluated, &mut cands) {
@@ -592,7 +597,7 @@ fn tiled(
             continue;
         }
         tried += 1;
-        let Some(prep) = tile::prepare(base, model, frozen, &c.region)? else {
+        let Some(prep) = tile::prepare(base, model, frozen, &c.region, opts.scaled)? else {
             continue;
         };
         let base_seconds = *base_seconds
@@ -1044,7 +1049,8 @@ mod tests {
 
     /// The prediction is the simulator's live bytes at every step of the rewrite once built and
     /// re-inferred, for every candidate of the first search step on every corpus model, with and
-    /// without concatenations assembled in place.
+    /// without concatenations assembled in place (with them, regions also grow through reshapes
+    /// that scale their axis).
     #[test]
     fn predictions_are_the_simulated_peak_of_the_rewrite() {
         let mut checked = 0;
@@ -1053,6 +1059,7 @@ mod tests {
             for assemble in [false, true] {
                 let opts = ChunkOptions {
                     assemble,
+                    scaled: assemble,
                     ..ChunkOptions::default()
                 };
                 let base = Base::new(&m.graph, &facts, &dims, assemble).unwrap();
@@ -1114,6 +1121,7 @@ mod tests {
             0,
             100,
             &frozen,
+            true,
         );
         (m, facts, growth)
     }

@@ -20,7 +20,9 @@
 //!    once more to a target lower by what the lanes add; else the bodies run in one lane.
 //! 6. When chunking did not meet the budget, narrowing and recomputation (chosen on the graph-order
 //!    peak, before chunking) may have stood in its way: the model is fitted again without each, and
-//!    the fit that meets the budget, or else plans lower, is kept.
+//!    the fit that meets the budget, or else plans lower, is kept; so are the chunking fallbacks
+//!    (shared light values made into trees, topological prefixes, tiles, and last, regions that
+//!    also grow through reshapes that scale their axis), each on the best fit's levers.
 //! 7. When the budget is still not met (`lowest` never is), the best fit's levers are fitted once
 //!    more with rounds that ask for an eighth less than the lowest plan so far, while each plans
 //!    lower (three at most): a greedy search that can fit its target takes the cheapest
@@ -173,7 +175,9 @@ pub enum FitError {
 /// fitted once more with regions also cut at topological prefixes of their growth
 /// ([`ChunkOptions::topological`]), and the better fit is kept; when that still misses, once more
 /// with regions also chunked in tiles ([`ChunkOptions::tiles`]: a value every chunk reads whole made
-/// again per chunk, its makers paid once per chunk). When the best fit still misses (as every fit
+/// again per chunk, its makers paid once per chunk); when that still misses, once more with
+/// regions also grown through reshapes that scale their axis ([`ChunkOptions::scaled`]). When the best
+/// fit still misses (as every fit
 /// to `lowest`, a budget of 0, does), its levers are fitted once more with chunking targets a
 /// little below its plan ([`next_target`]), and the better fit is kept.
 pub fn fit_budget(
@@ -208,10 +212,14 @@ pub fn fit_budget(
     }
     // The chunking fallbacks, in turn, each on the levers of the best fit so far: a chunk option
     // set that the levers do not have yet.
-    let fallbacks: [fn(&mut ChunkOptions) -> bool; 3] = [
+    // Last of them, regions that also grow through reshapes that scale their axis: more regions,
+    // which can send the greedy steps another way and end higher (DeBERTa's heads, Bloom's MLP),
+    // so a fallback too.
+    let fallbacks: [fn(&mut ChunkOptions) -> bool; 4] = [
         |c| std::mem::replace(&mut c.copies, Copies::Trees) != Copies::Trees,
         |c| !std::mem::replace(&mut c.topological, true),
         |c| !std::mem::replace(&mut c.tiles, true),
+        |c| !std::mem::replace(&mut c.scaled, true),
     ];
     for set in fallbacks {
         let mut next = levers.clone();

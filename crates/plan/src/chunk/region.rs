@@ -121,6 +121,7 @@ fn join(
     axis: usize,
     axes: &BTreeMap<ValueId, Option<usize>>,
     frozen: &[bool],
+    scaled: bool,
 ) -> Option<Vec<(ValueId, Option<usize>)>> {
     let node = g.node(n);
     // Nodes an earlier chunking made stay as they are: chunking a chunk again only nibbles at the
@@ -128,7 +129,11 @@ fn join(
     if frozen.get(n.index()).copied().unwrap_or(true) {
         return None;
     }
-    let fl = grow_flows(g, f, dims, n)?;
+    let fl = if scaled {
+        grow_flows(g, f, dims, n)?
+    } else {
+        flows(g, f, dims, n)?
+    };
     let AxisFlow::Split(ins) = fl.get(slot)?.get(axis)? else {
         return None;
     };
@@ -172,7 +177,8 @@ fn join(
 /// Grows a region from `seed` with its output 0 split along `axis`, breadth first over producers
 /// and consumers that pass the axis through (the makers of `light` values, see
 /// [`light_values`](crate::remat::light_values), ahead of the rest, and only as producers), up to
-/// `max_nodes`, never into `frozen` nodes. Returns the nodes in the order they
+/// `max_nodes`, never into `frozen` nodes; with `scaled`, also through reshapes that scale the
+/// axis ([`grow_flows`]). Returns the nodes in the order they
 /// joined, each with the axes it added; any prefix is a region (convex or not, see [`convex`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grow(
@@ -185,9 +191,10 @@ pub(crate) fn grow(
     axis: usize,
     max_nodes: usize,
     frozen: &[bool],
+    scaled: bool,
 ) -> Vec<Joined> {
     let mut axes: BTreeMap<ValueId, Option<usize>> = BTreeMap::new();
-    let Some(first) = join(g, f, dims, seed, 0, axis, &axes, frozen) else {
+    let Some(first) = join(g, f, dims, seed, 0, axis, &axes, frozen, scaled) else {
         return Vec::new();
     };
     axes.extend(first.iter().copied());
@@ -218,7 +225,12 @@ pub(crate) fn grow(
                 if g.node(c).output_ids().all(|y| light[y.index()]) {
                     continue;
                 }
-                let Some(fl) = grow_flows(g, f, dims, c) else {
+                let fl = if scaled {
+                    grow_flows(g, f, dims, c)
+                } else {
+                    flows(g, f, dims, c)
+                };
+                let Some(fl) = fl else {
                     continue;
                 };
                 let Some(slot_in) = g.node(c).inputs.iter().position(|i| *i == Some(v)) else {
@@ -238,7 +250,7 @@ pub(crate) fn grow(
             if nodes.contains(&c) || nodes.len() >= max_nodes {
                 continue;
             }
-            if let Some(want) = join(g, f, dims, c, slot, a, &axes, frozen) {
+            if let Some(want) = join(g, f, dims, c, slot, a, &axes, frozen, scaled) {
                 axes.extend(want.iter().copied());
                 nodes.insert(c);
                 joined.push((c, want));
@@ -270,7 +282,8 @@ pub(crate) fn splits_output(g: &Graph, axes: &BTreeMap<ValueId, Option<usize>>, 
 /// region reads, where they pass the axis (repeatedly, so a chain joins): a value read only by the
 /// region need not be made whole before it, and such a producer keeps the region convex. `None`
 /// axes are read whole and left alone, and so is a value that a region node computed whole per
-/// chunk (one whose output is not split) reads.
+/// chunk (one whose output is not split) reads. `scaled`: as in [`grow`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn absorb_producers(
     g: &Graph,
     f: &Facts,
@@ -279,6 +292,7 @@ pub(crate) fn absorb_producers(
     nodes: &mut BTreeSet<NodeId>,
     axes: &mut BTreeMap<ValueId, Option<usize>>,
     frozen: &[bool],
+    scaled: bool,
 ) {
     let outputs: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
     loop {
@@ -305,7 +319,7 @@ pub(crate) fn absorb_producers(
             if !only_region {
                 continue;
             }
-            if let Some(want) = join(g, f, dims, p, slot as usize, a, axes, frozen) {
+            if let Some(want) = join(g, f, dims, p, slot as usize, a, axes, frozen, scaled) {
                 axes.extend(want);
                 nodes.insert(p);
                 joined = true;

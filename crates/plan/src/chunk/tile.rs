@@ -238,6 +238,7 @@ pub(crate) fn prepare(
     model: &Model,
     frozen: &[bool],
     r: &Region,
+    scaled: bool,
 ) -> Result<Option<Prepared>, ChunkError> {
     let dims = base.dims;
     if !r.keep.is_empty() {
@@ -272,6 +273,7 @@ pub(crate) fn prepare(
         &mut outer.nodes,
         &mut outer.axes,
         &frozen1,
+        scaled,
     );
     let reader = outer.nodes.iter().position(|&n| n == reader).unwrap_or(0);
     Ok(Some(Prepared {
@@ -335,6 +337,7 @@ pub(crate) fn tile(
             axis,
             opts.max_region,
             &frozen,
+            opts.scaled,
         );
         let all: BTreeSet<NodeId> = growth.iter().map(|(n, _)| *n).collect();
         let nodes = region::convex_part(g, &consumers, &all);
