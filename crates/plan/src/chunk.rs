@@ -785,7 +785,7 @@ pub(crate) fn growth_flows(
     dims: &BTreeMap<String, i64>,
     n: NodeId,
 ) -> Option<Vec<Vec<memplan_ir::ops::axes::AxisFlow>>> {
-    region::grow_flows(g, facts, dims, n)
+    region::grow_flows(g, facts, dims, n, true)
 }
 
 /// Whether chunking makes constant `v` (a weight, or a `Constant` node's output) from index

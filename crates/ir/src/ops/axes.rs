@@ -97,6 +97,13 @@ pub fn broadcast_flow(inputs: &[Option<&Fact>], rank: usize, mixed: &[usize]) ->
         .collect()
 }
 
+/// An output axis sliced along axis `a` of input 0, the other inputs (of `n_inputs`) read whole.
+pub fn from_first(n_inputs: usize, a: usize) -> AxisFlow {
+    let mut v = vec![None; n_inputs.max(1)];
+    v[0] = Some(a);
+    AxisFlow::Split(v)
+}
+
 /// Each output axis `o` is axis `o` of input 0, except the `mixed` ones; other inputs are read whole.
 pub fn pass_through(n_inputs: usize, rank: usize, mixed: &[usize]) -> Vec<AxisFlow> {
     (0..rank)
@@ -104,9 +111,7 @@ pub fn pass_through(n_inputs: usize, rank: usize, mixed: &[usize]) -> Vec<AxisFl
             if mixed.contains(&o) {
                 AxisFlow::Mixed
             } else {
-                let mut v = vec![None; n_inputs];
-                v[0] = Some(o);
-                AxisFlow::Split(v)
+                from_first(n_inputs, o)
             }
         })
         .collect()
@@ -282,14 +287,7 @@ pub fn scaled_axis_flow(
     let b = out_shape(outputs, 0)?;
     let flows = reshape_scaled_flow(a, b)
         .into_iter()
-        .map(|k| match k {
-            Some(k) => {
-                let mut v = vec![None; inputs.len()];
-                v[0] = Some(k);
-                AxisFlow::Split(v)
-            }
-            None => AxisFlow::Mixed,
-        })
+        .map(|k| k.map_or(AxisFlow::Mixed, |k| from_first(inputs.len(), k)))
         .collect();
     Some(vec![flows])
 }

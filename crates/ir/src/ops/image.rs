@@ -293,9 +293,7 @@ pub fn resize_flow(node: &Node, inputs: &[Option<&Fact>], rank: usize) -> Option
                 }
             };
             if through {
-                let mut v = vec![None; inputs.len()];
-                v[0] = Some(o);
-                AxisFlow::Split(v)
+                super::axes::from_first(inputs.len(), o)
             } else {
                 AxisFlow::Mixed
             }

@@ -7,7 +7,7 @@ use crate::dtype::DataType;
 use crate::graph::Node;
 use crate::infer::{invalid, normalize_axis, Fact, InferCtx, Known, OpError};
 
-use super::axes::{attr_int, in_shape, norm, out_rank, AxisFlow};
+use super::axes::{attr_int, from_first, in_shape, norm, out_rank, AxisFlow};
 use super::basic::known_fact;
 use super::{Mem, Moves, OpDef, ONE, THREE, TWO};
 
@@ -236,9 +236,7 @@ fn one_hot_flow(
             if o == at {
                 return AxisFlow::Mixed;
             }
-            let mut v = vec![None; inputs.len()];
-            v[0] = Some(if o < at { o } else { o - 1 });
-            AxisFlow::Split(v)
+            from_first(inputs.len(), if o < at { o } else { o - 1 })
         })
         .collect();
     Some(vec![flows])

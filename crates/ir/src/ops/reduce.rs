@@ -468,9 +468,7 @@ fn reduce_flow(
             if reduced.contains(&k) {
                 AxisFlow::Mixed
             } else {
-                let mut v = vec![None; inputs.len()];
-                v[0] = Some(k);
-                AxisFlow::Split(v)
+                super::axes::from_first(inputs.len(), k)
             }
         })
         .collect()])

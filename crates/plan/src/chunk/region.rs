@@ -27,16 +27,20 @@ pub(crate) fn flows(
     flows_by(g, f, dims, n, axis_flow)
 }
 
-/// [`flows`], with a reshape's axes whose extents differ by a whole factor split too
-/// ([`scaled_axis_flow`]): what regions grow along, each value sliced in proportion to its extent
+/// What regions grow along: [`flows`], and with `scaled`, a reshape's axes whose extents differ by
+/// a whole factor split too ([`scaled_axis_flow`]), each value sliced in proportion to its extent
 /// (see [`unit_extent`]).
 pub(crate) fn grow_flows(
     g: &Graph,
     f: &Facts,
     dims: &BTreeMap<String, i64>,
     n: NodeId,
+    scaled: bool,
 ) -> Option<Vec<Vec<AxisFlow>>> {
     let mut fl = flows(g, f, dims, n)?;
+    if !scaled {
+        return Some(fl);
+    }
     if let Some(scaled) = flows_by(g, f, dims, n, scaled_axis_flow) {
         for (o, s) in fl.iter_mut().zip(scaled) {
             for (a, s) in o.iter_mut().zip(s) {
@@ -129,11 +133,7 @@ fn join(
     if frozen.get(n.index()).copied().unwrap_or(true) {
         return None;
     }
-    let fl = if scaled {
-        grow_flows(g, f, dims, n)?
-    } else {
-        flows(g, f, dims, n)?
-    };
+    let fl = grow_flows(g, f, dims, n, scaled)?;
     let AxisFlow::Split(ins) = fl.get(slot)?.get(axis)? else {
         return None;
     };
@@ -225,12 +225,7 @@ pub(crate) fn grow(
                 if g.node(c).output_ids().all(|y| light[y.index()]) {
                     continue;
                 }
-                let fl = if scaled {
-                    grow_flows(g, f, dims, c)
-                } else {
-                    flows(g, f, dims, c)
-                };
-                let Some(fl) = fl else {
+                let Some(fl) = grow_flows(g, f, dims, c, scaled) else {
                     continue;
                 };
                 let Some(slot_in) = g.node(c).inputs.iter().position(|i| *i == Some(v)) else {
