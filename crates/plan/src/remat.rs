@@ -780,6 +780,47 @@ mod tests {
         assert!(remakes_of_v(&model, &dims).0.is_empty());
     }
 
+    /// LongT5's block ids one-hot, cast to floats (`[S, 256]` from `[S]`): each element a copy of
+    /// the off or the on value, so light; a product of the one-hot with a small weight is not.
+    #[test]
+    fn a_one_hot_of_small_indices_is_light() {
+        use memplan_ir::graph::{AttrValue, Attribute};
+        use memplan_ir::tensor::TensorData;
+        let mut g = Graph::default();
+        let s = DeclDim::Param("S".into());
+        let ids = g.add_input("ids", DeclType::tensor(DataType::I64, vec![s]));
+        let depth = g.add_initializer(TensorData::from_i64("depth", vec![], &[256]));
+        let values = g.add_initializer(TensorData::from_i64("values", vec![2], &[0, 1]));
+        let w = g.add_initializer(TensorData::from_f32("w", vec![256, 4], &[0.5; 1024]));
+        let mut op = |op: &str, ins: &[ValueId], out: &str, attrs: Vec<Attribute>| -> ValueId {
+            let ins: Vec<Option<ValueId>> = ins.iter().map(|&v| Some(v)).collect();
+            g.add_node(format!("{out}_node"), op, &ins, &[out], attrs).1[0]
+        };
+        let hot = op("OneHot", &[ids, depth, values], "hot", vec![]);
+        let to = Attribute {
+            name: "to".into(),
+            value: AttrValue::Int(1),
+            doc: String::new(),
+        };
+        let f = op("Cast", &[hot], "f", vec![to]);
+        let y = op("MatMul", &[f, w], "y", vec![]);
+        g.outputs = vec![y];
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let dims = BTreeMap::from([("S".to_string(), 4096i64)]);
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        let light = light_values(&model.graph, &facts, &dims);
+        let lit: Vec<&str> = model
+            .graph
+            .value_ids()
+            .filter(|v| light[v.index()])
+            .map(|v| model.graph.value(v).name.as_str())
+            .collect();
+        assert_eq!(lit, ["hot", "f"]);
+    }
+
     /// DeBERTa's relative positions in miniature: `p = Cast(Unsqueeze(i, 1) - Unsqueeze(i, 0))`
     /// with `i = Range(0, N, 1)` (`[N, N]` from scalars), read by a query-axis term `s + p` and,
     /// negated and transposed, by a key-axis term, in each of two layers. Every light value of

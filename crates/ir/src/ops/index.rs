@@ -29,7 +29,10 @@ pub const DEFS: &[OpDef] = &[
     OpDef::new("NonZero", ONE, nonzero, Mem::NEW),
     // Input 1 (K) from opset 10; before, attribute `k`.
     OpDef::new("TopK", (1, 2), topk, TOPK_MEM).flow(topk_flow),
-    OpDef::new("OneHot", THREE, one_hot, Mem::NEW).flow(one_hot_flow),
+    // Each output element is the off or the on value of input 2.
+    OpDef::new("OneHot", THREE, one_hot, Mem::NEW)
+        .flow(one_hot_flow)
+        .selects(&[2]),
     OpDef::new("Compress", TWO, compress, Mem::NEW),
     OpDef::new("Unique", ONE, unique, UNIQUE_MEM),
     // past_cache, update, optional write_indices; output 0 is the cache overwritten.
