@@ -35,6 +35,7 @@ mod broadcasts;
 mod freeze;
 mod gathers;
 mod heads;
+mod pads;
 mod positions;
 mod predict;
 mod region;
@@ -239,7 +240,7 @@ struct Before {
 
 /// The rewrites before chunking, in the order they are applied, each to the values of at least
 /// 1/64 of the peak.
-const BEFORE_CHUNKING: [Before; 9] = [
+const BEFORE_CHUNKING: [Before; 10] = [
     // A large `Tile` of axes of one element as the `Expand` it is, so regions split it.
     Before {
         rewrite: broadcasts::tiles_as_expands,
@@ -286,6 +287,14 @@ const BEFORE_CHUNKING: [Before; 9] = [
     Before {
         rewrite: gathers::movements_as_gathers,
         effect: Effect::Form,
+        then: None,
+    },
+    // A large pad of one axis, and each slice of it along that axis, as a gather of the
+    // positions it reads (and the constant where it reads none), so regions split the axis it
+    // pads and its output is never made whole.
+    Before {
+        rewrite: pads::pads_as_gathers,
+        effect: Effect::Traded,
         then: None,
     },
     // A large slice that copies and cuts one axis, as a gather of the positions it keeps, so
@@ -760,9 +769,9 @@ pub(crate) fn nodes_as_gathers(
 }
 
 /// Nodes that the rewrites before chunking make only in part or write anew: the makers a
-/// selection is moved through (`sink`), the scatters of a box (`boxes`), and the tiles that
-/// broadcast (`broadcasts`). The floor takes them
-/// as split as finely as it likes.
+/// selection is moved through (`sink`), the scatters of a box (`boxes`), the tiles that
+/// broadcast (`broadcasts`) and the pads of one axis (`pads`). The floor takes them as split as
+/// finely as it likes.
 pub(crate) fn nodes_rewritten_split(
     g: &memplan_ir::graph::Graph,
     facts: &Facts,
@@ -773,6 +782,7 @@ pub(crate) fn nodes_rewritten_split(
         let node = g.node(n);
         boxes::scatters_a_box(g, facts, dims, node)
             || broadcasts::tile_as_expand(node, facts, dims).is_some()
+            || pads::pad_along(node, facts, dims).is_some()
     }));
     out
 }

@@ -548,40 +548,14 @@ mod tests {
     }
 }
 
-/// How `Pad` fills the border.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PadMode {
-    Constant,
-    Reflect,
-    Edge,
-    Wrap,
-}
+pub use memplan_ir::ops::movement::PadMode;
 
 /// For one axis of extent `n` padded by `before` (negative: cropped) to `out` elements, the input
-/// index each output index reads, `None` where it takes the constant.
+/// index each output index reads, `None` where it takes the constant (the op's rule,
+/// [`memplan_ir::ops::movement::pad_map`]).
 pub fn pad_map(n: usize, before: i64, out: usize, mode: PadMode) -> KResult<Vec<Option<usize>>> {
-    let ni = n as i64;
-    if n == 0 && out > 0 && mode != PadMode::Constant {
-        return Err(shape_err(format!("{mode:?} padding of an empty axis")));
-    }
-    Ok((0..out as i64)
-        .map(|i| {
-            let j = i - before;
-            match mode {
-                PadMode::Constant => (0..ni).contains(&j).then_some(j as usize),
-                PadMode::Edge => Some(j.clamp(0, ni - 1) as usize),
-                PadMode::Wrap => Some(j.rem_euclid(ni) as usize),
-                PadMode::Reflect => {
-                    if ni == 1 {
-                        return Some(0);
-                    }
-                    let period = 2 * (ni - 1);
-                    let m = j.rem_euclid(period);
-                    Some(if m < ni { m } else { period - m } as usize)
-                }
-            }
-        })
-        .collect())
+    memplan_ir::ops::movement::pad_map(n, before, out, mode)
+        .ok_or_else(|| shape_err(format!("{mode:?} padding of an empty axis")))
 }
 
 /// `Pad`: `dst` (of the per-axis map lengths) takes `src[maps]`, or `value` where any axis maps to

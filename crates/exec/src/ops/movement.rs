@@ -547,12 +547,9 @@ fn pad(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
             axes.len()
         ));
     }
-    let mode = match ctx.string("mode")?.as_deref() {
-        None | Some("constant") => mv::PadMode::Constant,
-        Some("reflect") => mv::PadMode::Reflect,
-        Some("edge") => mv::PadMode::Edge,
-        Some("wrap") => mv::PadMode::Wrap,
-        Some(m) => return fail(format!("unknown Pad mode '{m}'")),
+    let name = ctx.string("mode")?;
+    let Some(mode) = mv::PadMode::named(name.as_deref()) else {
+        return fail(format!("unknown Pad mode '{}'", name.unwrap_or_default()));
     };
     let (mut before, mut after) = (vec![0i64; r], vec![0i64; r]);
     for (k, &a) in axes.iter().enumerate() {

@@ -175,6 +175,10 @@ pub enum Moves {
     /// Input 0, where the index tuples of input 1 (of its last extent, addressing the leading
     /// axes) name, replaced by the matching slices of input 2 (`ScatterND`, without a reduction).
     Scatters,
+    /// Along each axis, the element [`movement::pad_map`] names for the node's amounts (inputs 1
+    /// and 3, or the `pads` attribute) and mode, the constant (input 2, zero by default) where it
+    /// names none (`Pad`).
+    Padded,
 }
 
 /// An op whose output element `[.., i, j]` (row `i`, column `j`: the last two axes) is kept (or

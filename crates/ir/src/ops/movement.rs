@@ -32,7 +32,9 @@ pub const DEFS: &[OpDef] = &[
         .shape_input(1)
         .selects(&[0]),
     OpDef::new("Tile", TWO, tile, Mem::NEW).selects(&[0]),
-    OpDef::new("Pad", (1, 4), pad, Mem::NEW).flow(pad_flow),
+    OpDef::new("Pad", (1, 4), pad, Mem::NEW)
+        .flow(pad_flow)
+        .moves(Moves::Padded),
     OpDef::new("Trilu", (1, 2), same_as_input, Mem::OVERWRITE)
         .flow(trilu_flow)
         .positions(trilu_positions),
@@ -243,6 +245,21 @@ fn pad_flow(
     if in_shape(inputs, 0)?.len() != r0 {
         return None;
     }
+    let (before, after) = pad_sides(node, inputs, r0)?;
+    let mixed: Vec<usize> = (0..r0)
+        .filter(|&a| before[a] != 0 || after[a] != 0)
+        .collect();
+    Some(vec![pass_through(inputs.len(), r0, &mixed)])
+}
+
+/// A `Pad` node's amounts before and after each of the `rank` axes (negative: cropped), from its
+/// `pads` attribute (opset 2) or its known `pads` and `axes` inputs; `None` where they are not
+/// known.
+pub fn pad_sides(
+    node: &Node,
+    inputs: &[Option<&Fact>],
+    rank: usize,
+) -> Option<(Vec<i64>, Vec<i64>)> {
     let known = |k: usize| {
         inputs
             .get(k)
@@ -256,22 +273,74 @@ fn pad_flow(
         None => known(1)?,
     };
     let axes: Vec<usize> = match node.inputs.get(3).copied().flatten() {
-        None => (0..r0).collect(),
+        None => (0..rank).collect(),
         Some(_) => known(3)?
             .iter()
-            .map(|&x| norm(x, r0))
+            .map(|&x| norm(x, rank))
             .collect::<Option<Vec<_>>>()?,
     };
     if pads.len() != 2 * axes.len() {
         return None;
     }
-    let mixed: Vec<usize> = axes
-        .iter()
-        .enumerate()
-        .filter(|&(k, _)| pads[k] != 0 || pads[k + axes.len()] != 0)
-        .map(|(_, &a)| a)
-        .collect();
-    Some(vec![pass_through(inputs.len(), r0, &mixed)])
+    let (mut before, mut after) = (vec![0i64; rank], vec![0i64; rank]);
+    for (k, &a) in axes.iter().enumerate() {
+        before[a] += pads[k];
+        after[a] += pads[k + axes.len()];
+    }
+    Some((before, after))
+}
+
+/// How `Pad` fills the border.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PadMode {
+    Constant,
+    Reflect,
+    Edge,
+    Wrap,
+}
+
+impl PadMode {
+    /// The mode a `Pad`'s `mode` attribute names (`constant` where it is absent); `None` for a
+    /// name that is not a mode.
+    pub fn named(name: Option<&str>) -> Option<PadMode> {
+        match name {
+            None | Some("constant") => Some(PadMode::Constant),
+            Some("reflect") => Some(PadMode::Reflect),
+            Some("edge") => Some(PadMode::Edge),
+            Some("wrap") => Some(PadMode::Wrap),
+            Some(_) => None,
+        }
+    }
+}
+
+/// For one axis of extent `n` padded by `before` (negative: cropped) to `out` elements, the input
+/// index each output index reads, `None` where it takes the constant. `None` overall where a mode
+/// other than `constant` pads an empty axis (there is nothing to repeat).
+pub fn pad_map(n: usize, before: i64, out: usize, mode: PadMode) -> Option<Vec<Option<usize>>> {
+    let ni = n as i64;
+    if n == 0 && out > 0 && mode != PadMode::Constant {
+        return None;
+    }
+    Some(
+        (0..out as i64)
+            .map(|i| {
+                let j = i - before;
+                match mode {
+                    PadMode::Constant => (0..ni).contains(&j).then_some(j as usize),
+                    PadMode::Edge => Some(j.clamp(0, ni - 1) as usize),
+                    PadMode::Wrap => Some(j.rem_euclid(ni) as usize),
+                    PadMode::Reflect => {
+                        if ni == 1 {
+                            return Some(0);
+                        }
+                        let period = 2 * (ni - 1);
+                        let m = j.rem_euclid(period);
+                        Some(if m < ni { m } else { period - m } as usize)
+                    }
+                }
+            })
+            .collect(),
+    )
 }
 
 pub(super) fn same_as_input(ctx: &mut InferCtx) -> Result<Vec<Fact>, OpError> {

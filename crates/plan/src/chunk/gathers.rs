@@ -334,9 +334,10 @@ fn step(
             }
             Some(out)
         }
-        // An element of a scatter's output comes from one input or another by where it lies:
-        // not one map (`scatters` reads through them backwards, over a known output box).
-        Moves::Scatters => None,
+        // An element of a scatter's output comes from one input or another by where it lies,
+        // and a pad's from its input or the constant: not one map (`scatters` reads through
+        // scatters backwards, over a known output box; `pads` writes a pad as a gather).
+        Moves::Scatters | Moves::Padded => None,
         Moves::Indexed => {
             let a = norm(attr_int(node, "axis", 0), rank)?;
             let idx = index_in_axis(
@@ -375,7 +376,10 @@ pub(crate) struct Gather {
 /// Whether `node` moves elements of its input 0 ([`Moves`]) in a form [`step`] can read.
 fn moves(node: &Node) -> bool {
     node.is_onnx_domain()
-        && ops::lookup(node).is_some_and(|d| d.moves.is_some_and(|m| m != Moves::Scatters))
+        && ops::lookup(node).is_some_and(|d| {
+            d.moves
+                .is_some_and(|m| !matches!(m, Moves::Scatters | Moves::Padded))
+        })
 }
 
 /// The gather that map `m` (over the chain's output) of input `x` (of `xs` at `dims`) is, when
@@ -602,7 +606,7 @@ pub(crate) fn slices_as_gathers(
 
 /// Gather op `op` (`Gather` or `GatherElements`) of `x` at `index` along `axis`, as a node
 /// rewritten in place becomes.
-fn gather(op: &'static str, x: ValueId, index: ValueId, axis: usize) -> NewNode {
+pub(super) fn gather(op: &'static str, x: ValueId, index: ValueId, axis: usize) -> NewNode {
     NewNode {
         op,
         inputs: vec![Some(x), Some(index)],
@@ -611,18 +615,13 @@ fn gather(op: &'static str, x: ValueId, index: ValueId, axis: usize) -> NewNode 
 }
 
 /// For a slice ([`Moves::Strided`]) of at least `min_bytes` that copies and cuts one axis of its
-/// input (every other axis kept whole, step 1): its input, that axis and the positions it keeps
-/// along it, all inside the axis.
+/// input: see [`slice_cut`].
 fn cut_positions(
     node: &Node,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
     min_bytes: u64,
 ) -> Option<(ValueId, usize, Vec<i64>)> {
-    if ops::lookup(node).and_then(|d| d.moves) != Some(Moves::Strided) {
-        return None;
-    }
-    let x = node.inputs.first().copied().flatten()?;
     let y = node.outputs.first().copied().flatten()?;
     if !super::rewrite::holds_at_least(facts, dims, y, min_bytes) {
         return None;
@@ -631,6 +630,21 @@ fn cut_positions(
     if ops::is_view(node, &ins, &outs) {
         return None;
     }
+    slice_cut(node, facts, dims)
+}
+
+/// For a slice ([`Moves::Strided`]) that cuts one axis of its input (every other axis kept whole,
+/// step 1): its input, that axis and the positions it keeps along it, all inside the axis.
+pub(super) fn slice_cut(
+    node: &Node,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+) -> Option<(ValueId, usize, Vec<i64>)> {
+    if ops::lookup(node).and_then(|d| d.moves) != Some(Moves::Strided) {
+        return None;
+    }
+    let x = node.inputs.first().copied().flatten()?;
+    let y = node.outputs.first().copied().flatten()?;
     let from = facts.get(x).shape_at(dims)?;
     let to = facts.get(y).shape_at(dims)?;
     if from.len() != to.len() {

@@ -438,6 +438,12 @@ impl Adder<'_> {
             .add_initializer(TensorData::from_i64(name, dims, v))
     }
 
+    /// Constant `t`, named from its name.
+    pub fn constant(&mut self, mut t: TensorData) -> ValueId {
+        t.name = self.names.fresh(&t.name);
+        self.out.add_initializer(t)
+    }
+
     /// A node of one output, named from `base` (its output from `{base}_output`), recorded.
     pub fn node(
         &mut self,

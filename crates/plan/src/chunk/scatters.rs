@@ -220,6 +220,8 @@ fn back_digits(
             w.plus[0] -= a;
             Some((2, At::Digits(w)))
         }
+        // An element from the input or the constant, by where it lies.
+        Moves::Padded => None,
     }
 }
 
@@ -324,6 +326,7 @@ fn back(
         Moves::Scatters => {
             scatter_back(g, facts, dims, node, c, &from).map(|(slot, c)| (slot, At::Coords(c)))
         }
+        Moves::Padded => None,
     }
 }
 
