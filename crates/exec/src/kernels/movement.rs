@@ -415,6 +415,78 @@ pub fn trilu<T: Copy + Send + Sync>(
     Ok(())
 }
 
+pub use memplan_ir::ops::movement::PadMode;
+
+/// For one axis of extent `n` padded by `before` (negative: cropped) to `out` elements, the input
+/// index each output index reads, `None` where it takes the constant (the op's rule,
+/// [`memplan_ir::ops::movement::pad_map`]).
+pub fn pad_map(n: usize, before: i64, out: usize, mode: PadMode) -> KResult<Vec<Option<usize>>> {
+    memplan_ir::ops::movement::pad_map(n, before, out, mode)
+        .ok_or_else(|| shape_err(format!("{mode:?} padding of an empty axis")))
+}
+
+/// `Pad`: `dst` (of the per-axis map lengths) takes `src[maps]`, or `value` where any axis maps to
+/// the constant. Rows of the last axis are filled in parallel for large outputs.
+pub fn pad<T: Copy + Send + Sync>(
+    src: &[T],
+    shape: &[usize],
+    maps: &[Vec<Option<usize>>],
+    value: T,
+    dst: &mut [T],
+) -> KResult<()> {
+    check_len("Pad input", src.len(), shape)?;
+    let oshape: Vec<usize> = maps.iter().map(Vec::len).collect();
+    check_len("Pad output", dst.len(), &oshape)?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    let r = shape.len();
+    if r == 0 {
+        dst[0] = src[0];
+        return Ok(());
+    }
+    let st = istrides(shape);
+    let row = oshape[r - 1];
+    let last = &maps[r - 1];
+    let fill_row = |ri: usize, out: &mut [T]| {
+        // Decode the outer index of row `ri` and its input base offset.
+        let mut rem = ri;
+        let mut base: Option<isize> = Some(0);
+        for k in (0..r - 1).rev() {
+            let i = rem % oshape[k];
+            rem /= oshape[k];
+            base = match (base, maps[k][i]) {
+                (Some(b), Some(j)) => Some(b + j as isize * st[k]),
+                _ => None,
+            };
+        }
+        match base {
+            None => out.fill(value),
+            Some(b) => {
+                for (o, m) in out.iter_mut().zip(last) {
+                    *o = match m {
+                        Some(j) => src[(b + *j as isize * st[r - 1]) as usize],
+                        None => value,
+                    };
+                }
+            }
+        }
+    };
+    if row == 0 {
+        return Ok(());
+    }
+    if dst.len() >= PAR_MIN {
+        dst.par_chunks_mut(row)
+            .enumerate()
+            .for_each(|(ri, out)| fill_row(ri, out));
+    } else {
+        for (ri, out) in dst.chunks_mut(row).enumerate() {
+            fill_row(ri, out);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,76 +618,4 @@ mod tests {
             prop_assert_eq!(y, naive_transpose(&x, &shape, &perm));
         }
     }
-}
-
-pub use memplan_ir::ops::movement::PadMode;
-
-/// For one axis of extent `n` padded by `before` (negative: cropped) to `out` elements, the input
-/// index each output index reads, `None` where it takes the constant (the op's rule,
-/// [`memplan_ir::ops::movement::pad_map`]).
-pub fn pad_map(n: usize, before: i64, out: usize, mode: PadMode) -> KResult<Vec<Option<usize>>> {
-    memplan_ir::ops::movement::pad_map(n, before, out, mode)
-        .ok_or_else(|| shape_err(format!("{mode:?} padding of an empty axis")))
-}
-
-/// `Pad`: `dst` (of the per-axis map lengths) takes `src[maps]`, or `value` where any axis maps to
-/// the constant. Rows of the last axis are filled in parallel for large outputs.
-pub fn pad<T: Copy + Send + Sync>(
-    src: &[T],
-    shape: &[usize],
-    maps: &[Vec<Option<usize>>],
-    value: T,
-    dst: &mut [T],
-) -> KResult<()> {
-    check_len("Pad input", src.len(), shape)?;
-    let oshape: Vec<usize> = maps.iter().map(Vec::len).collect();
-    check_len("Pad output", dst.len(), &oshape)?;
-    if dst.is_empty() {
-        return Ok(());
-    }
-    let r = shape.len();
-    if r == 0 {
-        dst[0] = src[0];
-        return Ok(());
-    }
-    let st = istrides(shape);
-    let row = oshape[r - 1];
-    let last = &maps[r - 1];
-    let fill_row = |ri: usize, out: &mut [T]| {
-        // Decode the outer index of row `ri` and its input base offset.
-        let mut rem = ri;
-        let mut base: Option<isize> = Some(0);
-        for k in (0..r - 1).rev() {
-            let i = rem % oshape[k];
-            rem /= oshape[k];
-            base = match (base, maps[k][i]) {
-                (Some(b), Some(j)) => Some(b + j as isize * st[k]),
-                _ => None,
-            };
-        }
-        match base {
-            None => out.fill(value),
-            Some(b) => {
-                for (o, m) in out.iter_mut().zip(last) {
-                    *o = match m {
-                        Some(j) => src[(b + *j as isize * st[r - 1]) as usize],
-                        None => value,
-                    };
-                }
-            }
-        }
-    };
-    if row == 0 {
-        return Ok(());
-    }
-    if dst.len() >= PAR_MIN {
-        dst.par_chunks_mut(row)
-            .enumerate()
-            .for_each(|(ri, out)| fill_row(ri, out));
-    } else {
-        for (ri, out) in dst.chunks_mut(row).enumerate() {
-            fill_row(ri, out);
-        }
-    }
-    Ok(())
 }
