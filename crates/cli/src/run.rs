@@ -122,35 +122,55 @@ fn array_of(name: &str, t: &Tensor) -> Array {
     }
 }
 
-/// The exclusive bound for random values of an integer input used as indices, if it is one.
+/// The exclusive bound for random values of an integer input used as indices, if it is one: the
+/// extent of the axis each gather or scatter indexes with it, or with elements copied from it
+/// (through the slices, reshapes and concatenations that chunking puts between an input and its
+/// readers: the same input gets the same values in the chunked model).
 fn index_bound(
     graph: &Graph,
     facts: &Facts,
     v: ValueId,
     dims: &BTreeMap<String, i64>,
 ) -> Option<i64> {
+    use memplan_ir::ops::{lookup, Values};
+    let consumers = graph.consumers();
     let mut bound: Option<i64> = None;
-    for n in &graph.nodes {
-        let idx_slot = match n.op.as_str() {
-            "Gather" | "GatherElements" | "GatherND" | "ScatterND" | "ScatterElements" => 1,
-            _ => continue,
-        };
-        if n.inputs.get(idx_slot).copied().flatten() != Some(v) {
-            continue;
+    let (mut todo, mut seen) = (vec![v], std::collections::BTreeSet::from([v]));
+    while let Some(u) = todo.pop() {
+        for &c in &consumers[u.index()] {
+            let n = graph.node(c);
+            let copies = match lookup(n).map(|d| d.values) {
+                Some(Values::Selects(srcs)) => srcs
+                    .iter()
+                    .any(|&k| n.inputs.get(k).copied().flatten() == Some(u)),
+                Some(Values::SelectsAny) => true,
+                _ => false,
+            };
+            let idx_slot = match n.op.as_str() {
+                "Gather" | "GatherElements" | "GatherND" | "ScatterND" | "ScatterElements" => 1,
+                _ if copies => {
+                    todo.extend(n.output_ids().filter(|&y| seen.insert(y)));
+                    continue;
+                }
+                _ => continue,
+            };
+            if n.inputs.get(idx_slot).copied().flatten() != Some(u) {
+                continue;
+            }
+            let data = n.inputs.first().copied().flatten()?;
+            let shape = facts.get(data).shape.as_ref()?;
+            let axis = match n.attr("axis") {
+                Some(memplan_ir::AttrValue::Int(a)) => *a,
+                _ => 0,
+            };
+            let axis = if axis < 0 {
+                axis + shape.len() as i64
+            } else {
+                axis
+            } as usize;
+            let extent = shape.get(axis)?.eval_map(dims).ok()?;
+            bound = Some(bound.map_or(extent, |b| b.min(extent)));
         }
-        let data = n.inputs.first().copied().flatten()?;
-        let shape = facts.get(data).shape.as_ref()?;
-        let axis = match n.attr("axis") {
-            Some(memplan_ir::AttrValue::Int(a)) => *a,
-            _ => 0,
-        };
-        let axis = if axis < 0 {
-            axis + shape.len() as i64
-        } else {
-            axis
-        } as usize;
-        let extent = shape.get(axis)?.eval_map(dims).ok()?;
-        bound = Some(bound.map_or(extent, |b| b.min(extent)));
     }
     bound
 }
@@ -776,4 +796,58 @@ pub fn run(a: RunArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memplan_ir::graph::{DeclDim, DeclType};
+    use memplan_ir::TensorData;
+
+    /// Ids that a gather reads through a slice (as a chunked model reads each chunk's ids) are
+    /// bounded by the table's rows, as where the gather reads them directly: `--random` gives a
+    /// chunked model the inputs it gives the original.
+    #[test]
+    fn ids_read_through_a_slice_are_bounded_by_the_table() {
+        let mut g = Graph::default();
+        let s = DeclDim::Param("S".into());
+        let ids = g.add_input("ids", DeclType::tensor(DataType::I64, vec![s]));
+        let table = g.add_initializer(TensorData::from_f32("table", vec![10, 4], &[0.0; 40]));
+        let int = |g: &mut Graph, name: &str, v: i64| {
+            g.add_initializer(TensorData::from_i64(name, vec![1], &[v]))
+        };
+        let (lo, hi) = (int(&mut g, "lo", 0), int(&mut g, "hi", 4));
+        let (_, cut) = g.add_node(
+            "cut",
+            "Slice",
+            &[Some(ids), Some(lo), Some(hi)],
+            &["cut"],
+            vec![],
+        );
+        let (_, rows) = g.add_node(
+            "rows",
+            "Gather",
+            &[Some(table), Some(cut[0])],
+            &["rows"],
+            vec![],
+        );
+        // A gather of values computed from the ids (not copied) does not bound them.
+        let small = g.add_initializer(TensorData::from_f32("small", vec![3, 4], &[0.0; 12]));
+        let (_, neg) = g.add_node("neg", "Neg", &[Some(ids)], &["neg"], vec![]);
+        let (_, other) = g.add_node(
+            "other",
+            "Gather",
+            &[Some(small), Some(neg[0])],
+            &["other"],
+            vec![],
+        );
+        g.outputs = vec![rows[0], other[0]];
+        let model = memplan_ir::graph::Model {
+            graph: g,
+            ..Default::default()
+        };
+        let dims = BTreeMap::from([("S".to_string(), 8)]);
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        assert_eq!(index_bound(&model.graph, &facts, ids, &dims), Some(10));
+    }
 }
