@@ -1054,3 +1054,118 @@ fn a_band_of_padded_blocks_chunks_along_the_blocks() {
     );
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A fused projection split into query, keys and values, a rotary-style mix of the query's halves
+/// (`q * a + cat(-q2, q1) * b`), attention over `S` keys, as ModernBERT's TorchScript file writes
+/// it. The keys and values are read whole by every chunk of query rows; the query's mix is read
+/// only by the attention region, and joins it (`chunk::with_producers`): made in the region's
+/// chunks from the query's slices, bit-identical, measured = planned.
+#[test]
+fn a_query_made_only_for_the_attention_is_made_in_its_chunks() {
+    use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model, OpsetImport};
+    use memplan_ir::{DataType, TensorData};
+    let tmp = std::env::temp_dir().join(format!("memplan-chunk-query-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut g = Graph::default();
+    let dims = vec![
+        DeclDim::Value(1),
+        DeclDim::Param("S".into()),
+        DeclDim::Value(64),
+    ];
+    let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
+    let v: Vec<f32> = (0..64 * 192)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 400.0)
+        .collect();
+    let w = g.add_initializer(TensorData::from_f32("wqkv", vec![64, 192], &v));
+    let ints = |g: &mut Graph, name: &str, v: &[i64]| {
+        g.add_initializer(TensorData::from_i64(name, vec![v.len() as u64], v))
+    };
+    let scalar = |g: &mut Graph, name: &str, v: f32| {
+        g.add_initializer(TensorData::from_f32(name, vec![], &[v]))
+    };
+    let attr = |name: &str, value: AttrValue| Attribute {
+        name: name.into(),
+        value,
+        doc: String::new(),
+    };
+    let (to, two, split) = (
+        ints(&mut g, "to", &[1, -1, 3, 64]),
+        ints(&mut g, "two", &[2]),
+        ints(&mut g, "split", &[1, 1, 1]),
+    );
+    let (zero, half, end) = (
+        ints(&mut g, "zero", &[0]),
+        ints(&mut g, "half", &[32]),
+        ints(&mut g, "end", &[64]),
+    );
+    let (a, b) = (scalar(&mut g, "a", 0.5), scalar(&mut g, "b", 0.25));
+    let op = |g: &mut Graph, op: &str, ins: &[memplan_ir::ValueId], outs: usize, attrs| {
+        let ins: Vec<_> = ins.iter().map(|&v| Some(v)).collect();
+        let name = format!("{op}_{}", g.nodes.len());
+        let outs: Vec<String> = (0..outs).map(|k| format!("{name}_out{k}")).collect();
+        let outs: Vec<&str> = outs.iter().map(String::as_str).collect();
+        g.add_node(name.clone(), op, &ins, &outs, attrs).1
+    };
+    let p = op(&mut g, "MatMul", &[x, w], 1, vec![])[0];
+    let r = op(&mut g, "Reshape", &[p, to], 1, vec![])[0];
+    let qkv = op(
+        &mut g,
+        "Split",
+        &[r, split],
+        3,
+        vec![attr("axis", AttrValue::Int(2))],
+    );
+    let [q, k, v] = [0, 1, 2].map(|i| op(&mut g, "Squeeze", &[qkv[i], two], 1, vec![])[0]);
+    let q1 = op(&mut g, "Slice", &[q, zero, half, two], 1, vec![])[0];
+    let q2 = op(&mut g, "Slice", &[q, half, end, two], 1, vec![])[0];
+    let n2 = op(&mut g, "Neg", &[q2], 1, vec![])[0];
+    let rot = op(
+        &mut g,
+        "Concat",
+        &[n2, q1],
+        1,
+        vec![attr("axis", AttrValue::Int(2))],
+    )[0];
+    let qa = op(&mut g, "Mul", &[q, a], 1, vec![])[0];
+    let rb = op(&mut g, "Mul", &[rot, b], 1, vec![])[0];
+    let qr = op(&mut g, "Add", &[qa, rb], 1, vec![])[0];
+    let kt = op(
+        &mut g,
+        "Transpose",
+        &[k],
+        1,
+        vec![attr("perm", AttrValue::Ints(vec![0, 2, 1]))],
+    )[0];
+    let s = op(&mut g, "MatMul", &[qr, kt], 1, vec![])[0];
+    let sm = op(
+        &mut g,
+        "Softmax",
+        &[s],
+        1,
+        vec![attr("axis", AttrValue::Int(-1))],
+    )[0];
+    let y = op(&mut g, "MatMul", &[sm, v], 1, vec![])[0];
+    g.outputs = vec![y];
+    let model = Model {
+        graph: g,
+        opsets: vec![OpsetImport {
+            domain: String::new(),
+            version: 18,
+        }],
+        ..Model::default()
+    };
+    let path = tmp.join("query.onnx");
+    memplan_onnx::save(&model, &path, memplan_onnx::ExternalData::Inline).unwrap();
+    let dims = ["--dim", "S=2048"];
+    let c = Optimized::of(&tmp, &path, "query", &dims, |_| "lowest".into());
+    c.run_exact(&dims);
+    // The region that ends at the attention's output starts at the query's own squeeze (before,
+    // the attention was one region and the query's mix another, the halves made whole between).
+    let steps = c.rep["chunking"]["steps"].as_array().unwrap();
+    let attention = steps
+        .iter()
+        .find(|s| s["last"] == "MatMul_16")
+        .unwrap_or_else(|| panic!("no region ends at the attention's output: {steps:?}"));
+    assert_eq!(attention["first"], "Squeeze_3", "{attention}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -176,7 +176,9 @@ pub enum FitError {
 /// ([`ChunkOptions::topological`]), and the better fit is kept; when that still misses, once more
 /// with regions also chunked in tiles ([`ChunkOptions::tiles`]: a value every chunk reads whole made
 /// again per chunk, its makers paid once per chunk); when that still misses, once more with
-/// regions also grown through reshapes that scale their axis ([`ChunkOptions::scaled`]). When the best
+/// regions also grown through reshapes that scale their axis ([`ChunkOptions::scaled`]); when that
+/// still misses, once more with each chosen region joined by the producers only it reads
+/// ([`ChunkOptions::absorb`]). When the best
 /// fit still misses (as every fit to `lowest`, a budget of 0, does), its levers are fitted once more
 /// with chunking targets a little below its plan ([`next_target`]), and so are the levers the last
 /// fallback to win replaced, below their own plan; the better fit is kept.
@@ -215,11 +217,13 @@ pub fn fit_budget(
     // Last of them, regions that also grow through reshapes that scale their axis: more regions,
     // which can send the greedy steps another way and end higher (DeBERTa's heads, Bloom's MLP),
     // so a fallback too.
-    let fallbacks: [fn(&mut ChunkOptions) -> bool; 4] = [
+    // Then regions that take in the producers only they read (a query's rotary mix).
+    let fallbacks: [fn(&mut ChunkOptions) -> bool; 5] = [
         |c| std::mem::replace(&mut c.copies, Copies::Trees) != Copies::Trees,
         |c| !std::mem::replace(&mut c.topological, true),
         |c| !std::mem::replace(&mut c.tiles, true),
         |c| !std::mem::replace(&mut c.scaled, true),
+        |c| !std::mem::replace(&mut c.absorb, true),
     ];
     // The levers the last fallback to plan lower replaced, and their planned peak.
     let mut replaced: Option<(u64, FitOptions)> = None;
