@@ -866,6 +866,102 @@ fn projections_split_into_heads_are_products_over_heads() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// A program over `x: [1, S, 64]` (f32) built node by node for the chunking tests (node `k` is
+/// named `{op}_{k}`, its outputs `{op}_{k}_out{i}`), saved in a temporary folder of its own.
+struct Program {
+    g: memplan_ir::graph::Graph,
+    x: memplan_ir::ValueId,
+    tmp: PathBuf,
+    tag: &'static str,
+}
+
+impl Program {
+    fn new(tag: &'static str) -> Program {
+        use memplan_ir::graph::{DeclDim, DeclType, Graph};
+        let tmp = std::env::temp_dir().join(format!("memplan-chunk-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut g = Graph::default();
+        let dims = vec![
+            DeclDim::Value(1),
+            DeclDim::Param("S".into()),
+            DeclDim::Value(64),
+        ];
+        let x = g.add_input("x", DeclType::tensor(memplan_ir::DataType::F32, dims));
+        Program { g, x, tmp, tag }
+    }
+
+    /// A `[rows, cols]` weight of small values, `k` varying them.
+    fn weight(&mut self, name: &str, rows: usize, cols: usize, k: usize) -> memplan_ir::ValueId {
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * k % 101) as f32 - 50.0) / 400.0)
+            .collect();
+        let t = memplan_ir::TensorData::from_f32(name, vec![rows as u64, cols as u64], &v);
+        self.g.add_initializer(t)
+    }
+
+    fn ints(&mut self, name: &str, v: &[i64]) -> memplan_ir::ValueId {
+        let t = memplan_ir::TensorData::from_i64(name, vec![v.len() as u64], v);
+        self.g.add_initializer(t)
+    }
+
+    fn scalar(&mut self, name: &str, v: f32) -> memplan_ir::ValueId {
+        let t = memplan_ir::TensorData::from_f32(name, vec![], &[v]);
+        self.g.add_initializer(t)
+    }
+
+    /// Node `op` over `ins` with `outs` outputs.
+    fn ops(
+        &mut self,
+        op: &str,
+        ins: &[memplan_ir::ValueId],
+        outs: usize,
+        attrs: Vec<memplan_ir::graph::Attribute>,
+    ) -> Vec<memplan_ir::ValueId> {
+        let ins: Vec<_> = ins.iter().map(|&v| Some(v)).collect();
+        let name = format!("{op}_{}", self.g.nodes.len());
+        let outs: Vec<String> = (0..outs).map(|k| format!("{name}_out{k}")).collect();
+        let outs: Vec<&str> = outs.iter().map(String::as_str).collect();
+        self.g.add_node(name.clone(), op, &ins, &outs, attrs).1
+    }
+
+    /// Node `op` over `ins` with one output.
+    fn op(
+        &mut self,
+        op: &str,
+        ins: &[memplan_ir::ValueId],
+        attrs: Vec<memplan_ir::graph::Attribute>,
+    ) -> memplan_ir::ValueId {
+        self.ops(op, ins, 1, attrs)[0]
+    }
+
+    /// The program with output `y` (opset 18), optimized to `lowest` at `dims`.
+    fn lowest(mut self, y: memplan_ir::ValueId, dims: &[&str]) -> (Optimized, PathBuf) {
+        use memplan_ir::graph::{Model, OpsetImport};
+        self.g.outputs = vec![y];
+        let model = Model {
+            graph: self.g,
+            opsets: vec![OpsetImport {
+                domain: String::new(),
+                version: 18,
+            }],
+            ..Model::default()
+        };
+        let path = self.tmp.join(format!("{}.onnx", self.tag));
+        memplan_onnx::save(&model, &path, memplan_onnx::ExternalData::Inline).unwrap();
+        let c = Optimized::of(&self.tmp, &path, self.tag, dims, |_| "lowest".into());
+        (c, self.tmp)
+    }
+}
+
+/// Attribute `name` of `value`.
+fn attr(name: &str, value: memplan_ir::graph::AttrValue) -> memplan_ir::graph::Attribute {
+    memplan_ir::graph::Attribute {
+        name: name.into(),
+        value,
+        doc: String::new(),
+    }
+}
+
 /// A reshape that changes the split axis's extent by a whole factor (ConvBERT's `[1, S, 64, 9]`
 /// to `[2S, 32, 9]`, and back) passes it: rows `[lo, hi)` of `S` are rows `[2 lo, 2 hi)` of
 /// `2S`. Here `x [1, S, 64]` is projected, reshaped to `[2S, 8, 4]`, softmaxed along the 8,
@@ -875,66 +971,22 @@ fn projections_split_into_heads_are_products_over_heads() {
 /// is under the product's size, measured = planned, outputs bit-identical.
 #[test]
 fn a_reshape_that_scales_the_split_axis_passes_it() {
-    use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model, OpsetImport};
-    use memplan_ir::{DataType, TensorData};
-    let tmp = std::env::temp_dir().join(format!("memplan-chunk-scaled-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let mut g = Graph::default();
-    let dims = vec![
-        DeclDim::Value(1),
-        DeclDim::Param("S".into()),
-        DeclDim::Value(64),
-    ];
-    let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
-    let weight = |g: &mut Graph, name: &str, rows: usize, cols: usize| {
-        let v: Vec<f32> = (0..rows * cols)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 400.0)
-            .collect();
-        g.add_initializer(TensorData::from_f32(
-            name,
-            vec![rows as u64, cols as u64],
-            &v,
-        ))
-    };
-    let ints = |g: &mut Graph, name: &str, v: &[i64]| {
-        g.add_initializer(TensorData::from_i64(name, vec![v.len() as u64], v))
-    };
-    let (w1, w2) = (weight(&mut g, "w1", 64, 64), weight(&mut g, "w2", 4, 16));
+    use memplan_ir::graph::AttrValue;
+    let mut p = Program::new("scaled");
+    let (w1, w2) = (p.weight("w1", 64, 64, 37), p.weight("w2", 4, 16, 37));
     let (to_rows, back) = (
-        ints(&mut g, "to_rows", &[-1, 8, 4]),
-        ints(&mut g, "back", &[1, -1, 256]),
+        p.ints("to_rows", &[-1, 8, 4]),
+        p.ints("back", &[1, -1, 256]),
     );
-    let axes = ints(&mut g, "axes", &[2]);
-    let op = |g: &mut Graph, op: &str, ins: &[memplan_ir::ValueId], attrs: Vec<Attribute>| {
-        let ins: Vec<_> = ins.iter().map(|&v| Some(v)).collect();
-        let name = format!("{op}_{}", g.nodes.len());
-        g.add_node(name.clone(), op, &ins, &[&format!("{name}_out")], attrs)
-            .1[0]
-    };
-    let a = op(&mut g, "MatMul", &[x, w1], vec![]);
-    let r = op(&mut g, "Reshape", &[a, to_rows], vec![]);
-    let axis = Attribute {
-        name: "axis".into(),
-        value: AttrValue::Int(1),
-        doc: String::new(),
-    };
-    let s = op(&mut g, "Softmax", &[r], vec![axis]);
-    let e = op(&mut g, "MatMul", &[s, w2], vec![]);
-    let b = op(&mut g, "Reshape", &[e, back], vec![]);
-    let y = op(&mut g, "ReduceSum", &[b, axes], vec![]);
-    g.outputs = vec![y];
-    let model = Model {
-        graph: g,
-        opsets: vec![OpsetImport {
-            domain: String::new(),
-            version: 18,
-        }],
-        ..Model::default()
-    };
-    let path = tmp.join("scaled.onnx");
-    memplan_onnx::save(&model, &path, memplan_onnx::ExternalData::Inline).unwrap();
+    let axes = p.ints("axes", &[2]);
+    let a = p.op("MatMul", &[p.x, w1], vec![]);
+    let r = p.op("Reshape", &[a, to_rows], vec![]);
+    let s = p.op("Softmax", &[r], vec![attr("axis", AttrValue::Int(1))]);
+    let e = p.op("MatMul", &[s, w2], vec![]);
+    let b = p.op("Reshape", &[e, back], vec![]);
+    let y = p.op("ReduceSum", &[b, axes], vec![]);
     let dims = ["--dim", "S=4096"];
-    let c = Optimized::of(&tmp, &path, "scaled", &dims, |_| "lowest".into());
+    let (c, tmp) = p.lowest(y, &dims);
     let product = 2 * 4096 * 8 * 16 * 4;
     let planned = c.run_exact(&dims);
     assert!(
@@ -955,97 +1007,58 @@ fn a_reshape_that_scales_the_split_axis_passes_it() {
 /// values are whole at the peak, and chunks (3.12 MiB); measured = planned, bit-identical.
 #[test]
 fn a_band_of_padded_blocks_chunks_along_the_blocks() {
-    use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model, OpsetImport};
-    use memplan_ir::{DataType, TensorData};
-    let tmp = std::env::temp_dir().join(format!("memplan-chunk-band-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let mut g = Graph::default();
-    let dims = vec![
-        DeclDim::Value(1),
-        DeclDim::Param("S".into()),
-        DeclDim::Value(64),
-    ];
-    let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
-    let weight = |g: &mut Graph, name: &str, k: usize| {
-        let v: Vec<f32> = (0..64 * 64)
-            .map(|i| ((i * k % 101) as f32 - 50.0) / 400.0)
-            .collect();
-        g.add_initializer(TensorData::from_f32(name, vec![64, 64], &v))
-    };
-    let ints = |g: &mut Graph, name: &str, v: &[i64]| {
-        g.add_initializer(TensorData::from_i64(name, vec![v.len() as u64], v))
-    };
-    let attr = |name: &str, value: AttrValue| Attribute {
-        name: name.into(),
-        value,
-        doc: String::new(),
-    };
+    use memplan_ir::graph::AttrValue;
+    let mut p = Program::new("band");
     let (wq, wk, wv) = (
-        weight(&mut g, "wq", 37),
-        weight(&mut g, "wk", 53),
-        weight(&mut g, "wv", 71),
+        p.weight("wq", 64, 64, 37),
+        p.weight("wk", 64, 64, 53),
+        p.weight("wv", 64, 64, 71),
     );
-    let (blocks, back, pads, axes) = (
-        ints(&mut g, "blocks", &[1, -1, 16, 64]),
-        ints(&mut g, "back", &[1, -1, 64]),
-        ints(&mut g, "pads", &[0, 1, 0, 0, 0, 1, 0, 0]),
-        ints(&mut g, "axes", &[2]),
+    let (blocks, back) = (
+        p.ints("blocks", &[1, -1, 16, 64]),
+        p.ints("back", &[1, -1, 64]),
     );
-    let zero = g.add_initializer(TensorData::from_f32("zero", vec![], &[0.0]));
-    let op = |g: &mut Graph, op: &str, ins: &[memplan_ir::ValueId], attrs: Vec<Attribute>| {
-        let ins: Vec<_> = ins.iter().map(|&v| Some(v)).collect();
-        let name = format!("{op}_{}", g.nodes.len());
-        g.add_node(name.clone(), op, &ins, &[&format!("{name}_out")], attrs)
-            .1[0]
-    };
-    let band = |g: &mut Graph, w: memplan_ir::ValueId| {
-        let p = op(g, "MatMul", &[x, w], vec![]);
-        let b = op(g, "Reshape", &[p, blocks], vec![]);
-        let padded = op(g, "Pad", &[b, pads, zero], vec![]);
-        let one = ints(g, &format!("one{}", g.nodes.len()), &[1]);
-        let cuts: Vec<_> = (0..3)
-            .map(|k| {
-                // Blocks [k, S/16 + k) of the S/16 + 2, the end counted from the last.
-                let end = if k == 2 { i64::MAX } else { k - 2 };
-                let s = ints(g, &format!("s{k}_{}", g.nodes.len()), &[k]);
-                let e = ints(g, &format!("e{k}_{}", g.nodes.len()), &[end]);
-                op(g, "Slice", &[padded, s, e, one], vec![])
-            })
+    let (pads, axes) = (
+        p.ints("pads", &[0, 1, 0, 0, 0, 1, 0, 0]),
+        p.ints("axes", &[2]),
+    );
+    let (zero, one) = (p.scalar("zero", 0.0), p.ints("one", &[1]));
+    // Blocks [k, S/16 + k) of the S/16 + 2, the end counted from the last.
+    let cut: Vec<_> = (0..3i64)
+        .map(|k| {
+            let end = if k == 2 { i64::MAX } else { k - 2 };
+            (
+                p.ints(&format!("s{k}"), &[k]),
+                p.ints(&format!("e{k}"), &[end]),
+            )
+        })
+        .collect();
+    let mut band = |w| {
+        let x = p.x;
+        let b = p.op("MatMul", &[x, w], vec![]);
+        let b = p.op("Reshape", &[b, blocks], vec![]);
+        let padded = p.op("Pad", &[b, pads, zero], vec![]);
+        let cuts: Vec<_> = cut
+            .iter()
+            .map(|&(s, e)| p.op("Slice", &[padded, s, e, one], vec![]))
             .collect();
-        op(g, "Concat", &cuts, vec![attr("axis", AttrValue::Int(2))])
+        p.op("Concat", &cuts, vec![attr("axis", AttrValue::Int(2))])
     };
-    let (k, v) = (band(&mut g, wk), band(&mut g, wv));
-    let q = op(&mut g, "MatMul", &[x, wq], vec![]);
-    let q = op(&mut g, "Reshape", &[q, blocks], vec![]);
-    let kt = op(
-        &mut g,
+    let (k, v) = (band(wk), band(wv));
+    let q = p.op("MatMul", &[p.x, wq], vec![]);
+    let q = p.op("Reshape", &[q, blocks], vec![]);
+    let kt = p.op(
         "Transpose",
         &[k],
         vec![attr("perm", AttrValue::Ints(vec![0, 1, 3, 2]))],
     );
-    let s = op(&mut g, "MatMul", &[q, kt], vec![]);
-    let p = op(
-        &mut g,
-        "Softmax",
-        &[s],
-        vec![attr("axis", AttrValue::Int(-1))],
-    );
-    let o = op(&mut g, "MatMul", &[p, v], vec![]);
-    let o = op(&mut g, "Reshape", &[o, back], vec![]);
-    let y = op(&mut g, "ReduceSum", &[o, axes], vec![]);
-    g.outputs = vec![y];
-    let model = Model {
-        graph: g,
-        opsets: vec![OpsetImport {
-            domain: String::new(),
-            version: 18,
-        }],
-        ..Model::default()
-    };
-    let path = tmp.join("band.onnx");
-    memplan_onnx::save(&model, &path, memplan_onnx::ExternalData::Inline).unwrap();
+    let s = p.op("MatMul", &[q, kt], vec![]);
+    let s = p.op("Softmax", &[s], vec![attr("axis", AttrValue::Int(-1))]);
+    let o = p.op("MatMul", &[s, v], vec![]);
+    let o = p.op("Reshape", &[o, back], vec![]);
+    let y = p.op("ReduceSum", &[o, axes], vec![]);
     let dims = ["--dim", "S=4096"];
-    let c = Optimized::of(&tmp, &path, "band", &dims, |_| "lowest".into());
+    let (c, tmp) = p.lowest(y, &dims);
     let whole = 4096 * 64 * 4;
     let planned = c.run_exact(&dims);
     assert!(
@@ -1062,102 +1075,46 @@ fn a_band_of_padded_blocks_chunks_along_the_blocks() {
 /// chunks from the query's slices, bit-identical, measured = planned.
 #[test]
 fn a_query_made_only_for_the_attention_is_made_in_its_chunks() {
-    use memplan_ir::graph::{AttrValue, Attribute, DeclDim, DeclType, Graph, Model, OpsetImport};
-    use memplan_ir::{DataType, TensorData};
-    let tmp = std::env::temp_dir().join(format!("memplan-chunk-query-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    let mut g = Graph::default();
-    let dims = vec![
-        DeclDim::Value(1),
-        DeclDim::Param("S".into()),
-        DeclDim::Value(64),
-    ];
-    let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
-    let v: Vec<f32> = (0..64 * 192)
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 400.0)
-        .collect();
-    let w = g.add_initializer(TensorData::from_f32("wqkv", vec![64, 192], &v));
-    let ints = |g: &mut Graph, name: &str, v: &[i64]| {
-        g.add_initializer(TensorData::from_i64(name, vec![v.len() as u64], v))
-    };
-    let scalar = |g: &mut Graph, name: &str, v: f32| {
-        g.add_initializer(TensorData::from_f32(name, vec![], &[v]))
-    };
-    let attr = |name: &str, value: AttrValue| Attribute {
-        name: name.into(),
-        value,
-        doc: String::new(),
-    };
+    use memplan_ir::graph::AttrValue;
+    let mut p = Program::new("query");
+    let w = p.weight("wqkv", 64, 192, 37);
     let (to, two, split) = (
-        ints(&mut g, "to", &[1, -1, 3, 64]),
-        ints(&mut g, "two", &[2]),
-        ints(&mut g, "split", &[1, 1, 1]),
+        p.ints("to", &[1, -1, 3, 64]),
+        p.ints("two", &[2]),
+        p.ints("split", &[1, 1, 1]),
     );
     let (zero, half, end) = (
-        ints(&mut g, "zero", &[0]),
-        ints(&mut g, "half", &[32]),
-        ints(&mut g, "end", &[64]),
+        p.ints("zero", &[0]),
+        p.ints("half", &[32]),
+        p.ints("end", &[64]),
     );
-    let (a, b) = (scalar(&mut g, "a", 0.5), scalar(&mut g, "b", 0.25));
-    let op = |g: &mut Graph, op: &str, ins: &[memplan_ir::ValueId], outs: usize, attrs| {
-        let ins: Vec<_> = ins.iter().map(|&v| Some(v)).collect();
-        let name = format!("{op}_{}", g.nodes.len());
-        let outs: Vec<String> = (0..outs).map(|k| format!("{name}_out{k}")).collect();
-        let outs: Vec<&str> = outs.iter().map(String::as_str).collect();
-        g.add_node(name.clone(), op, &ins, &outs, attrs).1
-    };
-    let p = op(&mut g, "MatMul", &[x, w], 1, vec![])[0];
-    let r = op(&mut g, "Reshape", &[p, to], 1, vec![])[0];
-    let qkv = op(
-        &mut g,
+    let (a, b) = (p.scalar("a", 0.5), p.scalar("b", 0.25));
+    let qkv = p.op("MatMul", &[p.x, w], vec![]);
+    let qkv = p.op("Reshape", &[qkv, to], vec![]);
+    let qkv = p.ops(
         "Split",
-        &[r, split],
+        &[qkv, split],
         3,
         vec![attr("axis", AttrValue::Int(2))],
     );
-    let [q, k, v] = [0, 1, 2].map(|i| op(&mut g, "Squeeze", &[qkv[i], two], 1, vec![])[0]);
-    let q1 = op(&mut g, "Slice", &[q, zero, half, two], 1, vec![])[0];
-    let q2 = op(&mut g, "Slice", &[q, half, end, two], 1, vec![])[0];
-    let n2 = op(&mut g, "Neg", &[q2], 1, vec![])[0];
-    let rot = op(
-        &mut g,
-        "Concat",
-        &[n2, q1],
-        1,
-        vec![attr("axis", AttrValue::Int(2))],
-    )[0];
-    let qa = op(&mut g, "Mul", &[q, a], 1, vec![])[0];
-    let rb = op(&mut g, "Mul", &[rot, b], 1, vec![])[0];
-    let qr = op(&mut g, "Add", &[qa, rb], 1, vec![])[0];
-    let kt = op(
-        &mut g,
+    let [q, k, v] = [0, 1, 2].map(|i| p.op("Squeeze", &[qkv[i], two], vec![]));
+    let q1 = p.op("Slice", &[q, zero, half, two], vec![]);
+    let q2 = p.op("Slice", &[q, half, end, two], vec![]);
+    let n2 = p.op("Neg", &[q2], vec![]);
+    let rot = p.op("Concat", &[n2, q1], vec![attr("axis", AttrValue::Int(2))]);
+    let qa = p.op("Mul", &[q, a], vec![]);
+    let rb = p.op("Mul", &[rot, b], vec![]);
+    let qr = p.op("Add", &[qa, rb], vec![]);
+    let kt = p.op(
         "Transpose",
         &[k],
-        1,
         vec![attr("perm", AttrValue::Ints(vec![0, 2, 1]))],
-    )[0];
-    let s = op(&mut g, "MatMul", &[qr, kt], 1, vec![])[0];
-    let sm = op(
-        &mut g,
-        "Softmax",
-        &[s],
-        1,
-        vec![attr("axis", AttrValue::Int(-1))],
-    )[0];
-    let y = op(&mut g, "MatMul", &[sm, v], 1, vec![])[0];
-    g.outputs = vec![y];
-    let model = Model {
-        graph: g,
-        opsets: vec![OpsetImport {
-            domain: String::new(),
-            version: 18,
-        }],
-        ..Model::default()
-    };
-    let path = tmp.join("query.onnx");
-    memplan_onnx::save(&model, &path, memplan_onnx::ExternalData::Inline).unwrap();
+    );
+    let s = p.op("MatMul", &[qr, kt], vec![]);
+    let s = p.op("Softmax", &[s], vec![attr("axis", AttrValue::Int(-1))]);
+    let y = p.op("MatMul", &[s, v], vec![]);
     let dims = ["--dim", "S=2048"];
-    let c = Optimized::of(&tmp, &path, "query", &dims, |_| "lowest".into());
+    let (c, tmp) = p.lowest(y, &dims);
     c.run_exact(&dims);
     // The region that ends at the attention's output starts at the query's own squeeze (before,
     // the attention was one region and the query's mix another, the halves made whole between).
