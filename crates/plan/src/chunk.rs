@@ -417,7 +417,9 @@ fn with_producers(
     chosen: Candidate,
     evaluated: &mut usize,
 ) -> Candidate {
-    if !opts.absorb || chosen.built.is_some() {
+    // A region that keeps nodes whole (`region::recompute_part`) computes their originals before
+    // it from values it would now make only in chunks.
+    if !opts.absorb || chosen.built.is_some() || !chosen.region.keep.is_empty() {
         return chosen;
     }
     let (mut nodes, mut axes) = (chosen.region.nodes.clone(), chosen.region.axes.clone());
@@ -432,7 +434,9 @@ fn with_producers(
         frozen,
         opts.scaled,
     );
-    if nodes.len() == chosen.region.nodes.len() {
+    if nodes.len() == chosen.region.nodes.len()
+        || !region::is_convex(g, &base.consumers, &nodes, &BTreeSet::new())
+    {
         return chosen;
     }
     let shape = (nodes, axes, chosen.region.keep.clone());

@@ -326,6 +326,16 @@ pub(crate) fn absorb_producers(
     }
 }
 
+/// Whether no path leaves `nodes` and comes back, but from a node of `keep` (see [`escapes`]).
+pub(crate) fn is_convex(
+    g: &Graph,
+    consumers: &[Vec<NodeId>],
+    nodes: &BTreeSet<NodeId>,
+    keep: &BTreeSet<NodeId>,
+) -> bool {
+    escapes(g, consumers, nodes, keep).is_empty()
+}
+
 /// The outside nodes on a path that leaves `nodes` and comes back (the node list must be in
 /// topological order): reachable from the region and reaching it. Empty when the region is convex.
 /// Paths that leave from a node of `keep` do not count: its outside readers read its original,
