@@ -89,4 +89,6 @@ fn the_same_input_gives_the_same_plan_on_any_thread_count() {
             assert!(first == pinned, "{name}: taskset -c 0 differs");
         }
     }
+    let dir = std::env::temp_dir().join(format!("memplan-determinism-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -89,4 +89,5 @@ fn exported_dropout_models_estimate_run_and_plan_deterministically() {
         assert_eq!(planned["planned"], true);
         assert_eq!(planned["mismatches"].as_array().unwrap().len(), 0, "{name}");
     }
+    let _ = std::fs::remove_dir_all(&tmp);
 }
