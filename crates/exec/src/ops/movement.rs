@@ -540,22 +540,17 @@ fn pad(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFail> {
             .collect::<Result<_, _>>()?,
         None => (0..r).collect(),
     };
-    if pads.len() != 2 * axes.len() {
+    let Some((before, after)) = memplan_ir::ops::movement::pad_amounts(&pads, &axes, r) else {
         return fail(format!(
             "Pad has {} pads for {} axes (needs two per axis)",
             pads.len(),
             axes.len()
         ));
-    }
+    };
     let name = ctx.string("mode")?;
     let Some(mode) = mv::PadMode::named(name.as_deref()) else {
         return fail(format!("unknown Pad mode '{}'", name.unwrap_or_default()));
     };
-    let (mut before, mut after) = (vec![0i64; r], vec![0i64; r]);
-    for (k, &a) in axes.iter().enumerate() {
-        before[a] += pads[k];
-        after[a] += pads[k + axes.len()];
-    }
     let mut maps = Vec::with_capacity(r);
     for a in 0..r {
         let n = x.shape[a] as i64 + before[a] + after[a];

@@ -279,6 +279,12 @@ pub fn pad_sides(
             .map(|&x| norm(x, rank))
             .collect::<Option<Vec<_>>>()?,
     };
+    pad_amounts(&pads, &axes, rank)
+}
+
+/// Pad amounts `pads` (all befores, then all afters, one pair per axis of `axes`) as the amounts
+/// before and after each of the `rank` axes; `None` where there are not two per axis.
+pub fn pad_amounts(pads: &[i64], axes: &[usize], rank: usize) -> Option<(Vec<i64>, Vec<i64>)> {
     if pads.len() != 2 * axes.len() {
         return None;
     }

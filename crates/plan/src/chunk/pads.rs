@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use memplan_ir::dtype::DataType;
-use memplan_ir::graph::{AttrValue, Model, Node, NodeId, ValueId};
+use memplan_ir::graph::{AttrValue, Model, Node, ValueId};
 use memplan_ir::infer::Facts;
 use memplan_ir::ops::movement::{pad_map, pad_sides, PadMode};
 use memplan_ir::ops::{self, Moves};
@@ -69,13 +69,10 @@ pub(crate) fn pad_along(
     if matches!(node.attr("value"), Some(AttrValue::Float(v)) if *v != 0.0) {
         return None;
     }
-    let n = usize::try_from(from[axis]).ok()?;
+    // A pad of an empty axis reads nothing a gather could name.
+    let n = usize::try_from(from[axis]).ok().filter(|&n| n > 0)?;
     let out = usize::try_from(n as i64 + before[axis] + after[axis]).ok()?;
     let map = pad_map(n, before[axis], out, mode)?;
-    // A constant pad of an empty axis reads nothing a gather could name.
-    if n == 0 {
-        return None;
-    }
     let value = node.inputs.get(2).copied().flatten().filter(|&v| {
         facts
             .get(v)
@@ -104,22 +101,20 @@ pub(crate) fn pads_as_gathers(
     let g = &model.graph;
     let consumers = g.consumers();
     let large = |v: ValueId| super::rewrite::holds_at_least(facts, dims, v, min_bytes);
-    // The pad a slice cuts along its padded axis, and the positions it keeps.
-    let sliced = |node: &Node| -> Option<(NodeId, Vec<usize>)> {
+    // The pad a slice cuts along its padded axis, and the input position each position it keeps
+    // reads (the pad's map, composed with the slice's positions).
+    let sliced = |node: &Node| -> Option<(PadAlong, Vec<Option<usize>>)> {
         let (y, axis, positions) = slice_cut(node, facts, dims)?;
-        let p = g.producer(y)?;
-        let pad = pad_along(g.node(p), facts, dims)?;
+        let pad = pad_along(g.node(g.producer(y)?), facts, dims)?;
         (pad.axis == axis && large(y)).then_some(())?;
-        let kept = positions
+        let map = positions
             .iter()
-            .map(|&i| usize::try_from(i).ok())
+            .map(|&i| usize::try_from(i).ok().map(|i| pad.map[i]))
             .collect::<Option<Vec<_>>>()?;
-        Some((p, kept))
+        Some((pad, map))
     };
     super::rewrite::rewrite_nodes(model, |node, add| {
-        if let Some((p, kept)) = sliced(node) {
-            let pad = pad_along(g.node(p), facts, dims)?;
-            let map: Vec<Option<usize>> = kept.iter().map(|&i| pad.map[i]).collect();
+        if let Some((pad, map)) = sliced(node) {
             return gathered(facts, add, &node.name, &pad, &map);
         }
         let pad = pad_along(node, facts, dims)?;
