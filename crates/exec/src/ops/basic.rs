@@ -282,15 +282,17 @@ fn constant_of_shape(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tens
         Some(v) => (v.dtype, v.raw().cloned().unwrap_or_default()),
         None => (DataType::F32, bytes::Bytes::from_static(&[0, 0, 0, 0])),
     };
-    let mut out = ctx.alloc(dtype, &dims)?;
     let es = crate::tensor::elem_size(dtype)?;
     if fill.len() != es {
         return fail("value must hold exactly one element");
     }
-    if fill.iter().any(|&b| b != 0) {
-        for chunk in out.bytes_mut()?.chunks_exact_mut(es) {
-            chunk.copy_from_slice(&fill);
-        }
+    if fill.iter().all(|&b| b == 0) {
+        return Ok(vec![ctx.alloc(dtype, &dims)?]);
     }
+    let mut out = ctx.alloc_for_overwrite(dtype, &dims)?;
+    by_size!(es, T => {
+        let v: T = bytemuck::pod_read_unaligned(&fill);
+        super::raw_mut::<T>(&mut out)?.fill(v);
+    });
     Ok(vec![out])
 }

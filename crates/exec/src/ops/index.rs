@@ -300,17 +300,23 @@ fn one_hot(ctx: &OpCtx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, OpFai
     let inner: usize = ind.shape[a..].iter().product();
     let mut out = ctx.alloc_for_overwrite(vals.dtype, &oshape)?;
     let ib = ind.bytes();
+    // Every element is `off` but the one per index whose position along the new axis equals it:
+    // filled with `off`, then `on` written where an index points (an index that is not a whole
+    // number in range points nowhere). The same elements hold the same values in any order.
     by_size!(elem_size(vals.dtype)?, T => {
         let v = raw::<T>(vals)?;
         let (off, on) = (v[0], v[1]);
         let o = raw_mut::<T>(&mut out)?;
-        for (e, slot) in o.iter_mut().enumerate() {
-            let (outer, p, i) = (e / (depth * inner), (e / inner) % depth, e % inner);
-            let mut x = read(ib, outer * inner + i);
+        o.fill(off);
+        for k in 0..ind.numel() {
+            let mut x = read(ib, k);
             if x < 0.0 {
                 x += depth as f64;
             }
-            *slot = if x == p as f64 { on } else { off };
+            if x >= 0.0 && x < depth as f64 && x.fract() == 0.0 {
+                let (outer, i) = (k / inner, k % inner);
+                o[(outer * depth + x as usize) * inner + i] = on;
+            }
         }
     });
     Ok(vec![out])
@@ -577,6 +583,32 @@ mod tests {
         // The new axis first: the indices' axes are the output's axes 1 and 2.
         let first = [("axis", AttrValue::Int(0))];
         check_flow("OneHot", &first, &ins, 1, &[1, 2], &[1, 2]).unwrap();
+    }
+
+    /// Float indices along a middle axis: a whole number in range (negative ones counted from the
+    /// depth) puts `on` at its position; a fraction, one out of range or NaN puts it nowhere.
+    #[test]
+    fn one_hot_of_float_indices_along_a_middle_axis() {
+        let idx = t_f32(&[2, 3], &[0.0, 2.0, -1.0, 1.5, 3.0, f32::NAN]);
+        let (depth, vals) = (t_i64(&[1], &[3]), t_f32(&[2], &[0.5, 2.0]));
+        let o = run_op(
+            "OneHot",
+            &[("axis", AttrValue::Int(1))],
+            &[Some(&idx), Some(&depth), Some(&vals)],
+            1,
+        )
+        .unwrap();
+        assert_eq!(o[0].shape, [2, 3, 3]);
+        #[rustfmt::skip]
+        let want = [
+            2.0, 0.5, 0.5, // depth 0: index 0
+            0.5, 0.5, 0.5,
+            0.5, 2.0, 2.0, // depth 2: indices 2 and -1
+            0.5, 0.5, 0.5, // 1.5, 3 and NaN: nowhere
+            0.5, 0.5, 0.5,
+            0.5, 0.5, 0.5,
+        ];
+        assert_eq!(o[0].data::<f32>().unwrap(), &want);
     }
 
     #[test]
