@@ -42,6 +42,7 @@ mod region;
 mod rewrite;
 pub mod roll;
 mod scatters;
+mod siblings;
 mod sink;
 mod tile;
 
@@ -109,6 +110,10 @@ pub struct ChunkStep {
     /// Chunks within each chunk when the region was chunked in tiles ([`tile`]); 0 otherwise.
     #[serde(skip_serializing_if = "crate::plan::is_zero")]
     pub tiles: usize,
+    /// The other chunks of an earlier step that the region, grown in one of them, was applied to
+    /// alike ([`siblings`]); 0 otherwise.
+    #[serde(skip_serializing_if = "crate::plan::is_zero")]
+    pub siblings: usize,
     /// The nodes the step added, by name (what folding needs).
     #[serde(skip)]
     pub unrolled: Option<roll::Unrolled>,
@@ -143,6 +148,10 @@ pub struct ChunkOptions {
     /// Also try the best regions in tiles ([`tile`]): a large value every chunk reads whole made
     /// again per chunk and chunked with it. Its makers run once per chunk, so a fallback.
     pub tiles: bool,
+    /// Also grow regions in the chunks earlier steps made, and apply one chosen there to every
+    /// chunk of its step alike ([`siblings`]: chunking twice). More regions, and a different
+    /// greedy path, so a fallback.
+    pub nested: bool,
 }
 
 impl Default for ChunkOptions {
@@ -159,6 +168,7 @@ impl Default for ChunkOptions {
             scaled: false,
             absorb: false,
             tiles: false,
+            nested: false,
         }
     }
 }
@@ -739,13 +749,14 @@ fn choose(base: &Base, opts: &ChunkOptions, mut cands: Vec<Candidate>) -> Option
     cheapest(near)
 }
 
-/// Per node of `model`: whether chunking made it (its name is in `made`), so it is not chunked again.
-fn frozen(model: &Model, made: &BTreeSet<String>) -> Vec<bool> {
+/// Per node of `model`: whether chunking made it (its name is in `made`) and it is not in a chunk
+/// regions may grow in (`open`, see [`siblings`]), so it is not chunked again.
+fn frozen(model: &Model, made: &BTreeSet<String>, open: &BTreeSet<String>) -> Vec<bool> {
     model
         .graph
         .nodes
         .iter()
-        .map(|n| made.contains(&n.name))
+        .map(|n| made.contains(&n.name) && !open.contains(&n.name))
         .collect()
 }
 
@@ -761,7 +772,7 @@ fn remake(
     dims: &BTreeMap<String, i64>,
     opts: &ChunkOptions,
     (step, live, peak): (Option<usize>, &[(String, u64)], u64),
-    made: &BTreeSet<String>,
+    (made, open): (&BTreeSet<String>, &BTreeSet<String>),
 ) -> Result<Option<(Model, Facts, crate::remat::PerReader)>, ChunkError> {
     let Some(step) = step else {
         return Ok(None);
@@ -771,7 +782,7 @@ fn remake(
     for (m, r) in tries {
         let f = rewritten_facts(&m, dims)?;
         let base = Base::new(&m.graph, &f, dims, opts.assemble)?;
-        let frozen = frozen(&m, made);
+        let frozen = frozen(&m, made, open);
         let lower = base.peak < peak
             || search(&base, opts, &frozen, &mut 0).is_some_and(|c| c.pred.peak < peak);
         drop(base);
@@ -946,8 +957,10 @@ pub fn chunk_to_budget_with(
     let mut peak_before = lowered.then_some(peak);
     let mut evaluated = 0;
     let mut remakes = 0;
-    // Names of the nodes chunking made.
+    // Names of the nodes chunking made, and the chunks regions may grow in again.
     let mut made: BTreeSet<String> = BTreeSet::new();
+    let mut sets = siblings::Sets::default();
+    let mut open: BTreeSet<String> = BTreeSet::new();
     loop {
         let base = Base::new(&cur.graph, &facts, dims, opts.assemble)?;
         peak_before.get_or_insert(base.peak);
@@ -958,7 +971,7 @@ pub fn chunk_to_budget_with(
         let best = if done {
             None
         } else {
-            let frozen = frozen(&cur, &made);
+            let frozen = frozen(&cur, &made, &open);
             let mut cands = candidates(&base, opts, &frozen, &mut evaluated);
             if opts.tiles {
                 let t = tiled(
@@ -972,6 +985,7 @@ pub fn chunk_to_budget_with(
                 )?;
                 cands.extend(t);
             }
+
             choose(&base, opts, cands)
                 .map(|c| with_producers(&base, opts, &frozen, c, &mut evaluated))
         };
@@ -980,7 +994,7 @@ pub fn chunk_to_budget_with(
             drop(base);
             if !done && remakes < opts.max_steps {
                 let peak = (step, live.as_slice(), peak_after);
-                if let Some(next) = remake(&cur, &facts, dims, opts, peak, &made)? {
+                if let Some(next) = remake(&cur, &facts, dims, opts, peak, (&made, &open))? {
                     (cur, facts) = (next.0, next.1);
                     add_reader(&mut per_reader, next.2);
                     remakes += 1;
@@ -1031,7 +1045,14 @@ pub fn chunk_to_budget_with(
             scan: false,
             lanes: 0,
             tiles: best.built.as_ref().map_or(0, |t| t.inner),
+            siblings: 0,
             unrolled: None,
+        };
+        // The same region in the other chunks of the step it was grown in (see `siblings`).
+        let alike = if opts.nested && best.built.is_none() {
+            sets.siblings(g, region)
+        } else {
+            Vec::new()
         };
         drop(base);
         let (next, next_facts) = match best.built {
@@ -1045,26 +1066,57 @@ pub fn chunk_to_budget_with(
                 // chunk's clone reads constants of its own. Dropped before the facts, so the next
                 // step's simulated peak no longer holds them resident.
                 next.graph = rewrite::drop_unread_initializers(next.graph, &unfrozen.graph);
+                if opts.nested {
+                    sets.add(&unrolled);
+                }
                 step.unrolled = Some(unrolled);
                 (next, None)
             }
         };
-        let old: BTreeSet<&str> = cur.graph.nodes.iter().map(|n| n.name.as_str()).collect();
-        let new: Vec<String> = next
-            .graph
-            .nodes
-            .iter()
-            .filter(|n| !old.contains(n.name.as_str()))
-            .map(|n| n.name.clone())
-            .collect();
-        made.extend(new);
+        made.extend(new_names(&cur, &next));
         facts = match next_facts {
             Some(f) => f,
             None => rewritten_facts(&next, dims)?,
         };
         cur = next;
+        for named in alike {
+            let Some(r) = named.resolve(&cur.graph) else {
+                continue;
+            };
+            // A chunk the region does not map onto (another width where it cuts) is left whole.
+            let Ok((mut next, unrolled)) = rewrite::apply_unrolled(&cur, &facts, dims, &r) else {
+                continue;
+            };
+            next.graph = rewrite::drop_unread_initializers(next.graph, &unfrozen.graph);
+            let Ok(f) = rewritten_facts(&next, dims) else {
+                continue;
+            };
+            made.extend(new_names(&cur, &next));
+            sets.add(&unrolled);
+            (cur, facts) = (next, f);
+            step.siblings += 1;
+        }
+        // What the siblings add is as much again per sibling.
+        let times = (1 + step.siblings) as f64;
+        step.predicted_seconds *= times;
+        step.added_nodes *= 1 + step.siblings;
+        step.copied_bytes *= 1 + step.siblings as u64;
+        if opts.nested {
+            open = sets.open();
+        }
         steps.push(step);
     }
+}
+
+/// The names of the nodes of `next` that `cur` does not have.
+fn new_names(cur: &Model, next: &Model) -> Vec<String> {
+    let old: BTreeSet<&str> = cur.graph.nodes.iter().map(|n| n.name.as_str()).collect();
+    next.graph
+        .nodes
+        .iter()
+        .filter(|n| !old.contains(n.name.as_str()))
+        .map(|n| n.name.clone())
+        .collect()
 }
 
 #[cfg(test)]

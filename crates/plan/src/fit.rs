@@ -178,7 +178,9 @@ pub enum FitError {
 /// again per chunk, its makers paid once per chunk); when that still misses, once more with
 /// regions also grown through reshapes that scale their axis ([`ChunkOptions::scaled`]); when that
 /// still misses, once more with each chosen region joined by the producers only it reads
-/// ([`ChunkOptions::absorb`]). When the best
+/// ([`ChunkOptions::absorb`]); when that still misses, once more with regions also grown in the
+/// chunks of an earlier step, each applied alike to every chunk of that step
+/// ([`ChunkOptions::nested`]). When the best
 /// fit still misses (as every fit to `lowest`, a budget of 0, does), its levers are fitted once more
 /// with chunking targets a little below its plan ([`next_target`]), and so are the levers the last
 /// fallback to win replaced, below their own plan; the better fit is kept.
@@ -218,12 +220,14 @@ pub fn fit_budget(
     // which can send the greedy steps another way and end higher (DeBERTa's heads, Bloom's MLP),
     // so a fallback too.
     // Then regions that take in the producers only they read (a query's rotary mix).
-    let fallbacks: [fn(&mut ChunkOptions) -> bool; 5] = [
+    // Then regions grown again in the chunks of an earlier step (chunking twice).
+    let fallbacks: [fn(&mut ChunkOptions) -> bool; 6] = [
         |c| std::mem::replace(&mut c.copies, Copies::Trees) != Copies::Trees,
         |c| !std::mem::replace(&mut c.topological, true),
         |c| !std::mem::replace(&mut c.tiles, true),
         |c| !std::mem::replace(&mut c.scaled, true),
         |c| !std::mem::replace(&mut c.absorb, true),
+        |c| !std::mem::replace(&mut c.nested, true),
     ];
     // The levers the last fallback to plan lower replaced, and their planned peak.
     let mut replaced: Option<(u64, FitOptions)> = None;
@@ -367,12 +371,16 @@ fn fit_with(
     for (i, s) in summary.steps.iter().enumerate() {
         passes.push(Pass {
             name: format!(
-                "chunk {}: {} nodes ({} .. {}) in {} chunks{}{}",
+                "chunk {}: {} nodes ({} .. {}) in {} chunks{}{}{}",
                 i + 1,
                 s.nodes,
                 s.first,
                 s.last,
                 s.chunks,
+                match s.siblings {
+                    0 => String::new(),
+                    n => format!(", and alike in {n} sibling chunks"),
+                },
                 match s.tiles {
                     0 => String::new(),
                     t => format!(
