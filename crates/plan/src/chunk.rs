@@ -985,7 +985,6 @@ pub fn chunk_to_budget_with(
                 )?;
                 cands.extend(t);
             }
-
             choose(&base, opts, cands)
                 .map(|c| with_producers(&base, opts, &frozen, c, &mut evaluated))
         };
@@ -1079,32 +1078,64 @@ pub fn chunk_to_budget_with(
             None => rewritten_facts(&next, dims)?,
         };
         cur = next;
-        for named in alike {
-            let Some(r) = named.resolve(&cur.graph) else {
-                continue;
+        if !alike.is_empty() {
+            let mut ctx = Alike {
+                dims,
+                original: &unfrozen.graph,
+                made: &mut made,
+                sets: &mut sets,
             };
-            // A chunk the region does not map onto (another width where it cuts) is left whole.
-            let Ok((mut next, unrolled)) = rewrite::apply_unrolled(&cur, &facts, dims, &r) else {
-                continue;
-            };
-            next.graph = rewrite::drop_unread_initializers(next.graph, &unfrozen.graph);
-            let Ok(f) = rewritten_facts(&next, dims) else {
-                continue;
-            };
-            made.extend(new_names(&cur, &next));
-            sets.add(&unrolled);
-            (cur, facts) = (next, f);
-            step.siblings += 1;
+            (cur, facts) = ctx.apply(cur, facts, alike, &mut step);
         }
-        // What the siblings add is as much again per sibling.
-        let times = (1 + step.siblings) as f64;
-        step.predicted_seconds *= times;
-        step.added_nodes *= 1 + step.siblings;
-        step.copied_bytes *= 1 + step.siblings as u64;
         if opts.nested {
             open = sets.open();
         }
         steps.push(step);
+    }
+}
+
+/// What applying a region alike to the sibling chunks of its step updates (see [`siblings`]).
+struct Alike<'a> {
+    dims: &'a BTreeMap<String, i64>,
+    /// The graph before chunking: its initializers stay when nothing reads them.
+    original: &'a memplan_ir::graph::Graph,
+    made: &'a mut BTreeSet<String>,
+    sets: &'a mut siblings::Sets,
+}
+
+impl Alike<'_> {
+    /// `cur` with each region of `alike` found again and applied, its facts, and `step` counting
+    /// the siblings and what they add (as much again per sibling). A region not found, or whose
+    /// rewrite or facts fail (a chunk it does not map onto), is left out.
+    fn apply(
+        &mut self,
+        mut cur: Model,
+        mut facts: Facts,
+        alike: Vec<siblings::Named>,
+        step: &mut ChunkStep,
+    ) -> (Model, Facts) {
+        for named in alike {
+            let Some(r) = named.resolve(&cur.graph) else {
+                continue;
+            };
+            let Ok((mut next, unrolled)) = rewrite::apply_unrolled(&cur, &facts, self.dims, &r)
+            else {
+                continue;
+            };
+            next.graph = rewrite::drop_unread_initializers(next.graph, self.original);
+            let Ok(f) = rewritten_facts(&next, self.dims) else {
+                continue;
+            };
+            self.made.extend(new_names(&cur, &next));
+            self.sets.add(&unrolled);
+            (cur, facts) = (next, f);
+            step.siblings += 1;
+        }
+        let times = 1 + step.siblings;
+        step.predicted_seconds *= times as f64;
+        step.added_nodes *= times;
+        step.copied_bytes *= times as u64;
+        (cur, facts)
     }
 }
 
