@@ -17,6 +17,10 @@ use memplan_ir::graph::{Graph, NodeId, ValueId};
 use super::roll::Unrolled;
 use super::Region;
 
+/// The most chunks of a step whose clones regions grow in again (heads: BigBird's and PEGASUS-X's
+/// four).
+const MAX_CHUNKS: usize = 16;
+
 /// The chunks earlier steps made: per step, per chunk, the names of its slices and clones in the
 /// order the rewrite emitted them.
 #[derive(Default)]
@@ -33,13 +37,14 @@ pub(crate) struct Named {
 }
 
 impl Sets {
-    /// Records the chunks of one unrolled step, where each is one position of its axis wide (the
-    /// axis is spent: more chunks along it there are not) and every chunk has as many nodes. A
-    /// step of wider chunks could have taken more along its own axis; opening its clones too
-    /// would multiply the candidates of every later step (the chunking tests' `lowest` ran 3.5
-    /// times as long).
+    /// Records the chunks of one unrolled step, where each is one position of a short axis (at
+    /// most [`MAX_CHUNKS`] of them: the axis is spent, and each chunk still holds a large part of
+    /// the region) and every chunk has as many nodes. A step of wider chunks could have taken more
+    /// along its own axis, and one of many chunks leaves them small; opening their clones too
+    /// multiplies the candidates of every later step (the chunking tests' `lowest` ran 3.5 times
+    /// as long with every step open, the pair transition's `lowest` 80 times with its 256 rows).
     pub fn add(&mut self, u: &Unrolled) {
-        if u.widths.iter().any(|&w| w != 1) {
+        if u.chunks.len() > MAX_CHUNKS || u.widths.iter().any(|&w| w != 1) {
             return;
         }
         let chunks: Vec<Vec<String>> = u
