@@ -73,6 +73,7 @@ impl Sets {
     /// each other chunk of that step, by names; otherwise none.
     pub fn siblings(&self, g: &Graph, r: &Region) -> Vec<Named> {
         let names: BTreeSet<&str> = r.nodes.iter().map(|&n| g.node(n).name.as_str()).collect();
+        let by_name = nodes_by_name(g);
         for set in &self.sets {
             let Some(c) = set
                 .iter()
@@ -82,7 +83,7 @@ impl Sets {
             };
             return (0..set.len())
                 .filter(|&d| d != c)
-                .filter_map(|d| map_region(g, r, &set[c], &set[d]))
+                .filter_map(|d| map_region(g, &by_name, r, &set[c], &set[d]))
                 .collect();
         }
         Vec::new()
@@ -93,9 +94,13 @@ impl Sets {
 /// to the node at its position, each value to the value in the same slot of the mapped node. `None`
 /// where a node is missing from `g` or maps to another op or arity, or a value of the region's
 /// axes is in no slot of its nodes.
-fn map_region(g: &Graph, r: &Region, from: &[String], to: &[String]) -> Option<Named> {
-    let by_name: BTreeMap<&str, NodeId> =
-        g.node_ids().map(|n| (g.node(n).name.as_str(), n)).collect();
+fn map_region(
+    g: &Graph,
+    by_name: &BTreeMap<&str, NodeId>,
+    r: &Region,
+    from: &[String],
+    to: &[String],
+) -> Option<Named> {
     let pos: BTreeMap<&str, usize> = from
         .iter()
         .enumerate()
@@ -148,11 +153,15 @@ fn map_region(g: &Graph, r: &Region, from: &[String], to: &[String]) -> Option<N
     })
 }
 
+/// Every node of `g` by its name.
+fn nodes_by_name(g: &Graph) -> BTreeMap<&str, NodeId> {
+    g.node_ids().map(|n| (g.node(n).name.as_str(), n)).collect()
+}
+
 impl Named {
     /// The region in `g`, where every node and value is still there.
     pub fn resolve(&self, g: &Graph) -> Option<Region> {
-        let by_name: BTreeMap<&str, NodeId> =
-            g.node_ids().map(|n| (g.node(n).name.as_str(), n)).collect();
+        let by_name = nodes_by_name(g);
         let node = |n: &String| by_name.get(n.as_str()).copied();
         Some(Region {
             nodes: self.nodes.iter().map(node).collect::<Option<_>>()?,
