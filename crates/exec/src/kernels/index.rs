@@ -51,18 +51,16 @@ pub fn gather<T: Copy + Send + Sync>(
     // millions of short rows) spreads over the threads too.
     let rows_per_task = (dst.len() >= 1 << 16).then_some((1usize << 14).div_ceil(inner));
     super::par::row_blocks(dst, inner, rows_per_task, |r0, chunk| {
-        for (q, row) in chunk.chunks_exact_mut(inner).enumerate() {
-            let (o, j) = ((r0 + q) / n, (r0 + q) % n);
+        // `(o, j)` counted along, not divided out per row (a division per element where rows
+        // are single elements: a gather of scalars).
+        let (mut o, mut j) = (r0 / n, r0 % n);
+        for row in chunk.chunks_exact_mut(inner) {
             let i = idx[j];
             let at = if i < 0 { i + d as i64 } else { i } as usize;
-            let src = &x[(o * d + at) * inner..(o * d + at + 1) * inner];
-            if inner < 16 {
-                // A short row: element by element rather than a call to memcpy per row.
-                for (y, &v) in row.iter_mut().zip(src) {
-                    *y = v;
-                }
-            } else {
-                row.copy_from_slice(src);
+            super::copy_row(row, &x[(o * d + at) * inner..(o * d + at + 1) * inner]);
+            j += 1;
+            if j == n {
+                (o, j) = (o + 1, 0);
             }
         }
     });
@@ -187,12 +185,14 @@ pub fn nd_offsets(
     let per_batch: usize = ishape[batch_dims..ishape.len() - 1].iter().product();
     let mut offs = try_vec(tuples)?;
     for t in 0..tuples {
-        let b = t.checked_div(per_batch).unwrap_or(0);
         let mut off = 0;
-        let mut rem = b;
-        for k in (0..batch_dims).rev() {
-            off += (rem % shape[k]) * xs[k];
-            rem /= shape[k];
+        if batch_dims > 0 {
+            // The batch's offset (divisions per tuple only where there are batch dims).
+            let mut rem = t.checked_div(per_batch).unwrap_or(0);
+            for k in (0..batch_dims).rev() {
+                off += (rem % shape[k]) * xs[k];
+                rem /= shape[k];
+            }
         }
         for j in 0..q {
             let ax = batch_dims + j;

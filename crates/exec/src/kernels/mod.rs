@@ -19,3 +19,17 @@ pub mod real;
 pub mod reduce;
 pub mod scalar_norm;
 pub mod topk;
+
+/// Copies `src` into `dst` (of the same length): element by element when it is short (under 16
+/// elements), where a call to `memcpy` per row would cost more than the copy, else with one
+/// `copy_from_slice`.
+#[inline]
+pub(crate) fn copy_row<T: Copy>(dst: &mut [T], src: &[T]) {
+    if dst.len() < 16 {
+        for (y, &v) in dst.iter_mut().zip(src) {
+            *y = v;
+        }
+    } else {
+        dst.copy_from_slice(src);
+    }
+}

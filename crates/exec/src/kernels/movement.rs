@@ -364,23 +364,26 @@ pub fn concat<T: Copy + Send + Sync>(
     if row == 0 {
         return Ok(());
     }
-    let fill = |o: usize, out_row: &mut [T]| {
+    // Blocks of whole output rows, about PAR_MIN / 4 elements a task, each filled input by input
+    // (rows of `[.., 1]` pieces are a few elements: a task per row, or a `memcpy` per piece,
+    // cost more than the copy).
+    let fill = |o0: usize, block: &mut [T]| {
+        let rows = block.len() / row;
         let mut at = 0;
         for (data, s) in inputs {
             let w = s[axis] * inner;
-            out_row[at..at + w].copy_from_slice(&data[o * w..(o + 1) * w]);
+            if w == 0 {
+                continue;
+            }
+            let src = &data[o0 * w..(o0 + rows) * w];
+            for (out_row, piece) in block.chunks_exact_mut(row).zip(src.chunks_exact(w)) {
+                super::copy_row(&mut out_row[at..at + w], piece);
+            }
             at += w;
         }
     };
-    if dst.len() < PAR_MIN || rayon::current_num_threads() <= 1 {
-        dst.chunks_mut(row)
-            .enumerate()
-            .for_each(|(o, r)| fill(o, r));
-    } else {
-        dst.par_chunks_mut(row)
-            .enumerate()
-            .for_each(|(o, r)| fill(o, r));
-    }
+    let rpt = (dst.len() >= PAR_MIN).then(|| (PAR_MIN / 4).div_ceil(row));
+    super::par::row_blocks(dst, row, rpt, fill);
     Ok(())
 }
 
@@ -554,6 +557,48 @@ mod tests {
         let long: Vec<u32> = (0..100).collect();
         strided_copy(&long, 1, &[40], &[2], &mut z).unwrap();
         assert!(z.iter().enumerate().all(|(i, &v)| v == 1 + 2 * i as u32));
+    }
+
+    /// Concat of pieces as short as one element (`[.., 1]` index columns), an empty one and a
+    /// long one, over enough rows to be cut into tasks, along the last axis and a middle one,
+    /// against the definition.
+    #[test]
+    fn concats_of_short_pieces_over_tasks_match_the_definition() {
+        for (outer, widths, inner) in [
+            (70_000, vec![1, 1, 0, 1, 1], 1),
+            (3_000, vec![1, 40, 3], 1),
+            (9_000, vec![2, 1], 5),
+            (4, vec![3, 2], 1),
+        ] {
+            let mut next = 0u32;
+            let data: Vec<Vec<u32>> = widths
+                .iter()
+                .map(|&w| {
+                    (0..outer * w * inner)
+                        .map(|_| {
+                            next += 1;
+                            next
+                        })
+                        .collect()
+                })
+                .collect();
+            let shapes: Vec<[usize; 3]> = widths.iter().map(|&w| [outer, w, inner]).collect();
+            let parts: Vec<(&[u32], &[usize])> = data
+                .iter()
+                .zip(&shapes)
+                .map(|(d, s)| (d.as_slice(), s.as_slice()))
+                .collect();
+            let total: usize = widths.iter().sum();
+            let mut got = vec![0u32; outer * total * inner];
+            concat(&parts, 1, &mut got).unwrap();
+            let mut want = Vec::with_capacity(got.len());
+            for o in 0..outer {
+                for (d, &w) in data.iter().zip(&widths) {
+                    want.extend_from_slice(&d[o * w * inner..(o + 1) * w * inner]);
+                }
+            }
+            assert_eq!(got, want, "{outer} {widths:?} {inner}");
+        }
     }
 
     #[test]
