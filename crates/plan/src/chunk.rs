@@ -253,8 +253,15 @@ struct Before {
 }
 
 /// The rewrites before chunking, in the order they are applied, each to the values of at least
-/// 1/64 of the peak.
-const BEFORE_CHUNKING: [Before; 10] = [
+/// 1/64 of the peak to reach (the budget where there is one, else the peak).
+const BEFORE_CHUNKING: [Before; 11] = [
+    // A large constant of one repeated element (a `full_like` the exporter folded) as `Expand`
+    // of that element: not resident, and regions split it.
+    Before {
+        rewrite: broadcasts::splats_as_expands,
+        effect: Effect::Lowers,
+        then: None,
+    },
     // A large `Tile` of axes of one element as the `Expand` it is, so regions split it.
     Before {
         rewrite: broadcasts::tiles_as_expands,
@@ -861,11 +868,14 @@ pub(crate) fn growth_flows(
     region::grow_flows(g, facts, dims, n, true)
 }
 
-/// Whether chunking makes constant `v` (a weight, or a `Constant` node's output) from index
-/// constants (a constant of positions, see `positions::constants_as_positions`) rather than
-/// holding it.
-pub(crate) fn is_constant_of_positions(g: &memplan_ir::graph::Graph, v: ValueId) -> bool {
-    positions::constant_tensor(g, v).is_some_and(|(t, _)| positions::band_of(t).is_some())
+/// Whether chunking makes constant `v` (a weight, or a `Constant` node's output) from small
+/// constants rather than holding it: a constant of positions, from index constants
+/// (`positions::constants_as_positions`), or one of a single repeated element, as its `Expand`
+/// (`broadcasts::splats_as_expands`).
+pub(crate) fn is_constant_made_anew(g: &memplan_ir::graph::Graph, v: ValueId) -> bool {
+    positions::constant_tensor(g, v).is_some_and(|(t, _)| {
+        positions::band_of(t).is_some() || broadcasts::splat_element(t).is_some()
+    })
 }
 
 /// Chunks `model` at `dims` until its simulated peak fits `opts.budget` or no region lowers it
@@ -923,19 +933,21 @@ pub fn chunk_to_budget_with(
     // Whether a rewrite before chunking lowered the peak on its own (weights made from
     // positions, values made already selected): a change even when no region is chunked.
     let mut lowered = false;
+    // What matters is what is large beside the peak to reach: the budget where there is one.
+    let min_bytes = opts.budget.map_or(peak, |b| b.min(peak)) / 64;
     if opts.budget.is_none_or(|b| peak > b) {
         for before in BEFORE_CHUNKING {
             if before.effect == Effect::Traded && !trade {
                 continue;
             }
-            let Some(m) = (before.rewrite)(&cur, &facts, dims, peak / 64) else {
+            let Some(m) = (before.rewrite)(&cur, &facts, dims, min_bytes) else {
                 continue;
             };
             facts = rewritten_facts(&m, dims)?;
             cur = m;
             lowered |= before.effect == Effect::Lowers;
             traded |= before.effect == Effect::Traded;
-            if let Some(m) = before.then.and_then(|t| t(&cur, &facts, dims, peak / 64)) {
+            if let Some(m) = before.then.and_then(|t| t(&cur, &facts, dims, min_bytes)) {
                 facts = rewritten_facts(&m, dims)?;
                 cur = m;
             }

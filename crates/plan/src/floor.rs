@@ -8,7 +8,8 @@
 //! whose query and key axes a reshape mixes) runs in at most as many pieces as the product of
 //! their extents, each holding at least its share of those bytes. Nodes whose outputs are known at inference time (shape arithmetic) are
 //! constants by then and hold nothing, and so does a weight that is a constant of positions (a
-//! causal mask), which chunking makes from index constants. Nodes that the rewrites before
+//! causal mask), which chunking makes from index constants, or a constant of one repeated element
+//! (a folded `full_like`), which it makes by `Expand`. Nodes that the rewrites before
 //! chunking write anew or make only in part (a chain of movements that is a gather, the makers a
 //! selection moves through, a scatter of a box) are taken as split as finely as chunking likes.
 
@@ -39,7 +40,8 @@ enum Cut {
     /// node's inputs and outputs.
     Pieces(u64),
     /// As finely as it likes: an axis of unknown extent, or a form it writes anew (an op of
-    /// positions, a `Constant` of positions: `chunk::positions`; a chain of movements that is a
+    /// positions, a `Constant` of positions: `chunk::positions`, or of one repeated element:
+    /// `chunk::broadcasts`; a chain of movements that is a
     /// gather: `chunk::gathers`).
     Free,
 }
@@ -61,7 +63,7 @@ fn cut(
         || (node.output_ids().next().is_some()
             && node
                 .output_ids()
-                .all(|v| crate::chunk::is_constant_of_positions(g, v)))
+                .all(|v| crate::chunk::is_constant_made_anew(g, v)))
     {
         return Some(Cut::Free);
     }
@@ -139,11 +141,12 @@ pub fn floor(
     };
     let resident_buf = |b: BufId| t.buffers[b.0 as usize].alloc.is_none();
     // A constant of positions (a causal mask kept as a weight) is made from index constants
-    // instead before chunking (`chunk::positions`): it holds nothing.
+    // instead before chunking (`chunk::positions`), one of a single repeated element from that
+    // element (`chunk::broadcasts`): it holds nothing.
     let made: BTreeSet<BufId> = graph
         .initializers
         .iter()
-        .filter(|&&v| crate::chunk::is_constant_of_positions(graph, v))
+        .filter(|&&v| crate::chunk::is_constant_made_anew(graph, v))
         .filter_map(|v| t.value_buf.get(v.index()).copied().flatten())
         .collect();
     let mut resident = 0u64;

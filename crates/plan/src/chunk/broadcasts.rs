@@ -4,13 +4,19 @@
 //! a shape, so a chunk's clone could not take its own; written as `Expand`, every axis splits (the
 //! repeated ones reading the input whole) and each chunk's clone reads a target shape of its own.
 //! The same elements are copied, so the bits are the same.
+//!
+//! Constants that broadcast: a constant whose elements are all equal (a `full_like` the exporter
+//! folded: LongT5's bucket cap, `[1, S, 256]` of 15s, 8 MiB) is `Expand` of its one element, so
+//! it is neither resident nor made whole, and every axis of it splits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use memplan_ir::graph::{Model, Node, ValueId};
+use bytes::Bytes;
+use memplan_ir::graph::{Model, Names, Node, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
+use memplan_ir::TensorData;
 
-use super::positions::known_input;
+use super::positions::{constant_tensor, known_input};
 use super::rewrite::{holds_at_least, rewrite_nodes, NewNode};
 
 /// For a `Tile` whose repeats are known at `dims` and repeat only axes of one element: its input
@@ -65,6 +71,84 @@ pub(crate) fn tiles_as_expands(
     })
 }
 
+/// The one element of constant `t` when every element equals it (and there are at least two):
+/// its bytes.
+pub(crate) fn splat_element(t: &TensorData) -> Option<&[u8]> {
+    let e = t.dtype.bytes_for(1) as usize;
+    let raw = t.raw()?;
+    let n = t.numel() as usize;
+    if e == 0 || n < 2 || raw.len() != n * e {
+        return None;
+    }
+    let first = &raw[..e];
+    raw.chunks_exact(e).all(|x| x == first).then_some(first)
+}
+
+/// `model` with every constant ([`constant_tensor`]: a weight or a `Constant` node) of at least
+/// `min_bytes` whose elements are all equal made by `Expand` of that element (a scalar) to its
+/// shape; the value keeps its name and id, the `Expand` goes first, a `Constant` node goes.
+/// `None` when there is none.
+pub(crate) fn splats_as_expands(
+    model: &Model,
+    _facts: &Facts,
+    _dims: &BTreeMap<String, i64>,
+    min_bytes: u64,
+) -> Option<Model> {
+    let g = &model.graph;
+    let found: Vec<(ValueId, &TensorData, Option<NodeId>, &[u8])> = g
+        .value_ids()
+        .filter_map(|v| {
+            let (t, node) = constant_tensor(g, v)?;
+            (t.byte_len() >= min_bytes).then_some(())?;
+            Some((v, t, node, splat_element(t)?))
+        })
+        .collect();
+    if found.is_empty() {
+        return None;
+    }
+    let mut out = g.clone();
+    let mut names = Names::of(g);
+    let first_new = out.nodes.len();
+    let mut replaced: BTreeSet<NodeId> = BTreeSet::new();
+    for (v, t, constant_node, element) in found {
+        let base = g.value(v).name.clone();
+        let one = TensorData::from_raw(
+            names.fresh(&format!("{base}/element")),
+            t.dtype,
+            Vec::new(),
+            Bytes::copy_from_slice(element),
+        )
+        .ok()?;
+        let one = out.add_initializer(one);
+        let to: Vec<i64> = t.dims.iter().map(|&d| d as i64).collect();
+        let shape = TensorData::from_i64(
+            names.fresh(&format!("{base}/shape")),
+            vec![to.len() as u64],
+            &to,
+        );
+        let shape = out.add_initializer(shape);
+        let nid = NodeId::from_index(out.nodes.len());
+        out.nodes.push(Node::new(
+            names.fresh(&format!("{base}/expand")),
+            "Expand",
+            vec![Some(one), Some(shape)],
+            vec![Some(v)],
+        ));
+        out.values[v.index()].kind = ValueKind::Node { node: nid, slot: 0 };
+        out.initializers.retain(|&x| x != v);
+        replaced.extend(constant_node);
+    }
+    let schedule: Vec<NodeId> = (first_new..out.nodes.len())
+        .chain(0..first_new)
+        .map(NodeId::from_index)
+        .filter(|n| !replaced.contains(n))
+        .collect();
+    Some(Model {
+        graph: crate::reorder(&out, &schedule),
+        ..model.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +190,75 @@ mod tests {
         );
         assert_eq!(rewritten(&[2, 3], &[2, 1]), None);
         assert_eq!(rewritten(&[1, 3], &[1, 1]).map(|v| v.len()), Some(1));
+    }
+
+    /// `Min(x, c)` of `x` `[1, 64, 32]` and `c` a `Constant` node of `shape` holding `values`
+    /// (row-major, cycled), rewritten at `min_bytes`: its nodes' ops and the model (`None`: not
+    /// rewritten).
+    fn splat(values: &[f32], shape: &[u64], min_bytes: u64) -> Option<(Vec<String>, Model)> {
+        let mut g = Graph::default();
+        let dims = vec![DeclDim::Value(1), DeclDim::Value(64), DeclDim::Value(32)];
+        let x = g.add_input("x", DeclType::tensor(DataType::F32, dims));
+        let n: u64 = shape.iter().product();
+        let data: Vec<f32> = values.iter().copied().cycle().take(n as usize).collect();
+        let t = TensorData::from_f32("c", shape.to_vec(), &data);
+        let value = memplan_ir::graph::AttrValue::Tensor(t);
+        let c = g
+            .add_node(
+                "k",
+                "Constant",
+                &[],
+                &["c"],
+                vec![super::super::rewrite::attr("value", value)],
+            )
+            .1[0];
+        let y = g
+            .add_node("m", "Min", &[Some(x), Some(c)], &["y"], vec![])
+            .1[0];
+        g.outputs = vec![y];
+        let model = Model {
+            graph: g,
+            ..Model::default()
+        };
+        let dims = BTreeMap::new();
+        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
+        let m = splats_as_expands(&model, &facts, &dims, min_bytes)?;
+        let f2 = memplan_ir::infer_model_for(&m, &dims).unwrap();
+        // The constant keeps its name and shape, and the output its shape.
+        let c2 = m
+            .graph
+            .find_value("c")
+            .expect("the constant's value is kept");
+        assert_eq!(f2.get(c2).shape_at(&dims), Some(shape.to_vec()));
+        assert_eq!(
+            f2.get(m.graph.outputs[0]).shape_at(&dims),
+            facts.get(model.graph.outputs[0]).shape_at(&dims)
+        );
+        Some((m.graph.nodes.iter().map(|n| n.op.clone()).collect(), m))
+    }
+
+    /// A constant of one repeated element is `Expand` of that element (a scalar: nothing of its
+    /// size is held); one of two elements, or under `min_bytes`, is left.
+    #[test]
+    fn a_constant_of_one_repeated_element_is_its_expand() {
+        let (ops, m) = splat(&[15.0], &[1, 64, 32], 0).expect("a splat is rewritten");
+        assert_eq!(ops, vec!["Expand".to_string(), "Min".to_string()]);
+        let expand = &m.graph.nodes[0];
+        let one = match &m.graph.value(expand.inputs[0].unwrap()).kind {
+            ValueKind::Initializer(t) => t.clone(),
+            k => panic!("the element is not a weight: {k:?}"),
+        };
+        assert!(one.dims.is_empty(), "a scalar: {:?}", one.dims);
+        assert_eq!(one.to_f64_vec(), Some(vec![15.0]));
+        let to = match &m.graph.value(expand.inputs[1].unwrap()).kind {
+            ValueKind::Initializer(t) => t.to_i64_vec(),
+            k => panic!("the shape is not a weight: {k:?}"),
+        };
+        assert_eq!(to, Some(vec![1, 64, 32]));
+        // A smaller constant that broadcasts is one too.
+        assert!(splat(&[-0.5], &[1, 1, 32], 0).is_some());
+        assert!(splat(&[15.0, 14.0], &[1, 64, 32], 0).is_none());
+        assert!(splat(&[15.0], &[1, 64, 32], 64 * 32 * 4 + 1).is_none());
+        assert!(splat(&[15.0], &[1], 0).is_none());
     }
 }

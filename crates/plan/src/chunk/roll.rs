@@ -61,9 +61,14 @@ impl Unrolled {
         self.widths.iter().take_while(|w| Some(*w) == k).count()
     }
 
-    /// Whether the region can be folded into a `Scan` (two or more leading chunks of one width).
+    /// Whether the region can be folded into a `Scan`: two or more leading chunks of one width,
+    /// each reading a slice of some input (a `Scan` scans at least one; a region made only from
+    /// what broadcasts along the split axis, an `Expand` of one element, slices nothing).
     pub fn foldable(&self) -> bool {
-        self.trips() >= 2 && self.widths.len() == self.chunks.len() && !self.concats.is_empty()
+        self.trips() >= 2
+            && self.widths.len() == self.chunks.len()
+            && !self.concats.is_empty()
+            && self.chunks.iter().all(|c| !c.slices.is_empty())
     }
 }
 
@@ -621,6 +626,19 @@ mod tests {
         let (m, dims, mut u) = chunked(62);
         u.widths = vec![16, 14, 16, 16];
         assert_eq!(u.trips(), 1);
+        assert!(!u.foldable());
+        let facts = memplan_ir::infer_model_for(&m, &dims).unwrap();
+        assert!(roll(&m, &facts, &dims, &u).is_err());
+    }
+
+    #[test]
+    fn chunks_that_slice_nothing_do_not_fold() {
+        // A region of what broadcasts along the split axis reads no slice: nothing to scan.
+        let (m, dims, mut u) = chunked(64);
+        assert!(u.foldable());
+        for c in &mut u.chunks {
+            c.slices.clear();
+        }
         assert!(!u.foldable());
         let facts = memplan_ir::infer_model_for(&m, &dims).unwrap();
         assert!(roll(&m, &facts, &dims, &u).is_err());
