@@ -253,7 +253,7 @@ struct Before {
 }
 
 /// The rewrites before chunking, in the order they are applied, each to the values of at least
-/// 1/64 of the peak to reach (the budget where there is one, else the peak).
+/// 1/64 of the peak.
 const BEFORE_CHUNKING: [Before; 11] = [
     // A large constant of one repeated element (a `full_like` the exporter folded) as `Expand`
     // of that element: not resident, and regions split it.
@@ -933,8 +933,7 @@ pub fn chunk_to_budget_with(
     // Whether a rewrite before chunking lowered the peak on its own (weights made from
     // positions, values made already selected): a change even when no region is chunked.
     let mut lowered = false;
-    // What matters is what is large beside the peak to reach: the budget where there is one.
-    let min_bytes = opts.budget.map_or(peak, |b| b.min(peak)) / 64;
+    let min_bytes = peak / 64;
     if opts.budget.is_none_or(|b| peak > b) {
         for before in BEFORE_CHUNKING {
             if before.effect == Effect::Traded && !trade {

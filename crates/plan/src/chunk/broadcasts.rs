@@ -16,8 +16,8 @@ use memplan_ir::graph::{Model, Names, Node, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::Facts;
 use memplan_ir::TensorData;
 
-use super::positions::{constant_tensor, known_input};
-use super::rewrite::{holds_at_least, rewrite_nodes, NewNode};
+use super::positions::{known_input, large_constants};
+use super::rewrite::{added_first, holds_at_least, rewrite_nodes, NewNode};
 
 /// For a `Tile` whose repeats are known at `dims` and repeat only axes of one element: its input
 /// and its output shape there.
@@ -95,14 +95,7 @@ pub(crate) fn splats_as_expands(
     min_bytes: u64,
 ) -> Option<Model> {
     let g = &model.graph;
-    let found: Vec<(ValueId, &TensorData, Option<NodeId>, &[u8])> = g
-        .value_ids()
-        .filter_map(|v| {
-            let (t, node) = constant_tensor(g, v)?;
-            (t.byte_len() >= min_bytes).then_some(())?;
-            Some((v, t, node, splat_element(t)?))
-        })
-        .collect();
+    let found = large_constants(g, min_bytes, splat_element);
     if found.is_empty() {
         return None;
     }
@@ -138,11 +131,7 @@ pub(crate) fn splats_as_expands(
         out.initializers.retain(|&x| x != v);
         replaced.extend(constant_node);
     }
-    let schedule: Vec<NodeId> = (first_new..out.nodes.len())
-        .chain(0..first_new)
-        .map(NodeId::from_index)
-        .filter(|n| !replaced.contains(n))
-        .collect();
+    let schedule = added_first(&out, first_new, &replaced);
     Some(Model {
         graph: crate::reorder(&out, &schedule),
         ..model.clone()

@@ -252,6 +252,22 @@ pub(crate) fn constant_tensor(g: &Graph, v: ValueId) -> Option<(&TensorData, Opt
     }
 }
 
+/// Every constant of `g` ([`constant_tensor`]) of at least `min_bytes` that `kind` recognizes:
+/// its value, contents, `Constant` node (if any) and what `kind` made of it.
+pub(crate) fn large_constants<'a, K>(
+    g: &'a Graph,
+    min_bytes: u64,
+    kind: impl Fn(&'a TensorData) -> Option<K>,
+) -> Vec<(ValueId, &'a TensorData, Option<NodeId>, K)> {
+    g.value_ids()
+        .filter_map(|v| {
+            let (t, node) = constant_tensor(g, v)?;
+            (t.byte_len() >= min_bytes).then_some(())?;
+            Some((v, t, node, kind(t)?))
+        })
+        .collect()
+}
+
 /// Value `v`'s integer contents at `dims`, when the facts know them.
 pub(super) fn known_ints(
     facts: &Facts,
@@ -349,14 +365,7 @@ pub(crate) fn constants_as_positions(
     min_bytes: u64,
 ) -> Option<Model> {
     let g = &model.graph;
-    let found: Vec<(ValueId, &TensorData, Option<NodeId>, Band)> = g
-        .value_ids()
-        .filter_map(|v| {
-            let (t, constant_node) = constant_tensor(g, v)?;
-            (t.byte_len() >= min_bytes).then_some(())?;
-            Some((v, t, constant_node, band_of(t)?))
-        })
-        .collect();
+    let found = large_constants(g, min_bytes, band_of);
     if found.is_empty() {
         return None;
     }
@@ -421,11 +430,7 @@ pub(crate) fn constants_as_positions(
         }
         replaced.extend(constant_node);
     }
-    let schedule: Vec<NodeId> = (first_new..out.nodes.len())
-        .chain(0..first_new)
-        .map(NodeId::from_index)
-        .filter(|n| !replaced.contains(n))
-        .collect();
+    let schedule = super::rewrite::added_first(&out, first_new, &replaced);
     // A constant whose slices were folded is read by nothing: it goes (a `Constant` node's
     // output with its node).
     gone.resize(out.values.len(), false);

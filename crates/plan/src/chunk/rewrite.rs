@@ -748,6 +748,20 @@ pub(crate) fn finish(
     }
 }
 
+/// The nodes of `out` in the order a rewrite that added nodes at the end wants them: those from
+/// `first_new` on first (what they make is read by the others), then the others, but `replaced`.
+pub(crate) fn added_first(
+    out: &Graph,
+    first_new: usize,
+    replaced: &BTreeSet<NodeId>,
+) -> Vec<NodeId> {
+    (first_new..out.nodes.len())
+        .chain(0..first_new)
+        .map(NodeId::from_index)
+        .filter(|n| !replaced.contains(n))
+        .collect()
+}
+
 /// Whether value `v` holds at least `min_bytes` at `dims` (what a rewrite before chunking takes:
 /// the values large enough to matter to the peak).
 pub(crate) fn holds_at_least(
