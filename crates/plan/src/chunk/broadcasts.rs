@@ -154,20 +154,29 @@ mod tests {
             .add_node("t", "Tile", &[Some(x), Some(r)], &["y"], vec![])
             .1[0];
         g.outputs = vec![y];
+        let (m, _) = rewritten_keeping_shape(g, |m, f, d| tiles_as_expands(m, f, d, 0))?;
+        Some(m.graph.nodes.iter().map(|n| n.op.clone()).collect())
+    }
+
+    /// Graph `g` (one output, no symbols) as a model rewritten by `rewrite`, with its facts;
+    /// asserts that the output keeps its shape. `None`: not rewritten.
+    fn rewritten_keeping_shape(
+        g: Graph,
+        rewrite: impl Fn(&Model, &Facts, &BTreeMap<String, i64>) -> Option<Model>,
+    ) -> Option<(Model, Facts)> {
         let model = Model {
             graph: g,
             ..Model::default()
         };
         let dims = BTreeMap::new();
         let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
-        let m = tiles_as_expands(&model, &facts, &dims, 0)?;
+        let m = rewrite(&model, &facts, &dims)?;
         let f2 = memplan_ir::infer_model_for(&m, &dims).unwrap();
-        // The same output shape.
         assert_eq!(
             f2.get(m.graph.outputs[0]).shape_at(&dims),
             facts.get(model.graph.outputs[0]).shape_at(&dims)
         );
-        Some(m.graph.nodes.iter().map(|n| n.op.clone()).collect())
+        Some((m, f2))
     }
 
     /// A tile of axes of one element is an `Expand`; one that repeats a longer axis is not.
@@ -205,24 +214,13 @@ mod tests {
             .add_node("m", "Min", &[Some(x), Some(c)], &["y"], vec![])
             .1[0];
         g.outputs = vec![y];
-        let model = Model {
-            graph: g,
-            ..Model::default()
-        };
-        let dims = BTreeMap::new();
-        let facts = memplan_ir::infer_model_for(&model, &dims).unwrap();
-        let m = splats_as_expands(&model, &facts, &dims, min_bytes)?;
-        let f2 = memplan_ir::infer_model_for(&m, &dims).unwrap();
-        // The constant keeps its name and shape, and the output its shape.
+        let (m, f2) = rewritten_keeping_shape(g, |m, f, d| splats_as_expands(m, f, d, min_bytes))?;
+        // The constant keeps its name and shape.
         let c2 = m
             .graph
             .find_value("c")
             .expect("the constant's value is kept");
-        assert_eq!(f2.get(c2).shape_at(&dims), Some(shape.to_vec()));
-        assert_eq!(
-            f2.get(m.graph.outputs[0]).shape_at(&dims),
-            facts.get(model.graph.outputs[0]).shape_at(&dims)
-        );
+        assert_eq!(f2.get(c2).shape_at(&BTreeMap::new()), Some(shape.to_vec()));
         Some((m.graph.nodes.iter().map(|n| n.op.clone()).collect(), m))
     }
 
