@@ -933,6 +933,8 @@ pub fn chunk_to_budget_with(
     // Whether a rewrite before chunking lowered the peak on its own (weights made from
     // positions, values made already selected): a change even when no region is chunked.
     let mut lowered = false;
+    // What the rewrites before chunking and the values made again per reader take: at least
+    // 1/64 of the peak.
     let min_bytes = peak / 64;
     if opts.budget.is_none_or(|b| peak > b) {
         for before in BEFORE_CHUNKING {
@@ -957,7 +959,7 @@ pub fn chunk_to_budget_with(
         // for each reader, so each reader's region computes its slices of them and none is held
         // whole.
         if let Some((m, r)) =
-            crate::remat::recompute_per_reader(&cur, &facts, dims, peak / 64, opts.copies)
+            crate::remat::recompute_per_reader(&cur, &facts, dims, min_bytes, opts.copies)
         {
             facts = rewritten_facts(&m, dims)?;
             cur = m;

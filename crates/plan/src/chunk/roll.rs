@@ -159,12 +159,7 @@ pub fn roll(
         return Err(err("fewer than two leading chunks have one width".into()));
     }
     let g = &model.graph;
-    let by_name: BTreeMap<&str, NodeId> = g
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), NodeId::from_index(i)))
-        .collect();
+    let by_name = super::siblings::nodes_by_name(g);
     let find = |name: &str| {
         by_name
             .get(name)

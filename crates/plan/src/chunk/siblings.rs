@@ -154,7 +154,7 @@ fn map_region(
 }
 
 /// Every node of `g` by its name.
-fn nodes_by_name(g: &Graph) -> BTreeMap<&str, NodeId> {
+pub(super) fn nodes_by_name(g: &Graph) -> BTreeMap<&str, NodeId> {
     g.node_ids().map(|n| (g.node(n).name.as_str(), n)).collect()
 }
 
