@@ -479,52 +479,36 @@ fn search(
 }
 
 /// The rewrites predicted at the current peak: per seed and axis, every convex prefix of the
-/// growth at a middle chunk count, then every count for the two best prefixes.
+/// growth at a middle chunk count, then every count for the two best prefixes. A region already
+/// offered by an earlier seed or axis is not predicted again.
+///
+/// The growths, and then the predictions, run on the thread pool; the candidates, their order and
+/// the count in `evaluated` are those of working through the seeds and axes one by one.
 fn candidates(
     base: &Base,
     opts: &ChunkOptions,
     frozen: &[bool],
     evaluated: &mut usize,
 ) -> Vec<Candidate> {
-    let g = base.g;
-    let light = crate::remat::light_values(g, base.facts, base.dims);
-    let mut cands: Vec<Candidate> = Vec::new();
-    let mut tried: BTreeSet<ShapeKey> = BTreeSet::new();
-    for seed in seeds(base) {
-        let Some(out0) = g.node(seed).outputs.first().copied().flatten() else {
-            continue;
-        };
-        let Some(shape) = base.facts.get(out0).shape.as_ref() else {
-            continue;
-        };
-        // The axes the seed passes: one it mixes (a 3x3 convolution's rows) grows no region, and
-        // would take the place of one that does (its batch, smaller than its rows and channels).
-        let seed_flow = region::flows(g, base.facts, base.dims, seed);
-        let out_flow = seed_flow.as_ref().and_then(|f| f.first());
-        let mixed = |i: usize| {
-            matches!(
-                out_flow.and_then(|o| o.get(i)),
-                Some(memplan_ir::ops::axes::AxisFlow::Mixed)
-            )
-        };
-        let mut seed_axes: Vec<(i64, usize)> = shape
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| !mixed(i))
-            .filter_map(|(i, d)| {
-                d.eval_map(base.dims)
-                    .ok()
-                    .filter(|&e| e > 1)
-                    .map(|e| (e, i))
-            })
-            .collect();
-        // Largest extent first; among equal extents the outer axis, whose slices are contiguous.
-        // Every axis the seed passes is tried: the smallest may be the only one the nodes after
-        // it pass (a batch through a depthwise convolution, which mixes its channels and rows).
-        seed_axes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        for &(extent, axis) in &seed_axes {
+    use rayon::prelude::*;
+    let Some(&mid) = opts.chunk_counts.get(opts.chunk_counts.len() / 2) else {
+        return Vec::new();
+    };
+    let light = crate::remat::light_values(base.g, base.facts, base.dims);
+    let groups: Vec<(NodeId, i64, usize)> = seeds(base)
+        .into_iter()
+        .flat_map(|seed| {
+            seed_axes(base, seed)
+                .into_iter()
+                .map(move |(e, a)| (seed, e, a))
+        })
+        .collect();
+    // Per seed and axis, the regions its growth offers.
+    let offered: Vec<Vec<Shape>> = groups
+        .par_iter()
+        .map(|&(seed, _, axis)| {
             let growth = region::grow(
-                g,
+                base.g,
                 base.facts,
                 base.dims,
                 &base.consumers,
@@ -535,27 +519,118 @@ fn candidates(
                 frozen,
                 opts.scaled,
             );
-            let prefixes = prefix_shapes(base, &growth, opts.topological, &mut tried);
-            if !score_prefixes(base, opts, &prefixes, extent, evaluated, &mut cands) {
-                return cands;
-            }
+            prefix_shapes(base, &growth, opts.topological)
+        })
+        .collect();
+    // Each region once, for the first seed and axis that offers it.
+    let mut tried: BTreeSet<ShapeKey> = BTreeSet::new();
+    let prefixes: Vec<Vec<Shape>> = offered
+        .into_iter()
+        .map(|shapes| {
+            shapes
+                .into_iter()
+                .filter(|(nodes, axes, keep)| {
+                    tried.insert((
+                        nodes.clone(),
+                        axes.iter().map(|(v, a)| (*v, *a)).collect(),
+                        keep.clone(),
+                    ))
+                })
+                .collect()
+        })
+        .collect();
+    // Phase one: every region at the middle count.
+    let jobs: Vec<(usize, usize)> = prefixes
+        .iter()
+        .enumerate()
+        .flat_map(|(g, shapes)| (0..shapes.len()).map(move |i| (g, i)))
+        .collect();
+    let first: Vec<(Option<Candidate>, usize)> = jobs
+        .par_iter()
+        .map(|&(g, i)| {
+            let mut n = 0;
+            let c = evaluate(base, opts, &prefixes[g][i], groups[g].1, mid, &mut n);
+            (c, n)
+        })
+        .collect();
+    // Phase two: every count for the two best regions of each seed and axis.
+    let mut per_group: Vec<(Vec<Candidate>, Vec<(u64, usize)>)> =
+        (0..groups.len()).map(|_| Default::default()).collect();
+    for (&(g, i), (c, n)) in jobs.iter().zip(first) {
+        *evaluated += n;
+        if let Some(c) = c {
+            let (cands, scored) = &mut per_group[g];
+            scored.push((c.pred.local, i));
+            cands.push(c);
+        }
+    }
+    let second: Vec<Vec<(Vec<Candidate>, usize)>> = per_group
+        .par_iter_mut()
+        .enumerate()
+        .map(|(g, (_, scored))| {
+            scored.sort();
+            scored
+                .iter()
+                .take(2)
+                .map(|&(_, i)| counts(base, opts, &prefixes[g][i], groups[g].1, mid))
+                .collect()
+        })
+        .collect();
+    let mut cands = Vec::new();
+    for ((first, _), second) in per_group.into_iter().zip(second) {
+        cands.extend(first);
+        for (got, n) in second {
+            *evaluated += n;
+            cands.extend(got);
         }
     }
     cands
 }
 
-/// The regions a growth offers, new to `tried`: its prefixes in the order the nodes joined, and
+/// The axes of `seed`'s output a region may grow along, with their extents, in the order tried.
+fn seed_axes(base: &Base, seed: NodeId) -> Vec<(i64, usize)> {
+    let g = base.g;
+    let Some(out0) = g.node(seed).outputs.first().copied().flatten() else {
+        return Vec::new();
+    };
+    let Some(shape) = base.facts.get(out0).shape.as_ref() else {
+        return Vec::new();
+    };
+    // The axes the seed passes: one it mixes (a 3x3 convolution's rows) grows no region, and
+    // would take the place of one that does (its batch, smaller than its rows and channels).
+    let seed_flow = region::flows(g, base.facts, base.dims, seed);
+    let out_flow = seed_flow.as_ref().and_then(|f| f.first());
+    let mixed = |i: usize| {
+        matches!(
+            out_flow.and_then(|o| o.get(i)),
+            Some(memplan_ir::ops::axes::AxisFlow::Mixed)
+        )
+    };
+    let mut seed_axes: Vec<(i64, usize)> = shape
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| !mixed(i))
+        .filter_map(|(i, d)| {
+            d.eval_map(base.dims)
+                .ok()
+                .filter(|&e| e > 1)
+                .map(|e| (e, i))
+        })
+        .collect();
+    // Largest extent first; among equal extents the outer axis, whose slices are contiguous.
+    // Every axis the seed passes is tried: the smallest may be the only one the nodes after
+    // it pass (a batch through a depthwise convolution, which mixes its channels and rows).
+    seed_axes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    seed_axes
+}
+
+/// The regions a growth offers: its prefixes in the order the nodes joined, and
 /// with `topological`, in topological order too (a region grown through one layer's attention and
 /// on into the next layer's is not convex, since the next layer's keys and values are made outside
 /// it from the first layer's output, and the first layer alone is a topological prefix, not a
 /// joining one); per prefix, its largest convex part, and the whole prefix with the nodes that
 /// make it non-convex kept whole and recomputed per chunk.
-fn prefix_shapes(
-    base: &Base,
-    growth: &[region::Joined],
-    topological: bool,
-    tried: &mut BTreeSet<ShapeKey>,
-) -> Vec<Shape> {
+fn prefix_shapes(base: &Base, growth: &[region::Joined], topological: bool) -> Vec<Shape> {
     let g = base.g;
     let joined: Vec<NodeId> = growth.iter().map(|(n, _)| *n).collect();
     let mut orders = vec![joined.clone()];
@@ -585,59 +660,39 @@ fn prefix_shapes(
                     .filter(|(n, _)| nodes.contains(n))
                     .flat_map(|(_, a)| a.iter().copied())
                     .collect();
-                let key = (
-                    nodes.clone(),
-                    axes.iter().map(|(v, a)| (*v, *a)).collect(),
-                    keep.clone(),
-                );
-                if tried.insert(key) {
-                    prefixes.push((nodes, axes, keep));
-                }
+                prefixes.push((nodes, axes, keep));
             }
         }
     }
     prefixes
 }
 
-/// Phase one: every prefix at a middle chunk count; phase two: every count for the two best
-/// prefixes. Adds the predictions to `cands`; false when there are no chunk counts to try.
-fn score_prefixes(
+/// Phase two of [`candidates`] for one region: each chunk count in turn (but `mid`, predicted
+/// already, and counts that cut the extent alike), until one fits the budget; with the number
+/// predicted.
+fn counts(
     base: &Base,
     opts: &ChunkOptions,
-    prefixes: &[Shape],
+    shape: &Shape,
     extent: i64,
-    evaluated: &mut usize,
-    cands: &mut Vec<Candidate>,
-) -> bool {
-    let Some(&mid) = opts.chunk_counts.get(opts.chunk_counts.len() / 2) else {
-        return false;
-    };
-    let mut scored: Vec<(u64, usize)> = Vec::new();
-    for (i, shape) in prefixes.iter().enumerate() {
-        if let Some(c) = evaluate(base, opts, shape, extent, mid, evaluated) {
-            scored.push((c.pred.local, i));
-            cands.push(c);
+    mid: usize,
+) -> (Vec<Candidate>, usize) {
+    let (mut got, mut evaluated) = (Vec::new(), 0);
+    let mut seen_bounds = BTreeSet::from([rewrite::bounds(extent, mid)]);
+    for &chunks in &opts.chunk_counts {
+        if !seen_bounds.insert(rewrite::bounds(extent, chunks)) {
+            continue;
         }
-    }
-    scored.sort();
-    for &(_, i) in scored.iter().take(2) {
-        let shape = &prefixes[i];
-        let mut seen_bounds = BTreeSet::from([rewrite::bounds(extent, mid)]);
-        for &chunks in &opts.chunk_counts {
-            if !seen_bounds.insert(rewrite::bounds(extent, chunks)) {
-                continue;
-            }
-            if let Some(c) = evaluate(base, opts, shape, extent, chunks, evaluated) {
-                // More chunks only cost more once the region fits.
-                let fits = opts.budget.is_some_and(|b| c.pred.local <= b);
-                cands.push(c);
-                if fits {
-                    break;
-                }
+        if let Some(c) = evaluate(base, opts, shape, extent, chunks, &mut evaluated) {
+            // More chunks only cost more once the region fits.
+            let fits = opts.budget.is_some_and(|b| c.pred.local <= b);
+            got.push(c);
+            if fits {
+                break;
             }
         }
     }
-    true
+    (got, evaluated)
 }
 
 /// Outer and inner chunk counts tried for tiles, the first a probe: few outer chunks, since the

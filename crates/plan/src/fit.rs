@@ -190,7 +190,8 @@ pub fn fit_budget(
     dims: &BTreeMap<String, i64>,
     opts: &FitOptions,
 ) -> Result<Fit, FitError> {
-    let mut best = fit_with(model, facts, dims, opts, None)?;
+    let mut cache = PreparedCache::default();
+    let mut best = fit_with(model, facts, dims, opts, None, &mut cache)?;
     if best.fits || best.chunking.is_none() {
         return Ok(best);
     }
@@ -209,7 +210,7 @@ pub fn fit_budget(
     }
     let mut levers = opts.clone();
     for v in variants {
-        let other = fit_with(model, facts, dims, &v, None)?;
+        let other = fit_with(model, facts, dims, &v, None, &mut cache)?;
         if better(&other, &best) {
             (best, levers) = (other, v);
         }
@@ -236,7 +237,7 @@ pub fn fit_budget(
         if best.fits || !set(&mut next.chunk) {
             continue;
         }
-        let other = fit_with(model, facts, dims, &next, None)?;
+        let other = fit_with(model, facts, dims, &next, None, &mut cache)?;
         if better(&other, &best) {
             replaced = Some((best.outcome.report.peak_bytes_after, levers));
             (best, levers) = (other, next);
@@ -252,7 +253,7 @@ pub fn fit_budget(
         let (mut rounds, mut candidates) = (c.rounds, c.candidates);
         let from = best.outcome.report.peak_bytes_after;
         for (from, levers) in std::iter::once((from, levers)).chain(replaced) {
-            let other = fit_with(model, facts, dims, &levers, Some(from))?;
+            let other = fit_with(model, facts, dims, &levers, Some(from), &mut cache)?;
             if let Some(c) = &other.chunking {
                 (rounds, candidates) = (rounds + c.rounds, candidates + c.candidates);
             }
@@ -277,14 +278,50 @@ fn better(a: &Fit, b: &Fit) -> bool {
             && a.outcome.report.peak_bytes_after < b.outcome.report.peak_bytes_after)
 }
 
-/// [`fit_budget`] with the levers of `opts` as given; `descend`: see [`chunk_and_plan`].
-fn fit_with(
+/// The model as narrowing and recomputation leave it, planned unchunked: the first half of
+/// [`fit_with`], which depends on the levers' `narrow` and `recompute` (and the budget and planner
+/// options, the same in every fit of one [`fit_budget`]) and not on the chunk options.
+#[derive(Clone)]
+struct Prepared {
+    model: Model,
+    facts: Facts,
+    narrowing: Option<narrow::Report>,
+    recompute: Option<remat::Report>,
+    /// The unchunked plan, its passes covering narrowing and recomputation.
+    out: Outcome,
+}
+
+/// The [`Prepared`] models of one [`fit_budget`], by whether narrowing and recomputation are on:
+/// the fallbacks and descents refit the same levers with other chunk options, and each would
+/// otherwise narrow, recompute and search the schedule again to the same result.
+#[derive(Default)]
+struct PreparedCache(Vec<((bool, bool), Prepared)>);
+
+impl PreparedCache {
+    fn get(
+        &mut self,
+        model: &Model,
+        facts: &Facts,
+        dims: &BTreeMap<String, i64>,
+        opts: &FitOptions,
+    ) -> Result<Prepared, FitError> {
+        let key = (opts.narrow.is_some(), opts.recompute.is_some());
+        if let Some((_, p)) = self.0.iter().find(|(k, _)| *k == key) {
+            return Ok(p.clone());
+        }
+        let p = prepare(model, facts, dims, opts)?;
+        self.0.push((key, p.clone()));
+        Ok(p)
+    }
+}
+
+/// Narrowing, then recomputation, as `opts` asks, then the unchunked plan: see [`Prepared`].
+fn prepare(
     model: &Model,
     facts: &Facts,
     dims: &BTreeMap<String, i64>,
     opts: &FitOptions,
-    descend: Option<u64>,
-) -> Result<Fit, FitError> {
+) -> Result<Prepared, FitError> {
     let budget = opts.budget;
     let mut model = model.clone();
     let mut facts = facts.clone();
@@ -342,6 +379,33 @@ fn fit_with(
         out.report.passes = passes;
         out.report.peak_bytes_before = before;
     }
+    Ok(Prepared {
+        model,
+        facts,
+        narrowing,
+        recompute,
+        out,
+    })
+}
+
+/// [`fit_budget`] with the levers of `opts` as given; `descend`: see [`chunk_and_plan`]. The
+/// narrowed and recomputed model and its unchunked plan come from `cache`.
+fn fit_with(
+    model: &Model,
+    facts: &Facts,
+    dims: &BTreeMap<String, i64>,
+    opts: &FitOptions,
+    descend: Option<u64>,
+    cache: &mut PreparedCache,
+) -> Result<Fit, FitError> {
+    let budget = opts.budget;
+    let Prepared {
+        model,
+        facts,
+        narrowing,
+        recompute,
+        out,
+    } = cache.get(model, facts, dims, opts)?;
     if out.report.peak_bytes_after <= budget {
         return Ok(Fit {
             model,

@@ -11,10 +11,9 @@
 //! (tested); only building and re-inferring the graph are skipped.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::Mutex;
 
 use memplan_ir::graph::{Graph, Node, NodeId, ValueId, ValueKind};
 use memplan_ir::infer::{Fact, Facts, Known};
@@ -45,8 +44,9 @@ pub(crate) struct Base<'a> {
     pub live: Vec<(String, u64)>,
     /// Each node as [`predict`] simulates it, made once for every candidate of a step.
     nodes: Vec<ANode>,
-    /// Memory rules evaluated at chunk shapes so far.
-    cache: RefCell<Cache>,
+    /// Memory rules evaluated at chunk shapes so far (candidates are predicted on several threads;
+    /// each entry is a pure function of its key, so which thread fills it does not matter).
+    cache: Mutex<Cache>,
 }
 
 /// View flags and scratch bytes of the new nodes, by what decides them.
@@ -180,7 +180,7 @@ impl<'a> Base<'a> {
             per_step: p.per_step.clone(),
             live,
             nodes,
-            cache: RefCell::default(),
+            cache: Mutex::default(),
         })
     }
 
@@ -188,6 +188,23 @@ impl<'a> Base<'a> {
     #[cfg(test)]
     pub fn assembled(&self, i: usize) -> bool {
         self.nodes[i].assembled
+    }
+
+    /// The entry `key` of the cache's map `pick`, made by `make` when missing. The lock is not held
+    /// while `make` runs: two threads may both make an entry, to the same value.
+    fn memo<K: Ord + Clone, V: Copy>(
+        &self,
+        pick: fn(&mut Cache) -> &mut BTreeMap<K, V>,
+        key: &K,
+        make: impl FnOnce() -> Result<V, ChunkError>,
+    ) -> Result<V, ChunkError> {
+        let lock = || self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = pick(&mut lock()).get(key) {
+            return Ok(*v);
+        }
+        let v = make()?;
+        pick(&mut lock()).insert(key.clone(), v);
+        Ok(v)
     }
 
     fn eval(&self, e: &Expr) -> Result<u64, ChunkError> {
@@ -330,7 +347,6 @@ pub(crate) fn predict(
         base.bytes[v.index()] / (em.extent * em.mult(v)).max(1) as u64 * em.width_of(c, v) as u64
     };
 
-    let mut cache = base.cache.borrow_mut();
     let mut new_nodes: Vec<ANode> = Vec::with_capacity(em.steps.len());
     let mut copied = 0u64;
     let mut seconds = 0.0f64;
@@ -348,9 +364,10 @@ pub(crate) fn predict(
                     view,
                     scratch,
                     seconds: s,
-                } = match cache.slice.entry(key) {
-                    Entry::Occupied(o) => *o.get(),
-                    Entry::Vacant(slot) => {
+                } = base.memo(
+                    |c| &mut c.slice,
+                    &key,
+                    || {
                         let f = base.facts.get(v);
                         let out = chunk_fact(f, Some(*axis), w);
                         let k = |x: i64| {
@@ -363,16 +380,15 @@ pub(crate) fn predict(
                         let (lo, hi) = em.bounds[c as usize];
                         let (s, e, a) = (k(lo * m), k(hi * m), k(*axis as i64));
                         let node = synthetic("Slice", 4);
-                        let m = mem_of(
+                        mem_of(
                             base,
                             cost,
                             &node,
                             &[Some(f), Some(&s), Some(&e), Some(&a)],
                             &[Some(&out)],
-                        )?;
-                        *slot.insert(m)
-                    }
-                };
+                        )
+                    },
+                )?;
                 for b in [
                     Wire::Bound(c, false, m),
                     Wire::Bound(c, true, m),
@@ -416,44 +432,6 @@ pub(crate) fn predict(
                 // Value `v`'s extent in this chunk.
                 let w_of = |v: ValueId| w * em.mult(v);
                 let key = (*n, w, axes);
-                if !cache.clone.contains_key(&key) {
-                    let shape_fact = |y: ValueId| -> Result<Fact, ChunkError> {
-                        let f = chunk_fact(base.facts.get(y), split(y), w_of(y));
-                        let s = f.shape.clone().unwrap_or_default();
-                        let vals = s
-                            .iter()
-                            .map(|d| base.eval(d).map(|x| Expr::from(x as i64)))
-                            .collect::<Result<Vec<_>, _>>()?;
-                        Ok(Fact::with_value(
-                            memplan_ir::DataType::I64,
-                            vec![Expr::from(vals.len() as i64)],
-                            Known::Int(vals),
-                        ))
-                    };
-                    let mut owned: Vec<Option<Fact>> = Vec::with_capacity(node.inputs.len());
-                    for (slot, inp) in node.inputs.iter().enumerate() {
-                        owned.push(match inp {
-                            None => None,
-                            Some(_) if super::rewrite::shape_input(node) == Some(slot) => {
-                                match node.outputs[0] {
-                                    Some(y) => Some(shape_fact(y)?),
-                                    None => None,
-                                }
-                            }
-                            Some(v) => Some(chunk_fact(base.facts.get(*v), split(*v), w_of(*v))),
-                        });
-                    }
-                    let outs: Vec<Option<Fact>> = node
-                        .outputs
-                        .iter()
-                        .map(|o| o.map(|v| chunk_fact(base.facts.get(v), split(v), w_of(v))))
-                        .collect();
-                    let ins: Vec<Option<&Fact>> = owned.iter().map(Option::as_ref).collect();
-                    let outs: Vec<Option<&Fact>> = outs.iter().map(Option::as_ref).collect();
-                    let in_place = ops::axes::concat_in_place(node, &ins, &outs);
-                    let m = mem_of(base, cost, node, &ins, &outs)?;
-                    cache.clone.insert(key.clone(), (m, in_place));
-                }
                 let (
                     Mem {
                         view,
@@ -461,7 +439,49 @@ pub(crate) fn predict(
                         seconds: s,
                     },
                     in_place,
-                ) = cache.clone[&key];
+                ) = base.memo(
+                    |c| &mut c.clone,
+                    &key,
+                    || {
+                        let shape_fact = |y: ValueId| -> Result<Fact, ChunkError> {
+                            let f = chunk_fact(base.facts.get(y), split(y), w_of(y));
+                            let s = f.shape.clone().unwrap_or_default();
+                            let vals = s
+                                .iter()
+                                .map(|d| base.eval(d).map(|x| Expr::from(x as i64)))
+                                .collect::<Result<Vec<_>, _>>()?;
+                            Ok(Fact::with_value(
+                                memplan_ir::DataType::I64,
+                                vec![Expr::from(vals.len() as i64)],
+                                Known::Int(vals),
+                            ))
+                        };
+                        let mut owned: Vec<Option<Fact>> = Vec::with_capacity(node.inputs.len());
+                        for (slot, inp) in node.inputs.iter().enumerate() {
+                            owned.push(match inp {
+                                None => None,
+                                Some(_) if super::rewrite::shape_input(node) == Some(slot) => {
+                                    match node.outputs[0] {
+                                        Some(y) => Some(shape_fact(y)?),
+                                        None => None,
+                                    }
+                                }
+                                Some(v) => {
+                                    Some(chunk_fact(base.facts.get(*v), split(*v), w_of(*v)))
+                                }
+                            });
+                        }
+                        let outs: Vec<Option<Fact>> = node
+                            .outputs
+                            .iter()
+                            .map(|o| o.map(|v| chunk_fact(base.facts.get(v), split(v), w_of(v))))
+                            .collect();
+                        let ins: Vec<Option<&Fact>> = owned.iter().map(Option::as_ref).collect();
+                        let outs: Vec<Option<&Fact>> = outs.iter().map(Option::as_ref).collect();
+                        let in_place = ops::axes::concat_in_place(node, &ins, &outs);
+                        Ok((mem_of(base, cost, node, &ins, &outs)?, in_place))
+                    },
+                )?;
                 let mut reads = Vec::with_capacity(inputs.len());
                 let mut input0 = None;
                 for (slot, w) in inputs.iter().enumerate() {
@@ -541,13 +561,16 @@ pub(crate) fn predict(
         }
     }
     for &n in region.nodes.difference(&region.keep) {
-        seconds -= *cache.whole.entry(n).or_insert_with(|| {
-            let node = g.node(n);
-            let (ins, outs) = base.facts.node_io(node);
-            cost.node_seconds(node, &ins, &outs, base.view[n.index()], base.dims)
-        });
+        seconds -= base.memo(
+            |c| &mut c.whole,
+            &n,
+            || {
+                let node = g.node(n);
+                let (ins, outs) = base.facts.node_io(node);
+                Ok(cost.node_seconds(node, &ins, &outs, base.view[n.index()], base.dims))
+            },
+        )?;
     }
-    drop(cache);
     let added = new_nodes.len();
     let Table {
         bytes, resident, ..
