@@ -21,7 +21,9 @@ A thirteenth batch (OUT=target/fresh13): ConvBERT, CANINE, YOSO, Swin, LeViT, PV
 Switch Transformers' encoders (MoE), Wav2Vec2-Conformer; torchvision's EfficientNet-B0, MobileNetV3-Small, ViT-B/16 (torchvision from PYTHONPATH where not installed). MRA is left out: without
 its CUDA kernels (fetched from a hub) its attention returns zeros.
 usage: python bench/fresh_exports.py NAME [legacy|dynamo|both]   (OUT=dir, default target/fresh)
-Writes $OUT/NAME_{legacy,dynamo}.onnx
+Writes $OUT/NAME_{legacy,dynamo}.onnx, each with NAME_{legacy,dynamo}.versions.json beside it: the
+versions of the packages that wrote it (exports differ between torch and transformers releases:
+torch 2.15 folds T5's bucket cap into a constant that earlier releases computed).
 """
 import sys, os, traceback, time
 import torch
@@ -988,6 +990,27 @@ MODELS = dict(deberta=deberta, wav2vec2=wav2vec2, bart=bart, qwen2=qwen2, phi=ph
               umt5=umt5, switch_transformers=switch_transformers, wav2vec2_conformer=wav2vec2_conformer,
               efficientnet_b0=efficientnet_b0, mobilenet_v3_small=mobilenet_v3_small, vit_b_16=vit_b_16)
 
+def versions():
+    """The versions of the packages an export depends on, by package (absent ones left out)."""
+    import importlib.metadata as md
+    out = {"python": sys.version.split()[0]}
+    for p in ("torch", "transformers", "torchvision", "onnx", "onnxscript"):
+        try:
+            out[p] = md.version(p)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def record(f):
+    """Writes the versions beside the export `f` and prints them."""
+    import json
+    v = versions()
+    with open(f[: -len(".onnx")] + ".versions.json", "w") as fh:
+        json.dump(v, fh, indent=1)
+    print("  written with", ", ".join(f"{k} {x}" for k, x in v.items()))
+
+
 if __name__ == "__main__":
     name = sys.argv[1]
     which = sys.argv[2] if len(sys.argv) > 2 else "both"
@@ -1002,6 +1025,7 @@ if __name__ == "__main__":
                 torch.onnx.export(mod, args, f, dynamo=False, opset_version=17, input_names=inames,
                                   output_names=onames, dynamic_axes=dyn_axes)
                 print("OK legacy", f, os.path.getsize(f), f"{time.time()-t:.1f}s")
+                record(f)
             except Exception:
                 traceback.print_exc()
                 print("FAIL legacy", name)
@@ -1016,6 +1040,7 @@ if __name__ == "__main__":
                                        output_names=onames)
                 ep.save(f, external_data=False)
                 print("OK dynamo", f, os.path.getsize(f), f"{time.time()-t:.1f}s")
+                record(f)
             except Exception:
                 traceback.print_exc()
                 print("FAIL dynamo", name)
