@@ -1650,6 +1650,40 @@ mod tests {
         }
     }
 
+    /// Candidates are predicted on the thread pool, but the search is that of predicting them one by
+    /// one: on one thread and on three, the same steps, the same candidates counted and the same
+    /// rewritten graph (both exports of triangle attention, chunked to the lowest plan).
+    #[test]
+    fn the_search_does_not_depend_on_the_thread_count() {
+        for name in ["of3_tri_att_start", "of3_tri_att_start.legacy"] {
+            let (_, model, _) = corpus().into_iter().find(|(n, _, _)| n == name).unwrap();
+            let dims = BTreeMap::from([("N".to_string(), 64)]);
+            let opts = ChunkOptions {
+                budget: Some(0),
+                ..ChunkOptions::default()
+            };
+            let on = |threads| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let c = pool.install(|| chunk_to_budget(&model, &dims, &opts).unwrap());
+                let nodes: Vec<(String, String)> = c
+                    .model
+                    .graph
+                    .nodes
+                    .iter()
+                    .map(|n| (n.name.clone(), n.op.clone()))
+                    .collect();
+                (c.steps, c.evaluated, c.peak_after, nodes)
+            };
+            let (one, three) = (on(1), on(3));
+            assert!(!one.0.is_empty(), "{name}: not chunked");
+            assert!(one.1 > one.0.len(), "{name}: {} candidates", one.1);
+            assert!(one == three, "{name}: one thread and three differ");
+        }
+    }
+
     /// A value made again for one more reader several times is one report line counting them.
     #[test]
     fn a_value_made_again_repeatedly_is_one_line() {
